@@ -1,0 +1,73 @@
+# The two commands: `make run` and `make test`. Both install what is missing.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+CPY_VENV := .venv-cpython
+CPY := $(CPY_VENV)/bin/python
+VAR := $(CURDIR)/var
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+APT_PACKAGES := pypy3 pypy3-venv pypy3-dev redis-server python3-venv
+REQUIREMENTS := requirements.txt requirements-nodeps.txt requirements-dev.txt
+HOST ?= 127.0.0.1
+PORT ?= 8080
+
+.PHONY: setup setup-cpython system-packages run stop-redis test lint clean
+
+setup: $(VENV)/.installed
+
+setup-cpython: $(CPY_VENV)/.installed
+
+# Debian packages, installed only when a command is missing.
+system-packages:
+	@missing=""; \
+	command -v pypy3 >/dev/null || missing="$$missing pypy3 pypy3-venv pypy3-dev"; \
+	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
+	python3 -c 'import ensurepip' 2>/dev/null || missing="$$missing python3-venv"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+	fi
+
+# The PyPy environment the gateway runs in. cyclone goes in with --no-deps
+# (its metadata pins a 2019 Twisted; see requirements-nodeps.txt).
+$(VENV)/.installed: $(REQUIREMENTS) | system-packages
+	pypy3 -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt -r requirements-dev.txt
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps -r requirements-nodeps.txt
+	touch $@
+
+# The same code on CPython 3.11, for the compatibility test and comparisons.
+$(CPY_VENV)/.installed: $(REQUIREMENTS) | system-packages
+	python3 -m venv $(CPY_VENV)
+	$(CPY) -m pip install -q --disable-pip-version-check -r requirements.txt
+	$(CPY) -m pip install -q --disable-pip-version-check --no-deps -r requirements-nodeps.txt
+	touch $@
+
+# Serve on $(HOST):$(PORT). Without REDIS_URL a private Redis is started on a
+# unix socket under ./var/ (and left running for the next `make run`;
+# `make stop-redis` ends it).
+run: setup
+	@if [ -z "$$REDIS_URL" ]; then \
+	  mkdir -p $(VAR); \
+	  if ! redis-cli -s $(VAR)/redis.sock ping >/dev/null 2>&1; then \
+	    redis-server --port 0 --unixsocket $(VAR)/redis.sock --unixsocketperm 700 \
+	      --dir $(VAR) --daemonize yes --pidfile $(VAR)/redis.pid --logfile $(VAR)/redis.log; \
+	    for i in $$(seq 50); do redis-cli -s $(VAR)/redis.sock ping >/dev/null 2>&1 && break; sleep 0.1; done; \
+	  fi; \
+	  echo "private Redis on unix:$(VAR)/redis.sock"; \
+	  export REDIS_URL=unix://$(VAR)/redis.sock; \
+	fi; \
+	exec $(PY) -m api serve --host $(HOST) --port $(PORT)
+
+stop-redis:
+	@if [ -f $(VAR)/redis.pid ]; then kill $$(cat $(VAR)/redis.pid) && echo "stopped the private Redis"; fi
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+test: setup setup-cpython lint
+	$(PY) -m pytest
+
+clean:
+	rm -rf $(VENV) $(CPY_VENV) $(VAR) .pytest_cache

@@ -1,0 +1,1 @@
+"""Assembly: settings, the route table, the server process, the CLI."""

@@ -1,0 +1,42 @@
+"""The route table: every route of the API, in one literal list."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import cyclone.web
+
+from api.config import Settings
+from cache.store import DocumentStore
+from handlers.base import NoRouteHandler
+from handlers.collections import CollectionHandler
+from handlers.documents import DocumentHandler
+from handlers.health import LivenessHandler, ReadinessHandler
+from handlers.openapi import OpenApiHandler
+
+# Path segments are matched loosely and checked by the handlers, so that a
+# bad collection name or id is a 400 that says why, not a 404.
+SEGMENT = r"([^/]+)"
+# How long /readyz waits for Redis: well under a load balancer's check timeout.
+READY_TIMEOUT = 1.0
+
+
+def make_app(settings: Settings, store: DocumentStore, reactor: Any) -> cyclone.web.Application:
+    documents = {"store": store, "max_body": settings.max_body}
+    routes = [
+        (r"/healthz", LivenessHandler),
+        (
+            r"/readyz",
+            ReadinessHandler,
+            {"store": store, "reactor": reactor, "timeout": min(READY_TIMEOUT, settings.redis_timeout)},
+        ),
+        (r"/openapi\.json", OpenApiHandler),
+        (rf"/v1/{SEGMENT}/{SEGMENT}", DocumentHandler, documents),
+        (rf"/v1/{SEGMENT}/?", CollectionHandler, documents),
+    ]
+    extra = {} if settings.access_log else {"log_function": _no_access_log}
+    return cyclone.web.Application(routes, error_handler=NoRouteHandler, **extra)
+
+
+def _no_access_log(handler: Any) -> None:
+    """Cyclone's ``log_function`` when access logging is switched off."""

@@ -1,0 +1,92 @@
+"""Settings, built once from the environment, every value cast and checked.
+
+A bad value raises ``ConfigError`` naming the variable, so the CLI can print
+one line and exit instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from typing import Callable, Mapping, Optional, TypeVar
+
+from cache.address import RedisAddress, parse_redis_url
+
+T = TypeVar("T")
+
+__all__ = ["ConfigError", "Settings", "from_environment", "replace"]
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+class ConfigError(ValueError):
+    """A setting is missing or malformed; the message names the variable."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    redis_url: str = DEFAULT_REDIS_URL
+    redis: RedisAddress = field(default_factory=RedisAddress)
+    redis_timeout: float = 2.0
+    redis_pool: int = 4
+    max_body: int = 1024 * 1024
+    access_log: bool = True
+
+
+def from_environment(environ: Optional[Mapping[str, str]] = None) -> Settings:
+    """Read ``JETWAY_*`` and ``REDIS_URL``; unset variables keep the defaults."""
+    env = os.environ if environ is None else environ
+    defaults = Settings()
+
+    def read(name: str, cast: Callable[[str], T], default: T) -> T:
+        text = env.get(name)
+        if text is None or text == "":
+            return default
+        try:
+            return cast(text)
+        except ValueError as error:
+            raise ConfigError(f"{name}={text!r}: {error}") from None
+
+    redis_url = env.get("REDIS_URL") or DEFAULT_REDIS_URL
+    return Settings(
+        host=read("JETWAY_HOST", str, defaults.host),
+        port=read("JETWAY_PORT", _port, defaults.port),
+        redis_url=redis_url,
+        redis=read("REDIS_URL", parse_redis_url, parse_redis_url(DEFAULT_REDIS_URL)),
+        redis_timeout=read("JETWAY_REDIS_TIMEOUT", _positive_float, defaults.redis_timeout),
+        redis_pool=read("JETWAY_REDIS_POOL", _positive_int, defaults.redis_pool),
+        max_body=read("JETWAY_MAX_BODY", _positive_int, defaults.max_body),
+        access_log=read("JETWAY_ACCESS_LOG", _flag, defaults.access_log),
+    )
+
+
+def _port(text: str) -> int:
+    port = int(text)
+    if not 0 <= port <= 65535:
+        raise ValueError("a port is a number from 0 to 65535")
+    return port
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise ValueError("must be a whole number above 0")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0 or value == float("inf"):
+        raise ValueError("must be a number of seconds above 0")
+    return value
+
+
+def _flag(text: str) -> bool:
+    lowered = text.lower()
+    if lowered in ("1", "true", "on", "yes"):
+        return True
+    if lowered in ("0", "false", "off", "no"):
+        return False
+    raise ValueError("must be on or off")

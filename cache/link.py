@@ -1,0 +1,113 @@
+"""One worker's connection pool to Redis, with deadlines and typed errors.
+
+txredisapi waits forever for a connection while Redis is down; every call
+here has a deadline instead, so a request gets a 503 (no connection) or a
+504 (no reply) rather than hanging. Replies are raw ``bytes``: no charset
+decoding and no number conversion, so a document comes back as stored.
+Several commands sent together go down one connection back to back, so they
+cost one round trip.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence, Union
+
+import txredisapi
+from twisted.internet import defer
+from twisted.internet.endpoints import HostnameEndpoint, UNIXClientEndpoint
+from twisted.internet.interfaces import IReactorTime
+from twisted.python.failure import Failure
+
+from cache.address import RedisAddress
+from cache.errors import RedisReplyError, RedisTimeout, RedisUnavailable
+from cache.scripts import Script
+
+Arg = Union[bytes, str, int]
+Command = Sequence[Arg]
+
+
+class _Factory(txredisapi.RedisFactory):
+    # Redis coming back should be noticed within a second or so, not after
+    # txredisapi's default back-off of up to 10 s.
+    maxDelay = 1.0
+    initialDelay = 0.2
+
+
+class RedisLink:
+    """Sends commands to one Redis over a small pool of connections."""
+
+    def __init__(self, address: RedisAddress, reactor: Any, timeout: float, poolsize: int = 4) -> None:
+        self._clock: IReactorTime = reactor
+        self._timeout = timeout
+        self._factory = _Factory(
+            address.describe(),
+            address.db,
+            poolsize,
+            isLazy=True,
+            charset=None,
+            password=address.password,
+            username=address.username,
+            replyTimeout=timeout,
+            convertNumbers=False,
+        )
+        self._factory.startConnecting(_endpoint(address, reactor, timeout))
+
+    def close(self) -> defer.Deferred:
+        """Close every connection and stop reconnecting."""
+        return self._factory.disconnect()
+
+    def execute(self, *command: Arg) -> defer.Deferred:
+        """Send one command; fires with its raw reply."""
+        return self.pipeline([command]).addCallback(lambda replies: replies[0])
+
+    @defer.inlineCallbacks
+    def pipeline(self, commands: Sequence[Command]) -> Any:
+        """Send commands back to back on one connection; fires with the replies."""
+        connection = yield self._connection()
+        try:
+            sent = [connection.execute_command(*command) for command in commands]
+        except txredisapi.ConnectionError:
+            raise RedisUnavailable("the connection to Redis was lost") from None
+        replies = yield defer.gatherResults(sent, consumeErrors=True).addErrback(_unwrap_first)
+        return replies
+
+    @defer.inlineCallbacks
+    def run_script(self, script: Script, keys: Sequence[bytes], args: Sequence[Arg]) -> Any:
+        """Run a Lua script by its SHA, loading it first if Redis lacks it."""
+        count = len(keys)
+        try:
+            reply = yield self.execute(b"EVALSHA", script.sha, count, *keys, *args)
+        except RedisReplyError as error:
+            if not str(error).startswith("NOSCRIPT"):
+                raise
+            reply = yield self.execute(b"EVAL", script.source, count, *keys, *args)
+        return reply
+
+    @defer.inlineCallbacks
+    def _connection(self) -> Any:
+        waiting = self._factory.getConnection(peek=True)
+        waiting.addTimeout(self._timeout, self._clock)
+        try:
+            connection = yield waiting
+        except (defer.TimeoutError, defer.CancelledError, txredisapi.ConnectionError):
+            raise RedisUnavailable("no connection to Redis") from None
+        return connection
+
+
+def _unwrap_first(failure: Failure) -> Failure:
+    """Turn gatherResults' FirstError into the store's own error types."""
+    failure.trap(defer.FirstError)
+    error = failure.value.subFailure.value
+    if isinstance(error, txredisapi.TimeoutError):
+        raise RedisTimeout(str(error))
+    if isinstance(error, txredisapi.ConnectionError):
+        raise RedisUnavailable(str(error))
+    if isinstance(error, txredisapi.ResponseError):
+        raise RedisReplyError(str(error))
+    return failure.value.subFailure
+
+
+def _endpoint(address: RedisAddress, reactor: Any, timeout: float) -> Any:
+    if address.unix_path:
+        return UNIXClientEndpoint(reactor, address.unix_path, timeout=timeout)
+    return HostnameEndpoint(reactor, address.host, address.port, timeout=timeout)

@@ -1,0 +1,94 @@
+"""The Lua scripts that change a document and its index entry atomically.
+
+Each script touches only keys of one hash slot (a document and its index
+shard, see ``cache.keys``), so the same scripts run on Redis Cluster.
+Conditions arrive pre-parsed: ``''`` (no header), ``'*'``, or entity tags
+separated by spaces (entity tags cannot contain spaces).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+_CONDITIONS = """
+local function matches(header, current)
+  if header == '*' then return current ~= false end
+  if not current then return false end
+  for tag in string.gmatch(header, '%S+') do
+    if tag == current then return true end
+  end
+  return false
+end
+
+local function holds(current, if_match, if_none_match)
+  if if_match ~= '' and not matches(if_match, current) then return false end
+  if if_none_match ~= '' and matches(if_none_match, current) then return false end
+  return true
+end
+"""
+
+
+@dataclass(frozen=True)
+class Script:
+    """Lua source with its SHA-1, for ``EVALSHA`` with an ``EVAL`` fallback."""
+
+    source: bytes
+    sha: bytes = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sha", hashlib.sha1(self.source).hexdigest().encode())
+
+
+# KEYS: document, index shard.
+# ARGV: id, body, etag, last-modified, ttl ('' keeps the expiry, '0' removes
+# it, N sets N seconds), If-Match, If-None-Match.
+# Returns 0 when a condition failed, 1 when replaced, 2 when created.
+PUT = Script(
+    (
+        _CONDITIONS
+        + """
+local current = redis.call('HGET', KEYS[1], 'e')
+if not holds(current, ARGV[6], ARGV[7]) then return 0 end
+redis.call('HSET', KEYS[1], 'b', ARGV[2], 'e', ARGV[3], 'm', ARGV[4])
+if ARGV[5] == '0' then
+  redis.call('PERSIST', KEYS[1])
+elseif ARGV[5] ~= '' then
+  redis.call('EXPIRE', KEYS[1], ARGV[5])
+end
+redis.call('ZADD', KEYS[2], 0, ARGV[1])
+if current then return 1 end
+return 2
+"""
+    ).encode()
+)
+
+# KEYS: document, index shard. ARGV: id, If-Match.
+# Returns 0 when the condition failed, -1 when missing, 1 when deleted.
+DELETE = Script(
+    (
+        _CONDITIONS
+        + """
+local current = redis.call('HGET', KEYS[1], 'e')
+if not holds(current, ARGV[2], '') then return 0 end
+if not current then return -1 end
+redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+return 1
+"""
+    ).encode()
+)
+
+# KEYS: index shard, then the documents of the ids in ARGV (same order).
+# Drops index entries whose document has expired. Returns how many.
+PRUNE = Script(
+    b"""
+local dropped = 0
+for i, id in ipairs(ARGV) do
+  if redis.call('EXISTS', KEYS[i + 1]) == 0 then
+    dropped = dropped + redis.call('ZREM', KEYS[1], id)
+  end
+end
+return dropped
+"""
+)

@@ -1,0 +1,211 @@
+"""Documents in Redis as the JSON bytes that are sent, read back as bytes.
+
+The key layout is described in ``cache.keys``; every write goes through one
+Lua script (``cache.scripts``) so a body, its ETag, its modification time and
+its index entry change together. Nothing here parses a stored body except a
+merge patch, which has to.
+"""
+
+from __future__ import annotations
+
+import base64
+import email.utils
+import heapq
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+from twisted.internet import defer
+
+from cache import codec, keys, scripts
+from cache.errors import (
+    DocumentNotFound,
+    DocumentTooLarge,
+    PreconditionFailed,
+    WriteConflict,
+)
+from cache.ids import UlidFactory
+from cache.link import RedisLink
+from cache.merge_patch import merge_patch
+
+_PUT_FAILED, _REPLACED, _CREATED = 0, 1, 2
+_DELETE_FAILED, _DELETE_MISSING = 0, -1
+
+
+@dataclass(frozen=True)
+class Document:
+    """A stored document: its bytes and the validators stored with them."""
+
+    body: bytes
+    etag: bytes
+    last_modified: bytes
+
+
+@dataclass(frozen=True)
+class Conditions:
+    """Pre-parsed ``If-Match`` / ``If-None-Match``: ``b''``, ``b'*'`` or tags."""
+
+    if_match: bytes = b""
+    if_none_match: bytes = b""
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of a collection, and the id to continue after (or None)."""
+
+    bodies: List[bytes]
+    last_id: Optional[bytes]
+
+
+NO_CONDITIONS = Conditions()
+
+
+class DocumentStore:
+    """The document operations of the API, on one ``RedisLink``."""
+
+    def __init__(
+        self,
+        link: RedisLink,
+        clock: Callable[[], float] = time.time,
+        patch_attempts: int = 100,
+    ) -> None:
+        self._link = link
+        self._clock = clock
+        self._ids = UlidFactory(clock)
+        self._patch_attempts = patch_attempts
+
+    def ping(self) -> defer.Deferred:
+        """Fires when Redis answers a PING."""
+        return self._link.execute(b"PING")
+
+    @defer.inlineCallbacks
+    def get(self, collection: bytes, doc_id: bytes) -> Any:
+        """The document, or None: one HMGET of one key."""
+        body, etag, modified = yield self._link.execute(
+            b"HMGET", keys.document_key(collection, doc_id), b"b", b"e", b"m"
+        )
+        if body is None:
+            return None
+        return Document(body, etag, modified)
+
+    def put(
+        self,
+        collection: bytes,
+        doc_id: bytes,
+        body: bytes,
+        conditions: Conditions = NO_CONDITIONS,
+        ttl: Optional[int] = None,
+    ) -> defer.Deferred:
+        """Create or replace; fires with ``(Document, created)``."""
+        return self._write(collection, doc_id, body, conditions, b"%d" % (ttl or 0))
+
+    @defer.inlineCallbacks
+    def create(self, collection: bytes, body: bytes, ttl: Optional[int] = None) -> Any:
+        """Store under a new ULID; fires with ``(id, Document)``."""
+        doc_id = self._ids.new().encode()
+        document, _ = yield self.put(collection, doc_id, body, Conditions(if_none_match=b"*"), ttl)
+        return doc_id, document
+
+    @defer.inlineCallbacks
+    def patch(self, collection: bytes, doc_id: bytes, patch: Any, if_match: bytes, max_size: int) -> Any:
+        """Merge ``patch`` into the document; retried until no writer races it."""
+        key = keys.document_key(collection, doc_id)
+        for _ in range(self._patch_attempts):
+            body, etag = yield self._link.execute(b"HMGET", key, b"b", b"e")
+            if body is None:
+                raise DocumentNotFound()
+            if if_match and not _tag_matches(if_match, etag):
+                raise PreconditionFailed()
+            merged = codec.dumps(merge_patch(codec.loads(body), patch))
+            if len(merged) > max_size:
+                raise DocumentTooLarge(len(merged))
+            try:
+                # Compare-and-set on the ETag just read: a concurrent write
+                # changes it, and then the merge is redone on the new body.
+                document, _ = yield self._write(collection, doc_id, merged, Conditions(if_match=etag), b"")
+            except PreconditionFailed:
+                continue
+            return document
+        raise WriteConflict()
+
+    @defer.inlineCallbacks
+    def delete(self, collection: bytes, doc_id: bytes, if_match: bytes = b"") -> Any:
+        """Delete; raises ``DocumentNotFound`` or ``PreconditionFailed``."""
+        result = yield self._link.run_script(
+            scripts.DELETE,
+            [keys.document_key(collection, doc_id), keys.index_key_for(collection, doc_id)],
+            [doc_id, if_match],
+        )
+        if result == _DELETE_FAILED:
+            raise PreconditionFailed()
+        if result == _DELETE_MISSING:
+            raise DocumentNotFound()
+
+    @defer.inlineCallbacks
+    def page(self, collection: bytes, limit: int, after: Optional[bytes]) -> Any:
+        """Up to ``limit`` bodies in id order, starting after the id ``after``."""
+        start = b"(" + after if after else b"-"
+        shards = yield self._link.pipeline(
+            [
+                (b"ZRANGEBYLEX", keys.index_key(collection, shard), start, b"+", b"LIMIT", 0, limit + 1)
+                for shard in range(keys.INDEX_SHARDS)
+            ]
+        )
+        ids = list(heapq.merge(*shards))[: limit + 1]
+        more = len(ids) > limit
+        ids = ids[:limit]
+        bodies = yield self.get_many(collection, ids)
+        self._prune(collection, [doc_id for doc_id, body in zip(ids, bodies) if body is None])
+        return Page([body for body in bodies if body is not None], ids[-1] if more else None)
+
+    def get_many(self, collection: bytes, doc_ids: Sequence[bytes]) -> defer.Deferred:
+        """The bodies of ``doc_ids`` in order, None where missing: one round trip."""
+        if not doc_ids:
+            return defer.succeed([])
+        return self._link.pipeline([(b"HGET", keys.document_key(collection, doc_id), b"b") for doc_id in doc_ids])
+
+    @defer.inlineCallbacks
+    def _write(self, collection: bytes, doc_id: bytes, body: bytes, conditions: Conditions, ttl: bytes) -> Any:
+        document = Document(body, _new_etag(), _http_date(self._clock()))
+        result = yield self._link.run_script(
+            scripts.PUT,
+            [keys.document_key(collection, doc_id), keys.index_key_for(collection, doc_id)],
+            [
+                doc_id,
+                body,
+                document.etag,
+                document.last_modified,
+                ttl,
+                conditions.if_match,
+                conditions.if_none_match,
+            ],
+        )
+        if result == _PUT_FAILED:
+            raise PreconditionFailed()
+        return document, result == _CREATED
+
+    def _prune(self, collection: bytes, stale_ids: List[bytes]) -> None:
+        """Drop index entries of expired documents, in the background."""
+        by_shard: Dict[int, List[bytes]] = {}
+        for doc_id in stale_ids:
+            by_shard.setdefault(keys.shard_of(doc_id), []).append(doc_id)
+        for shard, ids in by_shard.items():
+            doc_keys = [keys.document_key(collection, doc_id) for doc_id in ids]
+            pruning = self._link.run_script(scripts.PRUNE, [keys.index_key(collection, shard), *doc_keys], ids)
+            # A failed prune only leaves a stale entry that the next page skips.
+            pruning.addErrback(lambda _: None)
+
+
+def _tag_matches(header: bytes, etag: bytes) -> bool:
+    return header == b"*" or etag in header.split()
+
+
+def _new_etag() -> bytes:
+    # Random, not a hash of the body: the ETag must change on every write,
+    # even one that writes identical bytes.
+    return b'"' + base64.urlsafe_b64encode(os.urandom(12)) + b'"'
+
+
+def _http_date(timestamp: float) -> bytes:
+    return email.utils.formatdate(timestamp, usegmt=True).encode()

@@ -1,0 +1,1 @@
+"""HTTP handlers: one module per resource, on a shared JSON base handler."""

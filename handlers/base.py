@@ -1,0 +1,143 @@
+"""The JSON base handler: explicit content types and problem+json errors.
+
+Every error, whether raised by a handler, by the store or by Cyclone itself
+(unknown route, unsupported method), is rendered here and only here.
+"""
+
+from __future__ import annotations
+
+import http
+from typing import Any, Dict, Optional, Tuple, Type
+from urllib.parse import parse_qs
+
+import cyclone.web
+from twisted.python import log
+from twisted.python.failure import Failure
+
+from cache import codec
+from cache.errors import (
+    DocumentNotFound,
+    DocumentTooLarge,
+    PreconditionFailed,
+    RedisReplyError,
+    RedisTimeout,
+    RedisUnavailable,
+    WriteConflict,
+)
+from cache.store import Document
+from handlers.errors import ApiError, bad_request, not_found, precondition_failed
+
+JSON_TYPE = "application/json"
+PROBLEM_TYPE = "application/problem+json"
+# How long a client should wait before retrying while Redis is unreachable.
+RETRY_AFTER_SECONDS = "1"
+
+_STORE_ERRORS: Dict[Type[Exception], Any] = {
+    RedisUnavailable: lambda e: ApiError(
+        503, "redis-unavailable", "Redis cannot be reached", {"Retry-After": RETRY_AFTER_SECONDS}
+    ),
+    RedisTimeout: lambda e: ApiError(504, "redis-timeout", "Redis did not answer in time"),
+    RedisReplyError: lambda e: ApiError(502, "redis-error", "Redis answered with an error"),
+    DocumentNotFound: lambda e: not_found(),
+    PreconditionFailed: lambda e: precondition_failed(),
+    WriteConflict: lambda e: ApiError(409, "write-conflict", "too many concurrent writers; retry"),
+    DocumentTooLarge: lambda e: ApiError(413, "body-too-large", str(e)),
+    codec.JsonError: lambda e: ApiError(422, "unrepresentable", str(e)),
+}
+
+
+def as_api_error(error: BaseException) -> Optional[ApiError]:
+    """The ``ApiError`` a known failure maps to, or None for a bug."""
+    if isinstance(error, ApiError):
+        return error
+    if isinstance(error, cyclone.web.HTTPError):
+        # Cyclone's own (405 for an unsupported method): same status, as a problem.
+        phrase = http.HTTPStatus(error.status_code).phrase
+        return ApiError(error.status_code, phrase.lower().replace(" ", "-"), phrase)
+    for error_type, make in _STORE_ERRORS.items():
+        if isinstance(error, error_type):
+            return make(error)
+    return None
+
+
+class JsonHandler(cyclone.web.RequestHandler):
+    """Base of every handler: bytes out with an explicit type, errors as data."""
+
+    SUPPORTED_METHODS: Tuple[str, ...] = ("GET", "HEAD")
+
+    def set_default_headers(self) -> None:
+        self.set_header("Server", "jetway")
+
+    def compute_etag(self) -> None:
+        # ETags are stored with each document; never hash a body per read.
+        return None
+
+    def send_bytes(self, status: int, body: bytes, content_type: str = JSON_TYPE) -> None:
+        """Answer with ``body`` verbatim."""
+        self.set_status(status)
+        self.set_header("Content-Type", content_type)
+        self.write(body)
+
+    def send_document(self, status: int, document: Document) -> None:
+        """Answer with a stored document and its validators."""
+        self.set_validators(document)
+        self.send_bytes(status, document.body)
+
+    def set_validators(self, document: Document) -> None:
+        self.set_header("ETag", document.etag)
+        self.set_header("Last-Modified", document.last_modified)
+
+    def send_no_content(self) -> None:
+        self.set_status(204)
+
+    def _generate_headers(self) -> bytes:
+        if self._status_code == 204:
+            # RFC 9110: a 204 carries neither Content-Length nor a body type;
+            # Cyclone adds both to every response.
+            self._headers.pop("Content-Length", None)
+            self._headers.pop("Content-Type", None)
+        return super()._generate_headers()
+
+    def query_argument(self, name: str) -> Optional[str]:
+        """A query parameter given at most once (blank counts as given)."""
+        values = parse_qs(self.request.query, keep_blank_values=True).get(name)
+        if not values:
+            return None
+        if len(values) > 1:
+            raise bad_request(f"{name} may be given only once", f"invalid-{name}")
+        return values[0]
+
+    def _handle_request_exception(self, e: Any) -> None:
+        error = e.value if isinstance(e, Failure) else e
+        api_error = as_api_error(error)
+        if api_error is None:
+            log.err(e, f"unhandled error in {self.request.method} {self.request.path}")
+            api_error = ApiError(500, "internal", "the server failed to handle the request")
+        super()._handle_request_exception(api_error)
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        error = as_api_error(kwargs.get("exception")) or as_api_error(cyclone.web.HTTPError(status_code))
+        if status_code == 405:
+            self.set_header("Allow", ", ".join(self.SUPPORTED_METHODS))
+        for name, value in error.headers.items():
+            self.set_header(name, value)
+        self.set_header("Content-Type", PROBLEM_TYPE)
+        self.finish(codec.dumps(error.as_problem()))
+
+
+class _AnyMethod(tuple):
+    def __contains__(self, method: object) -> bool:
+        return True
+
+
+class NoRouteHandler(JsonHandler):
+    """Cyclone's ``error_handler``: a 404 problem for any unknown path."""
+
+    # Any method on an unknown path is a 404, not a 405.
+    SUPPORTED_METHODS = _AnyMethod()
+
+    def initialize(self, status_code: int) -> None:
+        self.set_status(status_code)
+
+    def prepare(self) -> None:
+        raise ApiError(404, "no-route", f"no resource at {self.request.path}")

@@ -1,0 +1,62 @@
+"""``/v1/{coll}``: create with a server-made id, list a page, get many.
+
+List and multi-get bodies are put together from the stored bytes; no
+document is parsed on the way out.
+"""
+
+from __future__ import annotations
+
+from typing import Any, List, Optional
+
+from twisted.internet import defer
+
+from cache.store import DocumentStore
+from handlers import validation
+from handlers.base import JsonHandler
+from handlers.errors import bad_request
+
+
+def items_envelope(bodies: List[Optional[bytes]], next_cursor: Optional[bytes], with_next: bool) -> bytes:
+    """``{"items":[...]}`` (and ``"next"``) around stored bodies, unparsed."""
+    items = b",".join(b"null" if body is None else body for body in bodies)
+    if not with_next:
+        return b'{"items":[' + items + b"]}"
+    # A cursor is base64url, so it needs no JSON escaping.
+    following = b'"' + next_cursor + b'"' if next_cursor else b"null"
+    return b'{"items":[' + items + b'],"next":' + following + b"}"
+
+
+class CollectionHandler(JsonHandler):
+    SUPPORTED_METHODS = ("GET", "HEAD", "POST")
+
+    def initialize(self, store: DocumentStore, max_body: int) -> None:
+        self.store = store
+        self.max_body = max_body
+
+    @defer.inlineCallbacks
+    def get(self, collection: str) -> Any:
+        name = validation.collection_name(collection)
+        ids = self.query_argument("ids")
+        if ids is not None:
+            if self.query_argument("limit") is not None or self.query_argument("cursor") is not None:
+                raise bad_request("ids cannot be combined with limit or cursor", "invalid-ids")
+            bodies = yield self.store.get_many(name, validation.id_list(ids))
+            self.send_bytes(200, items_envelope(bodies, None, with_next=False))
+            return
+        limit = validation.limit(self.query_argument("limit"))
+        after = validation.decode_cursor(self.query_argument("cursor"))
+        page = yield self.store.page(name, limit, after)
+        cursor = validation.encode_cursor(page.last_id) if page.last_id else None
+        self.send_bytes(200, items_envelope(page.bodies, cursor, with_next=True))
+
+    head = get
+
+    @defer.inlineCallbacks
+    def post(self, collection: str) -> Any:
+        name = validation.collection_name(collection)
+        validation.json_document(
+            self.request.body, self.request.headers.get("Content-Type"), validation.JSON, self.max_body
+        )
+        doc_id, document = yield self.store.create(name, self.request.body, validation.ttl(self.query_argument("ttl")))
+        self.set_header("Location", f"/v1/{collection}/{doc_id.decode()}")
+        self.send_document(201, document)

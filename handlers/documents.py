@@ -1,0 +1,66 @@
+"""``/v1/{coll}/{id}``: read, replace, merge-patch and delete one document."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.internet import defer
+
+from cache.store import Conditions, DocumentStore
+from handlers import validation
+from handlers.base import JsonHandler
+from handlers.errors import not_found
+
+
+class DocumentHandler(JsonHandler):
+    SUPPORTED_METHODS = ("GET", "HEAD", "PUT", "PATCH", "DELETE")
+
+    def initialize(self, store: DocumentStore, max_body: int) -> None:
+        self.store = store
+        self.max_body = max_body
+
+    @defer.inlineCallbacks
+    def get(self, collection: str, doc_id: str) -> Any:
+        document = yield self.store.get(validation.collection_name(collection), validation.document_id(doc_id))
+        if document is None:
+            raise not_found()
+        inm = validation.entity_tags(self.request.headers.get("If-None-Match"), weak=True)
+        if inm == b"*" or document.etag in inm.split():
+            self.set_validators(document)
+            self.set_status(304)
+            return
+        self.send_document(200, document)
+
+    head = get
+
+    @defer.inlineCallbacks
+    def put(self, collection: str, doc_id: str) -> Any:
+        keys = validation.collection_name(collection), validation.document_id(doc_id)
+        validation.json_document(
+            self.request.body, self.request.headers.get("Content-Type"), validation.JSON, self.max_body
+        )
+        document, created = yield self.store.put(
+            *keys,
+            self.request.body,
+            Conditions(self._if_match(), validation.entity_tags(self.request.headers.get("If-None-Match"), weak=True)),
+            validation.ttl(self.query_argument("ttl")),
+        )
+        self.send_document(201 if created else 200, document)
+
+    @defer.inlineCallbacks
+    def patch(self, collection: str, doc_id: str) -> Any:
+        keys = validation.collection_name(collection), validation.document_id(doc_id)
+        patch = validation.json_document(
+            self.request.body, self.request.headers.get("Content-Type"), validation.MERGE_PATCH_JSON, self.max_body
+        )
+        document = yield self.store.patch(*keys, patch, self._if_match(), self.max_body)
+        self.send_document(200, document)
+
+    @defer.inlineCallbacks
+    def delete(self, collection: str, doc_id: str) -> Any:
+        keys = validation.collection_name(collection), validation.document_id(doc_id)
+        yield self.store.delete(*keys, self._if_match())
+        self.send_no_content()
+
+    def _if_match(self) -> bytes:
+        return validation.entity_tags(self.request.headers.get("If-Match"), weak=False)

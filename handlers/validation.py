@@ -1,0 +1,125 @@
+"""Checks on what a request carries, before anything reaches Redis.
+
+Each function takes plain values and either returns them in the form the
+store wants or raises an ``ApiError`` that says what was wrong.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from typing import Any, List, Optional, Tuple
+
+from cache import codec
+from handlers.errors import ApiError, bad_request
+
+COLLECTION_PATTERN = re.compile(r"[a-z][a-z0-9_-]{0,63}\Z")
+ID_PATTERN = re.compile(r"[A-Za-z0-9._~-]{1,128}\Z")
+MAX_TTL = 31_536_000
+MAX_LIMIT = 1000
+DEFAULT_LIMIT = 100
+MAX_IDS = 1000
+JSON = "application/json"
+MERGE_PATCH_JSON = "application/merge-patch+json"
+_ENTITY_TAG = re.compile(r'\s*(W/)?("[\x21\x23-\x7e\x80-\xff]*")\s*(?:,|\Z)')
+# An entity tag no stored ETag can equal: what a header with no usable tag becomes.
+_NEVER_MATCHES = b"!"
+
+
+def collection_name(text: str) -> bytes:
+    if not COLLECTION_PATTERN.match(text):
+        raise bad_request(f"collection name {text!r} must match ^[a-z][a-z0-9_-]{{0,63}}$", "invalid-collection")
+    return text.encode("ascii")
+
+
+def document_id(text: str) -> bytes:
+    if not ID_PATTERN.match(text) or text in (".", ".."):
+        raise bad_request(
+            f"document id {text!r} must match ^[A-Za-z0-9._~-]{{1,128}}$ and not be . or ..",
+            "invalid-id",
+        )
+    return text.encode("ascii")
+
+
+def json_document(body: bytes, content_type: Optional[str], media_type: str, max_body: int) -> Any:
+    """Check the media type, size and syntax of a body; return it parsed."""
+    require_media_type(content_type, media_type)
+    if len(body) > max_body:
+        raise ApiError(413, "body-too-large", f"the body is {len(body)} bytes; the limit is {max_body}")
+    try:
+        value = codec.loads(body)
+    except codec.JsonError as error:
+        raise bad_request(str(error), "malformed-json") from None
+    if not isinstance(value, dict):
+        raise bad_request("the body must be a JSON object", "not-an-object")
+    return value
+
+
+def require_media_type(content_type: Optional[str], expected: str) -> None:
+    """Accept ``expected`` with at most a ``charset=utf-8`` parameter."""
+    media, *params = [part.strip().lower() for part in (content_type or "").split(";")]
+    charset_ok = all(param.replace(" ", "") in ("charset=utf-8", 'charset="utf-8"') for param in params)
+    if media != expected or not charset_ok:
+        raise ApiError(
+            415,
+            "unsupported-media-type",
+            f"the body must be {expected} (charset=utf-8 allowed), not {content_type or 'unlabelled'}",
+        )
+
+
+def ttl(text: Optional[str]) -> Optional[int]:
+    if text is None:
+        return None
+    return _bounded_int("ttl", text, 1, MAX_TTL)
+
+
+def limit(text: Optional[str]) -> int:
+    if text is None:
+        return DEFAULT_LIMIT
+    return _bounded_int("limit", text, 1, MAX_LIMIT)
+
+
+def _bounded_int(name: str, text: str, low: int, high: int) -> int:
+    if not text.isascii() or not text.isdigit() or not low <= int(text) <= high:
+        raise bad_request(f"{name} must be a whole number from {low} to {high}, not {text!r}", f"invalid-{name}")
+    return int(text)
+
+
+def encode_cursor(doc_id: bytes) -> bytes:
+    return base64.urlsafe_b64encode(doc_id).rstrip(b"=")
+
+
+def decode_cursor(text: Optional[str]) -> Optional[bytes]:
+    """The id a cursor continues after; any id is a valid place to resume."""
+    if text is None:
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        document_id(raw.decode("ascii"))
+    except (binascii.Error, ValueError, ApiError):
+        raise bad_request(f"cursor {text!r} is not one this API made", "invalid-cursor") from None
+    return raw
+
+
+def id_list(text: str) -> List[bytes]:
+    ids = text.split(",")
+    if len(ids) > MAX_IDS:
+        raise bad_request(f"at most {MAX_IDS} ids may be asked at once, not {len(ids)}", "invalid-ids")
+    return [document_id(doc_id) for doc_id in ids]
+
+
+def entity_tags(header: Optional[str], weak: bool) -> bytes:
+    """``If-Match`` / ``If-None-Match`` as the store wants them.
+
+    ``b''`` for no header, ``b'*'``, or the tags joined by spaces. With
+    ``weak`` (If-None-Match) a ``W/`` tag counts by its opaque part; without
+    it (If-Match, strong comparison) a weak tag never matches.
+    """
+    if header is None:
+        return b""
+    if header.strip() == "*":
+        return b"*"
+    tags: List[Tuple[str, str]] = _ENTITY_TAG.findall(header)
+    usable = [tag for prefix, tag in tags if weak or not prefix]
+    return " ".join(usable).encode("latin-1") if usable else _NEVER_MATCHES

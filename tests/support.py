@@ -1,0 +1,126 @@
+"""Processes the suite starts: real redis-server and real Jetway servers.
+
+Every process is started with its pid kept and stopped by that pid, also
+when a test fails; nothing is ever killed by name.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import redis
+import requests
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def wait_until(check, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if check():
+                return
+        except Exception:
+            pass
+        time.sleep(0.05)
+    raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+
+
+def stop_process(process: subprocess.Popen, timeout: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL if it lingers; by pid, never by name."""
+    if process.poll() is not None:
+        return
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout)
+
+
+class RedisServer:
+    """A private redis-server on a unix socket in ``directory``."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.socket_path = str(directory / "redis.sock")
+        self.process: Optional[subprocess.Popen] = None
+
+    @property
+    def url(self) -> str:
+        return f"unix://{self.socket_path}"
+
+    def start(self) -> RedisServer:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        command = [
+            "redis-server",
+            "--port",
+            "0",
+            "--unixsocket",
+            self.socket_path,
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(self.directory),
+        ]
+        with open(self.directory / "redis.log", "ab") as log:
+            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        wait_until(lambda: self.client().ping(), 10, "redis-server to answer")
+        return self
+
+    def stop(self) -> None:
+        if self.process is not None:
+            stop_process(self.process)
+            self.process = None
+
+    def client(self) -> redis.Redis:
+        return redis.Redis(unix_socket_path=self.socket_path)
+
+
+class JetwayServer:
+    """``python -m api serve`` as a real process on a free port."""
+
+    def __init__(
+        self, redis_url: str, log_path: Path, env: Optional[Dict[str, str]] = None, python: str = sys.executable
+    ) -> None:
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        self.python = python
+        self.env = {**os.environ, "REDIS_URL": redis_url, "JETWAY_ACCESS_LOG": "off", **(env or {})}
+        self.process: Optional[subprocess.Popen] = None
+
+    def start(self, args: Optional[List[str]] = None) -> JetwayServer:
+        command = [self.python, "-m", "api", "serve", "--port", str(self.port), *(args or [])]
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(command, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        wait_until(self._healthy, 30, f"jetway on port {self.port} (log: {self.log_path})")
+        return self
+
+    def _healthy(self) -> bool:
+        if self.process is not None and self.process.poll() is not None:
+            raise RuntimeError(f"jetway exited with {self.process.returncode}; see {self.log_path}")
+        return requests.get(self.base + "/healthz", timeout=1).status_code == 200
+
+    def stop(self) -> None:
+        if self.process is not None:
+            stop_process(self.process)
+            self.process = None
+
+    def url(self, path: str) -> str:
+        return self.base + path
