@@ -1,0 +1,43 @@
+"""api.config: settings from the environment, bad values named."""
+
+import pytest
+
+from api.config import ConfigError, from_environment
+from cache.address import parse_redis_url
+
+
+def test_defaults():
+    settings = from_environment({})
+    assert (settings.host, settings.port, settings.max_body, settings.redis_timeout) == (
+        "127.0.0.1",
+        8080,
+        1048576,
+        2.0,
+    )
+    assert settings.redis.host == "127.0.0.1" and settings.redis.port == 6379
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("JETWAY_PORT", "http"),
+        ("JETWAY_PORT", "70000"),
+        ("JETWAY_MAX_BODY", "0"),
+        ("JETWAY_REDIS_TIMEOUT", "-1"),
+        ("JETWAY_ACCESS_LOG", "maybe"),
+        ("REDIS_URL", "http://x"),
+        ("REDIS_URL", "redis://h:port/0"),
+    ],
+)
+def test_a_bad_value_names_its_variable(name, value):
+    with pytest.raises(ConfigError, match=name):
+        from_environment({name: value})
+
+
+def test_redis_urls():
+    assert parse_redis_url("redis://:s3cret@example:6380/2").password == "s3cret"
+    assert parse_redis_url("redis://example:6380/2").port == 6380
+    assert parse_redis_url("redis://example:6380/2").db == 2
+    unix = parse_redis_url("unix:///run/redis.sock?db=3")
+    assert (unix.unix_path, unix.db) == ("/run/redis.sock", 3)
+    assert "s3cret" not in parse_redis_url("redis://:s3cret@h/0").describe()

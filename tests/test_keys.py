@@ -1,0 +1,25 @@
+"""cache.keys: a document and its index entry share a hash slot."""
+
+from cache import keys
+
+
+def _hash_tag(key: bytes) -> bytes:
+    start = key.index(b"{")
+    return key[start + 1 : key.index(b"}", start)]
+
+
+def test_document_and_its_index_shard_share_a_hash_tag():
+    for doc_id in (b"a", b"u1", b"01JABCDEF", b"x" * 128):
+        assert _hash_tag(keys.document_key(b"users", doc_id)) == _hash_tag(keys.index_key_for(b"users", doc_id))
+
+
+def test_documents_of_one_collection_spread_over_every_shard():
+    shards = {keys.shard_of(b"doc-%d" % n) for n in range(1000)}
+    assert shards == set(range(keys.INDEX_SHARDS))
+
+
+def test_layout_is_stable():
+    """The layout is a stored format: changing it strands existing data."""
+    # crc32(b"u1") == 0x424F9F76, and 0x424F9F76 % 16 == 6
+    assert keys.document_key(b"users", b"u1") == b"jw:{users:06}:d:u1"
+    assert keys.index_key_for(b"users", b"u1") == b"jw:{users:06}:i"

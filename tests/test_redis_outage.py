@@ -1,0 +1,73 @@
+"""Redis trouble maps to a status within the timeout, never to a hang."""
+
+from __future__ import annotations
+
+import time
+from typing import Iterator
+
+import pytest
+import requests
+
+from tests.support import JetwayServer, RedisServer, wait_until
+
+TIMEOUT = 1.0
+
+
+@pytest.fixture
+def own_redis(tmp_path) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path / "redis")
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def own_jetway(own_redis: RedisServer, tmp_path) -> Iterator[JetwayServer]:
+    server = JetwayServer(own_redis.url, tmp_path / "jetway.log", env={"JETWAY_REDIS_TIMEOUT": str(TIMEOUT)})
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+
+
+def _put(server: JetwayServer, doc_id: str) -> requests.Response:
+    return requests.put(
+        server.url(f"/v1/things/{doc_id}"), data=b'{"a":1}', headers={"Content-Type": "application/json"}, timeout=10
+    )
+
+
+def test_redis_stopped_gives_503_within_the_timeout_then_recovers(own_redis, own_jetway):
+    assert _put(own_jetway, "before").status_code == 201
+    own_redis.stop()
+
+    for path in ("/v1/things/before", "/v1/things", "/readyz"):
+        started = time.monotonic()
+        response = requests.get(own_jetway.url(path), timeout=10)
+        elapsed = time.monotonic() - started
+        assert response.status_code == 503, path
+        assert response.headers["Content-Type"] == "application/problem+json"
+        assert response.headers["Retry-After"] == "1"
+        assert elapsed < TIMEOUT + 1.0, f"{path} took {elapsed:.2f}s"
+    assert _put(own_jetway, "during").status_code == 503
+    assert requests.get(own_jetway.url("/healthz"), timeout=10).status_code == 200
+
+    own_redis.start()
+    # No restart of Jetway: its pool reconnects by itself.
+    wait_until(lambda: _put(own_jetway, "after").status_code == 201, 10, "writes to succeed again")
+    assert requests.get(own_jetway.url("/readyz"), timeout=10).status_code == 200
+    assert requests.get(own_jetway.url("/v1/things/after"), timeout=10).content == b'{"a":1}'
+
+
+def test_redis_that_does_not_answer_gives_504(own_redis, own_jetway):
+    """A Redis that holds the connection but never replies is a 504, not a hang."""
+    assert _put(own_jetway, "x").status_code == 201
+    paused = own_redis.client()
+    # CLIENT PAUSE stalls every other client's commands while this one waits.
+    paused.execute_command("CLIENT", "PAUSE", int((TIMEOUT + 2) * 1000), "ALL")
+    started = time.monotonic()
+    response = requests.get(own_jetway.url("/v1/things/x"), timeout=10)
+    assert response.status_code == 504
+    assert time.monotonic() - started < TIMEOUT + 1.0
+    paused.execute_command("CLIENT", "UNPAUSE")
+    wait_until(lambda: requests.get(own_jetway.url("/v1/things/x"), timeout=10).status_code == 200, 10, "recovery")
