@@ -1,4 +1,9 @@
-"""``python -m api serve``: the command line of Jetway."""
+"""``python -m api``: the command line of Jetway.
+
+``serve`` runs the master (which binds and runs the workers); ``worker``
+runs one worker on a socket another process opened (supervisor, or the
+master itself).
+"""
 
 from __future__ import annotations
 
@@ -6,33 +11,65 @@ import argparse
 import sys
 from typing import List, Optional
 
-from twisted.internet.error import CannotListenError
-
 from api import config
-from api.server import serve
+from api.sockets import BindError, bind_listeners, raise_fd_limit
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m api", description="Jetway, a JSON REST gateway to Redis.")
-    commands = parser.add_subparsers(dest="command", required=True)
-    serving = commands.add_parser("serve", help="serve the API")
-    serving.add_argument("--host", help="address to bind (env JETWAY_HOST, default 127.0.0.1)")
-    serving.add_argument("--port", type=int, help="port to bind (env JETWAY_PORT, default 8080)")
-    args = parser.parse_args(argv)
+    args = _parser().parse_args(argv)
     try:
         settings = config.from_environment()
     except config.ConfigError as error:
-        print(f"jetway: {error}", file=sys.stderr)
-        return 2
-    overrides = {name: value for name, value in (("host", args.host), ("port", args.port)) if value is not None}
-    settings = config.replace(settings, **overrides)
+        return _fail(str(error))
+    overrides = {name: getattr(args, name, None) for name in ("host", "port", "workers")}
+    settings = config.replace(settings, **{name: value for name, value in overrides.items() if value is not None})
+    if args.command == "serve":
+        return _serve(settings)
     from twisted.internet import reactor
 
+    from api.worker import run_worker
+
+    return run_worker(settings, reactor, args.fd, args.ready_fd)
+
+
+def _serve(settings: config.Settings) -> int:
+    if settings.workers < 1:
+        return _fail("--workers must be at least 1")
+    raise_fd_limit()
     try:
-        return serve(settings, reactor)
-    except CannotListenError as error:
-        print(f"jetway: cannot listen on {settings.host}:{settings.port}: {error.socketError}", file=sys.stderr)
-        return 2
+        listeners = bind_listeners(settings.host, settings.port, settings.workers)
+    except BindError as error:
+        return _fail(str(error))
+    from twisted.internet import reactor
+    from twisted.logger import globalLogBeginner, textFileLogObserver
+
+    from api.master import Master
+
+    globalLogBeginner.beginLoggingTo([textFileLogObserver(sys.stdout)], redirectStandardIO=False)
+    host = f"[{settings.host}]" if ":" in settings.host else settings.host
+    port = listeners[0].getsockname()[1]
+    print(f"jetway: serving on http://{host}:{port} with {settings.workers} workers", flush=True)
+    return Master(listeners, reactor, settings.grace).run()
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m api", description="Jetway, a JSON REST gateway to Redis.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    serving = commands.add_parser("serve", help="bind the address and run the workers (the master)")
+    serving.add_argument(
+        "--host", help="IPv4/IPv6 address to bind, :: for both (env JETWAY_HOST, default 127.0.0.1)"
+    )
+    serving.add_argument("--port", type=int, help="port to bind (env JETWAY_PORT, default 8080)")
+    serving.add_argument("--workers", type=int, help="worker processes (env JETWAY_WORKERS, default: the cores)")
+    working = commands.add_parser("worker", help="serve on a listening socket opened by another process")
+    working.add_argument("--fd", type=int, required=True, help="the listening socket's file descriptor")
+    working.add_argument("--ready-fd", type=int, help="write 'ready' here once serving (used by the master)")
+    return parser
+
+
+def _fail(message: str) -> int:
+    print(f"jetway: {message}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import cyclone.web
-
 from api.config import Settings
+from api.connection import JetwayApplication
 from cache.store import DocumentStore
 from handlers.base import NoRouteHandler
 from handlers.collections import CollectionHandler
@@ -21,7 +20,7 @@ SEGMENT = r"([^/]+)"
 READY_TIMEOUT = 1.0
 
 
-def make_app(settings: Settings, store: DocumentStore, reactor: Any) -> cyclone.web.Application:
+def make_app(settings: Settings, store: DocumentStore, reactor: Any) -> JetwayApplication:
     documents = {"store": store, "max_body": settings.max_body}
     routes = [
         (r"/healthz", LivenessHandler),
@@ -35,7 +34,7 @@ def make_app(settings: Settings, store: DocumentStore, reactor: Any) -> cyclone.
         (rf"/v1/{SEGMENT}/?", CollectionHandler, documents),
     ]
     extra = {} if settings.access_log else {"log_function": _no_access_log}
-    return cyclone.web.Application(routes, error_handler=NoRouteHandler, **extra)
+    return JetwayApplication(routes, reactor, error_handler=NoRouteHandler, **extra)
 
 
 def _no_access_log(handler: Any) -> None:

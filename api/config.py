@@ -33,6 +33,8 @@ class Settings:
     redis_pool: int = 4
     max_body: int = 1024 * 1024
     access_log: bool = True
+    workers: int = field(default_factory=lambda: os.cpu_count() or 1)
+    grace: float = 10.0
 
 
 def from_environment(environ: Optional[Mapping[str, str]] = None) -> Settings:
@@ -59,6 +61,8 @@ def from_environment(environ: Optional[Mapping[str, str]] = None) -> Settings:
         redis_pool=read("JETWAY_REDIS_POOL", _positive_int, defaults.redis_pool),
         max_body=read("JETWAY_MAX_BODY", _positive_int, defaults.max_body),
         access_log=read("JETWAY_ACCESS_LOG", _flag, defaults.access_log),
+        workers=read("JETWAY_WORKERS", _positive_int, defaults.workers),
+        grace=read("JETWAY_GRACE", _positive_float, defaults.grace),
     )
 
 

@@ -91,6 +91,9 @@ class JsonHandler(cyclone.web.RequestHandler):
         self.set_status(204)
 
     def _generate_headers(self) -> bytes:
+        if getattr(self.request.connection, "closing", False):
+            # A draining worker: tell the client this connection ends here.
+            self._headers["Connection"] = "close"
         if self._status_code == 204:
             # RFC 9110: a 204 carries neither Content-Length nor a body type;
             # Cyclone adds both to every response.

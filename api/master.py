@@ -1,0 +1,166 @@
+"""The master process: binds the sockets, runs the workers, keeps them alive.
+
+Each worker slot has its own ``SO_REUSEPORT`` socket (``api.sockets``) that
+the master holds for its whole life and hands to the slot's worker as fd 3.
+A worker says it is serving by writing ``ready`` on fd 4.
+
+- A worker that dies is restarted on the same socket; one that dies soon
+  after starting is restarted after a growing back-off, so a crash loop
+  does not spin.
+- SIGTERM/SIGINT: every worker drains (see ``api.worker``); the master exits
+  0 once they have, killing any still alive ``grace`` + 5 s later.
+- SIGHUP: the workers are replaced one slot at a time; the new worker is
+  serving on the slot's socket before the old one is told to drain, so no
+  connection is refused.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+from typing import Any, List, Optional
+
+from twisted.internet import defer, protocol
+from twisted.python import log
+
+from api.signals import on_signals
+
+LISTEN_FD = 3
+READY_FD = 4
+# A worker that dies sooner than this after starting counts as crashing.
+STABLE_AFTER = 5.0
+FIRST_BACKOFF = 0.5
+MAX_BACKOFF = 10.0
+READY_TIMEOUT = 60.0
+KILL_AFTER_GRACE = 5.0
+
+
+class WorkerProcess(protocol.ProcessProtocol):
+    """One worker child; ``ready`` and ``ended`` fire as their names say."""
+
+    def __init__(self, slot: Slot, started: float) -> None:
+        self.slot = slot
+        self.started = started
+        self.ready: defer.Deferred = defer.Deferred()
+        self.ended: defer.Deferred = defer.Deferred()
+
+    def childDataReceived(self, childFD: int, data: bytes) -> None:
+        if childFD == READY_FD and b"ready" in data and not self.ready.called:
+            self.ready.callback(self)
+
+    def processEnded(self, reason: Any) -> None:
+        if not self.ready.called:
+            self.ready.errback(RuntimeError(f"worker exited before it was ready: {reason.value}"))
+        self.ended.callback(reason.value)
+        self.slot.master.worker_ended(self, reason.value)
+
+    def signal(self, name: str) -> None:
+        if self.transport is not None and self.transport.pid is not None:
+            self.transport.signalProcess(name)
+
+
+class Slot:
+    """A worker position: its socket, its current worker, its back-off."""
+
+    def __init__(self, master: Master, index: int, listener: socket.socket) -> None:
+        self.master = master
+        self.index = index
+        self.listener = listener
+        self.worker: Optional[WorkerProcess] = None
+        self.backoff = 0.0
+
+
+class Master:
+    def __init__(self, listeners: List[socket.socket], reactor: Any, grace: float, python: str = sys.executable):
+        self.reactor = reactor
+        self.grace = grace
+        self.python = python
+        self.slots = [Slot(self, index, listener) for index, listener in enumerate(listeners)]
+        self.stopping = False
+        self.reloading = False
+        self.restarts = 0
+
+    def run(self) -> int:
+        for slot in self.slots:
+            self.spawn(slot)
+        self.reactor.callWhenRunning(on_signals, self.reactor, self.shutdown, signal.SIGTERM, signal.SIGINT)
+        self.reactor.callWhenRunning(on_signals, self.reactor, self.reload, signal.SIGHUP)
+        self.reactor.run()
+        for slot in self.slots:
+            slot.listener.close()
+        return 0
+
+    def spawn(self, slot: Slot) -> WorkerProcess:
+        worker = WorkerProcess(slot, self.reactor.seconds())
+        args = [self.python, "-m", "api", "worker", "--fd", str(LISTEN_FD), "--ready-fd", str(READY_FD)]
+        self.reactor.spawnProcess(
+            worker,
+            self.python,
+            args,
+            env=dict(os.environ),
+            childFDs={0: "w", 1: 1, 2: 2, LISTEN_FD: slot.listener.fileno(), READY_FD: "r"},
+        )
+        worker.ready.addErrback(lambda failure: log.msg(f"slot {slot.index}: {failure.getErrorMessage()}"))
+        slot.worker = worker
+        return worker
+
+    def worker_ended(self, worker: WorkerProcess, reason: Any) -> None:
+        slot = worker.slot
+        if slot.worker is not worker or self.stopping:
+            return  # replaced by a reload, or shutting down
+        slot.worker = None
+        lived = self.reactor.seconds() - worker.started
+        slot.backoff = 0.0 if lived >= STABLE_AFTER else min(max(slot.backoff * 2, FIRST_BACKOFF), MAX_BACKOFF)
+        log.msg(f"worker of slot {slot.index} ended ({reason}); restarting in {slot.backoff:.1f}s")
+        self.restarts += 1
+        self.reactor.callLater(slot.backoff, self._respawn, slot)
+
+    def _respawn(self, slot: Slot) -> None:
+        if not self.stopping and slot.worker is None:
+            self.spawn(slot)
+
+    @defer.inlineCallbacks
+    def reload(self) -> Any:
+        """Replace the workers one slot at a time (SIGHUP)."""
+        if self.reloading or self.stopping:
+            return
+        self.reloading = True
+        log.msg("reloading: replacing workers one at a time")
+        try:
+            for slot in self.slots:
+                old = slot.worker
+                new = self.spawn(slot)
+                try:
+                    yield new.ready.addTimeout(READY_TIMEOUT, self.reactor)
+                except Exception as error:
+                    log.msg(f"reload stopped at slot {slot.index}: the new worker did not start ({error})")
+                    slot.worker = old
+                    new.signal("KILL")
+                    return
+                if old is not None:
+                    old.signal("TERM")
+                    yield old.ended
+        finally:
+            self.reloading = False
+
+    def shutdown(self) -> None:
+        """Drain every worker, then stop (SIGTERM/SIGINT)."""
+        if self.stopping:
+            return
+        self.stopping = True
+        log.msg("draining workers")
+        workers = [slot.worker for slot in self.slots if slot.worker is not None]
+        for worker in workers:
+            worker.signal("TERM")
+        killing = self.reactor.callLater(self.grace + KILL_AFTER_GRACE, self._kill, workers)
+        done = defer.DeferredList([worker.ended for worker in workers])
+        done.addCallback(lambda _: killing.cancel() if killing.active() else None)
+        done.addCallback(lambda _: self.reactor.stop())
+
+    def _kill(self, workers: List[WorkerProcess]) -> None:
+        for worker in workers:
+            if not worker.ended.called:
+                log.msg("a worker outlived the grace period; killing it")
+                worker.signal("KILL")

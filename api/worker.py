@@ -1,0 +1,108 @@
+"""A worker process: adopts a listening socket and serves the app on it.
+
+Started by the master (``--fd 3 --ready-fd 4``) or by another parent such as
+supervisor (``--fd N``). On SIGTERM/SIGINT it drains: it stops accepting,
+lets every request it holds finish (answered with ``Connection: close``),
+closes idle keep-alive connections, and exits, within ``JETWAY_GRACE``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import socket
+import sys
+from typing import Any, Optional
+
+from twisted.internet import task
+from twisted.logger import globalLogBeginner, textFileLogObserver
+
+from api.app import make_app
+from api.config import Settings
+from api.connection import JetwayApplication
+from api.signals import on_signals
+from cache.link import RedisLink
+from cache.store import DocumentStore
+
+# A keep-alive connection idle this long during a drain is closed: long
+# enough that a client is not mid-send, short enough to keep drains quick.
+DRAIN_IDLE_CLOSE = 1.0
+DRAIN_TICK = 0.1
+_PR_SET_PDEATHSIG = 1
+
+
+def run_worker(settings: Settings, reactor: Any, fd: int, ready_fd: Optional[int] = None) -> int:
+    """Serve on the listening socket ``fd`` until drained; returns the exit code."""
+    globalLogBeginner.beginLoggingTo([textFileLogObserver(sys.stdout)], redirectStandardIO=False)
+    if ready_fd is not None:
+        _die_with_parent()
+    link = RedisLink(settings.redis, reactor, settings.redis_timeout, settings.redis_pool)
+    app = make_app(settings, DocumentStore(link), reactor)
+    port = reactor.adoptStreamPort(fd, _nonblocking_family(fd), app)
+    os.close(fd)  # adoptStreamPort took a copy
+    drain = Drain(app, port, reactor, settings.grace)
+    reactor.callWhenRunning(on_signals, reactor, drain.start, signal.SIGTERM, signal.SIGINT)
+    reactor.addSystemEventTrigger("before", "shutdown", link.close)
+    if ready_fd is not None:
+        os.write(ready_fd, b"ready\n")
+        os.close(ready_fd)
+    reactor.run()
+    return 0
+
+
+class Drain:
+    """Stop accepting, let held requests finish, then stop the reactor."""
+
+    def __init__(self, app: JetwayApplication, port: Any, reactor: Any, grace: float) -> None:
+        self.app = app
+        self.port = port
+        self.reactor = reactor
+        self.grace = grace
+        self.deadline: Optional[float] = None
+
+    def start(self) -> None:
+        if self.deadline is not None:
+            return
+        self.deadline = self.reactor.seconds() + self.grace
+        # Take what is already queued on our socket before letting go of it.
+        self.port.doRead()
+        self.port.stopListening()
+        self.ticking = task.LoopingCall(self._tick)
+        self.ticking.clock = self.reactor
+        self.ticking.start(DRAIN_TICK)
+
+    def _tick(self) -> None:
+        now = self.reactor.seconds()
+        overdue = self.deadline is not None and now >= self.deadline
+        for connection in list(self.app.connections):
+            connection.closing = True
+            if overdue:
+                connection.transport.abortConnection()
+            elif not connection.busy() and now - connection.idle_since >= DRAIN_IDLE_CLOSE:
+                connection.transport.loseConnection()
+        if not self.app.connections or overdue:
+            self.ticking.stop()
+            self.reactor.stop()
+
+
+def _nonblocking_family(fd: int) -> socket.AddressFamily:
+    """The socket's address family; also makes it non-blocking.
+
+    Twisted needs a non-blocking socket, and a parent such as supervisor may
+    hand over a blocking one. The flag belongs to the open socket, so it
+    holds for every process sharing it.
+    """
+    with socket.socket(fileno=os.dup(fd)) as probe:
+        probe.setblocking(False)
+        return probe.family
+
+
+def _die_with_parent() -> None:
+    """Get SIGTERM if the master dies, so no worker outlives it."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):  # pragma: no cover - not Linux
+        return
+    if os.getppid() == 1:
+        sys.exit(0)

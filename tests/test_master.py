@@ -1,0 +1,234 @@
+"""The master process: one socket per worker slot, respawn, drain, reload.
+
+Everything runs through real HTTP against a real master with 2 workers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Iterator, List
+
+import pytest
+import requests
+
+from tests.support import ROOT, JetwayServer, free_port, stop_process, wait_until
+
+WORKERS = 2
+
+
+@pytest.fixture
+def master(redis_server, redis_client, tmp_path) -> Iterator[JetwayServer]:
+    server = JetwayServer(redis_server.url, tmp_path / "master.log", env={"JETWAY_GRACE": "5"})
+    try:
+        server.start(["--workers", str(WORKERS)])
+        wait_until(lambda: len(worker_pids(server)) == WORKERS, 10, "both workers")
+        yield server
+    finally:
+        server.stop()
+
+
+def worker_pids(server: JetwayServer) -> List[int]:
+    pid = server.process.pid
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return sorted(int(child) for child in children)
+
+
+def socket_count(pid: int) -> int:
+    fds = Path(f"/proc/{pid}/fd")
+    count = 0
+    for fd in fds.iterdir():
+        with contextlib.suppress(FileNotFoundError):  # closed while we looked
+            count += os.readlink(fd).startswith("socket:")
+    return count
+
+
+def get_healthz(sock: socket.socket) -> bytes:
+    sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    data = b""
+    while b'"ok"}' not in data:
+        chunk = sock.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+class SteadyClient:
+    """Requests in a loop on fresh connections; counts what failed."""
+
+    def __init__(self, server: JetwayServer, threads: int = 4) -> None:
+        self.server = server
+        self.ok = 0
+        self.failures: List[str] = []
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._threads = [threading.Thread(target=self._run) for _ in range(threads)]
+
+    def __enter__(self) -> SteadyClient:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(30)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                response = requests.get(self.server.url("/v1/things/a"), timeout=10)
+                outcome = None if response.status_code in (200, 404) else f"status {response.status_code}"
+            except requests.RequestException as error:
+                outcome = repr(error)
+            with self._lock:
+                if outcome is None:
+                    self.ok += 1
+                else:
+                    self.failures.append(outcome)
+
+
+def test_every_request_of_a_burst_is_answered(master):
+    def put(n: int) -> int:
+        body = b'{"n":%d}' % n
+        return requests.put(
+            master.url(f"/v1/burst/d{n}"), data=body, headers={"Content-Type": "application/json"}, timeout=10
+        ).status_code
+
+    with ThreadPoolExecutor(32) as pool:
+        statuses = list(pool.map(put, range(300)))
+    assert statuses == [201] * 300
+    listed = requests.get(master.url("/v1/burst?limit=1000"), timeout=10).json()["items"]
+    assert len(listed) == 300
+
+
+def test_connections_spread_over_the_workers(master):
+    """64 connections opened at once: no worker holds more than 75%."""
+    pids = worker_pids(master)
+    before = {pid: socket_count(pid) for pid in pids}
+    connections = [socket.create_connection(("127.0.0.1", master.port)) for _ in range(64)]
+    try:
+        for sock in connections:
+            assert b"200 OK" in get_healthz(sock)
+        held = {pid: socket_count(pid) - before[pid] for pid in pids}
+    finally:
+        for sock in connections:
+            sock.close()
+    assert sum(held.values()) == 64, held
+    assert max(held.values()) <= 48, f"connections per worker: {held}"
+
+
+def test_a_killed_worker_is_replaced_and_service_goes_on(master):
+    victim = worker_pids(master)[0]
+    with SteadyClient(master) as client:
+        time.sleep(0.5)
+        os.kill(victim, signal.SIGKILL)
+        wait_until(
+            lambda: len(worker_pids(master)) == WORKERS and victim not in worker_pids(master), 10, "a new worker"
+        )
+        time.sleep(0.5)
+    print(f"\nSIGKILL of a worker: {client.ok} requests answered, {len(client.failures)} failed: {client.failures}")
+    assert client.ok > 0
+    # A request the killed worker was holding may fail; queued ones must not.
+    assert len(client.failures) <= 4, client.failures
+
+
+def test_sigterm_lets_50_requests_in_flight_complete(master, redis_server):
+    assert requests.put(
+        master.url("/v1/things/a"), data=b'{"a":1}', headers={"Content-Type": "application/json"}, timeout=10
+    ).status_code in (200, 201)
+    pauser = redis_server.client()
+    # Hold every Redis reply for 1.5 s so the requests really are in flight.
+    pauser.execute_command("CLIENT", "PAUSE", 1500, "ALL")
+    with ThreadPoolExecutor(50) as pool:
+        futures = [pool.submit(requests.get, master.url("/v1/things/a"), timeout=20) for _ in range(50)]
+        time.sleep(0.5)
+        started = time.monotonic()
+        master.process.send_signal(signal.SIGTERM)
+        statuses = [future.result().status_code for future in futures]
+    assert statuses == [200] * 50
+    assert master.process.wait(10) == 0
+    assert time.monotonic() - started < 5 + 1, "the master outlived its grace period"
+
+
+def test_sighup_replaces_the_workers_with_no_failed_request(master):
+    before = worker_pids(master)
+    with SteadyClient(master) as client:
+        time.sleep(0.5)
+        master.process.send_signal(signal.SIGHUP)
+        wait_until(lambda: not set(before) & set(worker_pids(master)), 20, "every worker to be replaced")
+        time.sleep(0.5)
+    assert len(worker_pids(master)) == WORKERS
+    print(f"\nSIGHUP: {client.ok} requests answered, {len(client.failures)} failed")
+    assert client.ok > 0
+    assert client.failures == []
+
+
+def run_serve(*args: str, timeout: float = 20) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "api", "serve", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def test_a_busy_port_is_a_one_line_error_and_exit_2():
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen(1)
+        result = run_serve("--port", str(holder.getsockname()[1]))
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0
+    assert "already in use" in result.stderr
+
+
+@pytest.mark.parametrize("host", ["not-an-address", "999.1.1.1", "192.0.2.1"])
+def test_a_bad_address_is_a_one_line_error_and_exit_2(host):
+    result = run_serve("--host", host, "--port", str(free_port()))
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("jetway: ") and result.stderr.strip().count("\n") == 0, result.stderr
+
+
+def test_dual_stack_answers_ipv4_and_ipv6(redis_server, redis_client, tmp_path):
+    server = JetwayServer(redis_server.url, tmp_path / "dual.log")
+    server.base = f"http://[::1]:{server.port}"
+    try:
+        server.start(["--host", "::", "--workers", "1"])
+        for base in (f"http://127.0.0.1:{server.port}", f"http://[::1]:{server.port}"):
+            assert requests.get(base + "/healthz", timeout=5).status_code == 200
+    finally:
+        server.stop()
+
+
+def test_a_worker_adopts_a_socket_opened_by_another_parent(redis_server, redis_client, tmp_path):
+    """``python -m api worker --fd N``, as supervisor would start it."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    port = listener.getsockname()[1]
+    env = {**os.environ, "REDIS_URL": redis_server.url}
+    with open(tmp_path / "worker.log", "ab") as log:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "api", "worker", "--fd", str(listener.fileno())],
+            cwd=ROOT,
+            env=env,
+            pass_fds=[listener.fileno()],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        listener.close()
+        wait_until(
+            lambda: requests.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200, 20, "the worker"
+        )
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(10) == 0
+    finally:
+        stop_process(worker)
