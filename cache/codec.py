@@ -45,6 +45,15 @@ _dumps = _make_dumps()
 CODEC_NAME = "ujson" if _dumps.__name__ == "ujson_dumps" else "json"
 
 
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        # Valid RFC 8259 syntax, but no double holds it: storing it would
+        # make the document impossible to re-serialize (for a merge patch).
+        raise JsonError(f"the number {text} is out of range")
+    return value
+
+
 def loads(data: bytes) -> Any:
     """Parse UTF-8 JSON bytes strictly, or raise ``JsonError``."""
     try:
@@ -52,14 +61,18 @@ def loads(data: bytes) -> Any:
     except UnicodeDecodeError as error:
         raise JsonError(f"body is not valid UTF-8: {error.reason}") from None
     try:
-        return json.loads(text, parse_constant=_reject_constant)
+        return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
     except json.JSONDecodeError as error:
         raise JsonError(f"malformed JSON: {error}") from None
+    except RecursionError:
+        # RFC 8259 lets a parser limit nesting; the stack is the limit here,
+        # and running into it is the client's error, not a 500.
+        raise JsonError("the JSON is nested too deeply") from None
 
 
 def dumps(value: Any) -> bytes:
     """Serialize ``value`` compactly to UTF-8 bytes, or raise ``JsonError``."""
     try:
         return _dumps(value).encode("utf-8")
-    except (ValueError, OverflowError, UnicodeEncodeError) as error:
+    except (ValueError, OverflowError, UnicodeEncodeError, RecursionError) as error:
         raise JsonError(f"cannot serialize as JSON: {error}") from None

@@ -7,7 +7,7 @@ from typing import Any
 from twisted.internet import defer
 
 from cache.store import DocumentStore
-from handlers.base import JsonHandler
+from handlers.base import RETRY_AFTER_SECONDS, JsonHandler
 from handlers.errors import ApiError
 
 
@@ -31,7 +31,7 @@ class ReadinessHandler(JsonHandler):
         except Exception:
             # Any failure to answer means "not ready"; the reason is not the
             # load balancer's business.
-            raise ApiError(503, "not-ready", "Redis does not answer", {"Retry-After": "1"}) from None
+            raise ApiError(503, "not-ready", "Redis does not answer", {"Retry-After": RETRY_AFTER_SECONDS}) from None
         self.send_bytes(200, b'{"status":"ready"}')
 
     head = get

@@ -1,22 +1,419 @@
-"""``/openapi.json``: the OpenAPI 3.1 description of the API."""
+"""``/openapi.json``: the OpenAPI 3.1 description of the API.
+
+The document is assembled from small builders rather than written out as one
+literal, and its limits and patterns are imported from ``handlers.validation``
+so that the description cannot drift from the checks. ``tests/test_openapi.py``
+holds it to the route table of ``api/app.py`` and to the OpenAPI 3.1 schema.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Dict
+import copy
+from typing import Any, Dict, Iterable, List, Optional, Pattern, Tuple
 
-from cache import codec
-from handlers.base import JsonHandler
+from handlers import validation
+from handlers.base import JSON_TYPE, PROBLEM_TYPE, RETRY_AFTER_SECONDS, JsonHandler
+from handlers.errors import PROBLEM_TYPE_PREFIX
+
+Json = Dict[str, Any]
+
+# Path templates of the routes in api/app.py (which matches segments loosely).
+HEALTHZ = "/healthz"
+READYZ = "/readyz"
+OPENAPI = "/openapi.json"
+DOCUMENT = "/v1/{collection}/{id}"
+COLLECTION = "/v1/{collection}"
+
+# Every problem type the handlers raise, and when.
+PROBLEM_TYPES: Tuple[Tuple[str, str], ...] = (
+    ("invalid-collection", "400: the collection name does not match its pattern"),
+    ("invalid-id", "400: a document id (in the path or in `ids`) does not match its pattern"),
+    ("invalid-ttl", "400: `ttl` is not a whole number in range, or is given twice"),
+    ("invalid-limit", "400: `limit` is not a whole number in range, or is given twice"),
+    ("invalid-cursor", "400: `cursor` is not one this API made, or is given twice"),
+    ("invalid-ids", "400: too many `ids`, `ids` given twice, or combined with `limit`/`cursor`"),
+    ("malformed-json", "400: the body is not UTF-8 RFC 8259 JSON"),
+    ("not-an-object", "400: the body is JSON but not an object"),
+    ("not-found", "404: no such document"),
+    ("no-route", "404: no resource at this path"),
+    ("method-not-allowed", "405: the path does not support the method; see `Allow`"),
+    ("write-conflict", "409: a merge patch lost the race to concurrent writers; retry"),
+    ("precondition-failed", "412: an `If-Match` / `If-None-Match` condition does not hold"),
+    ("body-too-large", "413: the body, or the merged document, is larger than the limit"),
+    ("unsupported-media-type", "415: the body is not labelled with the media type the operation takes"),
+    ("unrepresentable", "422: the merged document cannot be serialized as JSON (e.g. a number out of range)"),
+    ("internal", "500: a bug; the server failed to handle the request"),
+    ("redis-error", "502: Redis answered with an error"),
+    ("redis-unavailable", "503: Redis cannot be reached; retry after `Retry-After` seconds"),
+    ("not-ready", "503 (`/readyz` only): Redis does not answer"),
+    ("redis-timeout", "504: Redis did not answer in time"),
+    # Refused by the connection before any handler runs; the connection closes.
+    ("malformed-request", "400: the request head breaks HTTP/1.1 framing (e.g. Content-Length with chunked)"),
+    ("request-timeout", "408: the request head or body did not arrive in time"),
+    ("request-line-too-long", "414: the request line is longer than 8 KiB"),
+    ("headers-too-large", "431: more than 100 header lines or 64 KiB of them"),
+    ("unsupported-transfer-coding", "501: a transfer coding other than chunked"),
+    ("unsupported-http-version", "505: not HTTP/1.0 or HTTP/1.1"),
+)
+
+_ERRORS: Dict[int, str] = {
+    400: "The request is malformed; `type` and `detail` say how.",
+    404: "No such document.",
+    405: "The path does not support this method; `Allow` lists those it does.",
+    409: "The merge patch lost the race to concurrent writers too many times; retry.",
+    412: "An `If-Match` or `If-None-Match` condition does not hold.",
+    413: "The body is larger than `JETWAY_MAX_BODY` bytes (default 1 MiB).",
+    415: "The body is not labelled `application/json` (a `charset=utf-8` parameter is allowed).",
+    422: "The merged document cannot be serialized as JSON.",
+    500: "A bug: the server failed to handle the request.",
+    502: "Redis answered with an error.",
+    503: "Redis cannot be reached; retry after `Retry-After` seconds.",
+    504: "Redis did not answer in time.",
+}
+_ERROR_HEADERS: Dict[int, Tuple[str, ...]] = {405: ("Allow",), 503: ("Retry-After",)}
+# What every /v1 operation may answer besides its own statuses: a bug, and Redis trouble.
+_REDIS = (500, 502, 503, 504)
 
 
-def openapi_document() -> Dict[str, Any]:
-    return {"openapi": "3.1.0", "info": {"title": "Jetway", "version": "1"}, "paths": {}}
+def _ref(kind: str, name: str) -> Json:
+    return {"$ref": f"#/components/{kind}/{name}"}
+
+
+def _anchored(regex: Pattern[str]) -> str:
+    """A ``re`` pattern ending in ``\\Z`` as an anchored ECMA-262 pattern."""
+    if not regex.pattern.endswith(r"\Z"):
+        raise ValueError(f"{regex.pattern!r} is not anchored with \\Z")
+    return "^" + regex.pattern[: -len(r"\Z")] + "$"
+
+
+def _object(properties: Json, required: Iterable[str], description: str) -> Json:
+    return {
+        "type": "object",
+        "description": description,
+        "properties": properties,
+        "required": list(required),
+        "additionalProperties": False,
+    }
+
+
+def _response(
+    description: str, schema: Optional[Json] = None, headers: Iterable[str] = (), media: str = JSON_TYPE
+) -> Json:
+    response: Json = {"description": description}
+    if headers:
+        response["headers"] = {name: _ref("headers", name) for name in headers}
+    if schema is not None:
+        response["content"] = {media: {"schema": schema}}
+    return response
+
+
+def _errors(statuses: Iterable[int], **details: str) -> Dict[str, Json]:
+    """Problem responses; ``details`` (``e415="..."``) overrides a default description."""
+    return {
+        str(status): _response(
+            details.get(f"e{status}", _ERRORS[status]),
+            _ref("schemas", "Problem"),
+            _ERROR_HEADERS.get(status, ()),
+            PROBLEM_TYPE,
+        )
+        for status in sorted(statuses)
+    }
+
+
+def _stored(description: str) -> Json:
+    return _response(description, _ref("schemas", "Document"), ("ETag", "Last-Modified"))
+
+
+def _operation(operation_id: str, summary: str, tag: str, responses: Json, **extra: Any) -> Json:
+    return {"operationId": operation_id, "summary": summary, "tags": [tag], **extra, "responses": responses}
+
+
+def _head_of(get: Json, operation_id: str) -> Json:
+    """HEAD: the GET operation, answering the same headers with no body."""
+    head = copy.deepcopy(get)
+    head["operationId"] = operation_id
+    head["summary"] = "Same as GET, headers only: " + get["summary"][0].lower() + get["summary"][1:]
+    for response in head["responses"].values():
+        response.pop("content", None)
+    return head
+
+
+def _body(media: str, description: str, schema: str) -> Json:
+    return {"required": True, "description": description, "content": {media: {"schema": _ref("schemas", schema)}}}
+
+
+def _path_item(description: str, operations: Json, parameters: Iterable[str] = ()) -> Json:
+    item: Json = {"description": description + " Any other method is a 405 with `Allow` (see MethodNotAllowed)."}
+    if parameters:
+        item["parameters"] = _parameters_named(*parameters)
+    return {**item, **operations}
+
+
+def _with_head(get: Json, head_id: str) -> Json:
+    return {"get": get, "head": _head_of(get, head_id)}
+
+
+def _health_paths() -> Json:
+    ok = _object({"status": {"const": "ok"}}, ["status"], "The process is up.")
+    ready = _object({"status": {"const": "ready"}}, ["status"], "Redis answers.")
+    not_ready = _errors((503,), e503="Redis does not answer in time (problem type `not-ready`).")
+    spec = {"type": "object", "description": "This document."}
+    return {
+        HEALTHZ: _path_item(
+            "Liveness: answers without touching Redis.",
+            _with_head(_operation("getHealth", "Liveness", "health", {"200": _response("Up.", ok)}), "headHealth"),
+        ),
+        READYZ: _path_item(
+            "Readiness: answers once Redis answers a PING, within at most a second.",
+            _with_head(
+                _operation("getReadiness", "Readiness", "health", {"200": _response("Ready.", ready), **not_ready}),
+                "headReadiness",
+            ),
+        ),
+        OPENAPI: _path_item(
+            "The OpenAPI 3.1 description of the API.",
+            _with_head(
+                _operation("getOpenApi", "This document", "meta", {"200": _response("OK.", spec)}), "headOpenApi"
+            ),
+        ),
+    }
+
+
+def _document_operations() -> Json:
+    get = _operation(
+        "getDocument",
+        "Read a document: the stored bytes, verbatim",
+        "documents",
+        {
+            "200": _stored("The document, exactly as it was stored."),
+            "304": _response("`If-None-Match` matches the current ETag.", headers=("ETag",)),
+            **_errors((400, 404, *_REDIS), e400="Invalid collection name or document id."),
+        },
+        parameters=_parameters_named("If-None-Match"),
+    )
+    put = _operation(
+        "putDocument",
+        "Create or replace a document",
+        "documents",
+        {
+            "200": _stored("Replaced; the body is the document as stored."),
+            "201": _stored("Created; the body is the document as stored."),
+            **_errors(
+                (400, 412, 413, 415, *_REDIS),
+                e400="Invalid collection name, document id or `ttl`; malformed JSON; or not an object.",
+                e412="`If-Match` does not match, or `If-None-Match` matches (`*`: the document exists).",
+            ),
+        },
+        parameters=_parameters_named("If-Match", "If-None-Match", "ttl"),
+        requestBody=_body(JSON_TYPE, "The document, stored verbatim once validated.", "Document"),
+    )
+    patch = _operation(
+        "patchDocument",
+        "Merge-patch a document (RFC 7396), atomically against concurrent writers",
+        "documents",
+        {
+            "200": _stored("Patched; the body is the compact serialization of the merged document."),
+            **_errors(
+                (400, 404, 409, 412, 413, 415, 422, *_REDIS),
+                e400="Invalid collection name or document id; malformed JSON; or the patch is not an object.",
+                e412="`If-Match` does not match the current ETag.",
+                e413="The patch, or the merged document, is larger than `JETWAY_MAX_BODY` bytes (default 1 MiB).",
+                e415="The body is not labelled `application/merge-patch+json` (`charset=utf-8` allowed).",
+                e422="The stored document merged with the patch cannot be serialized as JSON "
+                "(e.g. a number beyond the range of a double).",
+            ),
+        },
+        parameters=_parameters_named("If-Match"),
+        requestBody=_body(validation.MERGE_PATCH_JSON, "A JSON Merge Patch: `null` removes a member.", "MergePatch"),
+    )
+    delete = _operation(
+        "deleteDocument",
+        "Delete a document",
+        "documents",
+        {
+            "204": _response("Deleted."),
+            **_errors((400, 404, 412, *_REDIS), e400="Invalid collection name or document id."),
+        },
+        parameters=_parameters_named("If-Match"),
+    )
+    return {**_with_head(get, "headDocument"), "put": put, "patch": patch, "delete": delete}
+
+
+def _collection_operations() -> Json:
+    listing = {"oneOf": [_ref("schemas", "Page"), _ref("schemas", "Items")]}
+    get = _operation(
+        "listDocuments",
+        "A page of documents in id order (`limit`, `cursor`), or many documents by id (`ids`)",
+        "collections",
+        {
+            "200": _response("A `Page` without `ids`, `Items` with `ids`.", listing),
+            **_errors(
+                (400, *_REDIS),
+                e400="Invalid collection name, `limit`, `cursor` or `ids`, or `ids` with `limit`/`cursor`.",
+            ),
+        },
+        parameters=_parameters_named("limit", "cursor", "ids"),
+    )
+    post = _operation(
+        "createDocument",
+        "Create a document under a new, sortable id (a ULID)",
+        "collections",
+        {
+            "201": _response(
+                "Created; the body is the document as stored.",
+                _ref("schemas", "Document"),
+                ("Location", "ETag", "Last-Modified"),
+            ),
+            **_errors(
+                (400, 413, 415, *_REDIS), e400="Invalid collection name or `ttl`; malformed JSON; or not an object."
+            ),
+        },
+        parameters=_parameters_named("ttl"),
+        requestBody=_body(JSON_TYPE, "The document, stored verbatim once validated.", "Document"),
+    )
+    return {**_with_head(get, "headCollection"), "post": post}
+
+
+def _parameters_named(*names: str) -> List[Json]:
+    return [_ref("parameters", name) for name in names]
+
+
+def _parameter(name: str, where: str, description: str, schema: Json, **extra: Any) -> Json:
+    return {"name": name, "in": where, "description": description, "schema": schema, **extra}
+
+
+def _parameters() -> Json:
+    def integer(low: int, high: int, **extra: Any) -> Json:
+        return {"type": "integer", "minimum": low, "maximum": high, **extra}
+
+    tags = {"type": "string"}
+    return {
+        "collection": _parameter(
+            "collection", "path", "A collection name.", _ref("schemas", "CollectionName"), required=True
+        ),
+        "id": _parameter("id", "path", "A document id.", _ref("schemas", "DocumentId"), required=True),
+        "ttl": _parameter(
+            "ttl",
+            "query",
+            "Seconds until the document expires. Without it the document never expires "
+            "(a PUT removes any earlier expiry).",
+            integer(1, validation.MAX_TTL),
+        ),
+        "limit": _parameter(
+            "limit", "query", "Page size.", integer(1, validation.MAX_LIMIT, default=validation.DEFAULT_LIMIT)
+        ),
+        "cursor": _parameter(
+            "cursor", "query", "Where to continue: the `next` of the previous page.", {"type": "string"}
+        ),
+        "ids": _parameter(
+            "ids",
+            "query",
+            "Comma-separated document ids to fetch in one round trip; not with `limit` or `cursor`.",
+            {"type": "array", "items": _ref("schemas", "DocumentId"), "minItems": 1, "maxItems": validation.MAX_IDS},
+            style="form",
+            explode=False,
+        ),
+        "If-Match": _parameter(
+            "If-Match", "header", "`*` or strong entity tags: act only if one matches (a weak tag never does).", tags
+        ),
+        "If-None-Match": _parameter(
+            "If-None-Match",
+            "header",
+            "`*` or entity tags, compared weakly. GET/HEAD: 304 if one matches. PUT: 412 if one matches "
+            "(`*`: create only).",
+            tags,
+        ),
+    }
+
+
+def _headers() -> Json:
+    def header(description: str, **schema: Any) -> Json:
+        return {"description": description, "schema": {"type": "string", **schema}}
+
+    return {
+        "ETag": header("The document's strong entity tag; it changes on every write."),
+        "Last-Modified": header("When the document was last written (HTTP date)."),
+        "Location": header("The path of the new document.", examples=["/v1/orders/01J0000000000000000000000"]),
+        "Retry-After": header("Seconds to wait before retrying.", pattern="^[0-9]+$", examples=[RETRY_AFTER_SECONDS]),
+        "Allow": header("The methods the path supports.", examples=["GET, HEAD, POST"]),
+    }
+
+
+def _problem_schema() -> Json:
+    listed = "\n".join(f"- `{PROBLEM_TYPE_PREFIX}{slug}`: {meaning}" for slug, meaning in PROBLEM_TYPES)
+    return _object(
+        {
+            "type": {"type": "string", "format": "uri", "description": "One of:\n" + listed},
+            "title": {"type": "string", "description": "The reason phrase of `status`."},
+            "status": {"type": "integer", "minimum": 400, "maximum": 599},
+            "detail": {"type": "string", "description": "What went wrong with this request."},
+        },
+        ["type", "title", "status", "detail"],
+        "An RFC 9457 problem detail.",
+    )
+
+
+def _schemas() -> Json:
+    document = {"type": "object", "description": "A JSON object; stored and returned as the exact bytes written."}
+    nullable_document = {"oneOf": [_ref("schemas", "Document"), {"type": "null"}]}
+    return {
+        "CollectionName": {"type": "string", "pattern": _anchored(validation.COLLECTION_PATTERN)},
+        "DocumentId": {
+            "type": "string",
+            "pattern": _anchored(validation.ID_PATTERN),
+            "not": {"enum": [".", ".."]},
+        },
+        "Document": document,
+        "MergePatch": {"type": "object", "description": "An RFC 7396 merge patch; it must be an object here."},
+        "Page": _object(
+            {
+                "items": {"type": "array", "items": _ref("schemas", "Document")},
+                "next": {"type": ["string", "null"], "description": "The `cursor` of the next page; null on the last."},
+            },
+            ["items", "next"],
+            "A page of documents in id order.",
+        ),
+        "Items": _object(
+            {"items": {"type": "array", "items": nullable_document, "description": "In `ids` order; null if missing."}},
+            ["items"],
+            "Documents by id.",
+        ),
+        "Problem": _problem_schema(),
+    }
+
+
+def openapi_document() -> Json:
+    """The whole OpenAPI 3.1.0 document, as plain JSON values."""
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Jetway",
+            "version": "1",
+            "description": "A JSON REST gateway to Redis. Errors are `application/problem+json` "
+            "(see the Problem schema); an unknown path is a 404 (`no-route`).",
+        },
+        "paths": {
+            **_health_paths(),
+            DOCUMENT: _path_item("One document.", _document_operations(), ("collection", "id")),
+            COLLECTION: _path_item(
+                "A collection (a trailing slash is accepted).", _collection_operations(), ("collection",)
+            ),
+        },
+        "components": {
+            "schemas": _schemas(),
+            "parameters": _parameters(),
+            "headers": _headers(),
+            "responses": {"MethodNotAllowed": _errors((405,))["405"]},
+        },
+    }
 
 
 class OpenApiHandler(JsonHandler):
-    # Serialized once per process: the document never changes while serving.
-    _body = codec.dumps(openapi_document())
+    def initialize(self, body: bytes) -> None:
+        # Serialized once per process by make_app: it never changes while serving.
+        self.body = body
 
     def get(self) -> None:
-        self.send_bytes(200, self._body)
+        self.send_bytes(200, self.body)
 
     head = get

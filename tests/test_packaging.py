@@ -52,7 +52,7 @@ def test_the_same_code_serves_on_cpython(redis_server, redis_client, tmp_path):
     server = JetwayServer(redis_server.url, tmp_path / "cpython.log", python=str(CPYTHON))
     try:
         server.start()
-        body = '{"name":"ada","n":[1,2.5,null]}'.encode()
+        body = b'{"name":"ada","n":[1,2.5,null]}'
         created = requests.put(
             server.url("/v1/users/u1"), data=body, headers={"Content-Type": "application/json"}, timeout=10
         )
