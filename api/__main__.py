@@ -56,9 +56,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m api", description="Jetway, a JSON REST gateway to Redis.")
     commands = parser.add_subparsers(dest="command", required=True)
     serving = commands.add_parser("serve", help="bind the address and run the workers (the master)")
-    serving.add_argument(
-        "--host", help="IPv4/IPv6 address to bind, :: for both (env JETWAY_HOST, default 127.0.0.1)"
-    )
+    serving.add_argument("--host", help="IPv4/IPv6 address to bind, :: for both (env JETWAY_HOST, default 127.0.0.1)")
     serving.add_argument("--port", type=int, help="port to bind (env JETWAY_PORT, default 8080)")
     serving.add_argument("--workers", type=int, help="worker processes (env JETWAY_WORKERS, default: the cores)")
     working = commands.add_parser("worker", help="serve on a listening socket opened by another process")

@@ -5,13 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from api.config import Settings
-from api.connection import JetwayApplication
+from api.connection import HttpLimits, JetwayApplication
+from cache import codec
 from cache.store import DocumentStore
 from handlers.base import NoRouteHandler
 from handlers.collections import CollectionHandler
 from handlers.documents import DocumentHandler
 from handlers.health import LivenessHandler, ReadinessHandler
-from handlers.openapi import OpenApiHandler
+from handlers.openapi import OpenApiHandler, openapi_document
 
 # Path segments are matched loosely and checked by the handlers, so that a
 # bad collection name or id is a 400 that says why, not a 404.
@@ -29,12 +30,20 @@ def make_app(settings: Settings, store: DocumentStore, reactor: Any) -> JetwayAp
             ReadinessHandler,
             {"store": store, "reactor": reactor, "timeout": min(READY_TIMEOUT, settings.redis_timeout)},
         ),
-        (r"/openapi\.json", OpenApiHandler),
+        (r"/openapi\.json", OpenApiHandler, {"body": codec.dumps(openapi_document())}),
         (rf"/v1/{SEGMENT}/{SEGMENT}", DocumentHandler, documents),
         (rf"/v1/{SEGMENT}/?", CollectionHandler, documents),
     ]
     extra = {} if settings.access_log else {"log_function": _no_access_log}
-    return JetwayApplication(routes, reactor, error_handler=NoRouteHandler, **extra)
+    limits = HttpLimits(
+        max_body=settings.max_body,
+        header_timeout=settings.header_timeout,
+        body_timeout=settings.body_timeout,
+        keepalive_timeout=settings.keepalive_timeout,
+        max_connections=settings.max_connections,
+        trusted_proxies=settings.trusted_proxies,
+    )
+    return JetwayApplication(routes, reactor, limits, error_handler=NoRouteHandler, **extra)
 
 
 def _no_access_log(handler: Any) -> None:

@@ -6,13 +6,16 @@ one line and exit instead of a traceback.
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import resource
 from dataclasses import dataclass, field, replace
-from typing import Callable, Mapping, Optional, TypeVar
+from typing import Callable, Mapping, Optional, Tuple, TypeVar, Union
 
 from cache.address import RedisAddress, parse_redis_url
 
 T = TypeVar("T")
+Network = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
 
 __all__ = ["ConfigError", "Settings", "from_environment", "replace"]
 
@@ -35,6 +38,14 @@ class Settings:
     access_log: bool = True
     workers: int = field(default_factory=lambda: os.cpu_count() or 1)
     grace: float = 10.0
+    header_timeout: float = 10.0
+    body_timeout: float = 30.0
+    # Longer than an AWS load balancer's default 60 s idle timeout, so the
+    # balancer, not Jetway, closes an idle connection: otherwise it may send a
+    # request on a connection Jetway is closing, and answer the client 502.
+    keepalive_timeout: float = 75.0
+    max_connections: int = field(default_factory=lambda: _default_max_connections())
+    trusted_proxies: Tuple[Network, ...] = ()
 
 
 def from_environment(environ: Optional[Mapping[str, str]] = None) -> Settings:
@@ -63,7 +74,26 @@ def from_environment(environ: Optional[Mapping[str, str]] = None) -> Settings:
         access_log=read("JETWAY_ACCESS_LOG", _flag, defaults.access_log),
         workers=read("JETWAY_WORKERS", _positive_int, defaults.workers),
         grace=read("JETWAY_GRACE", _positive_float, defaults.grace),
+        header_timeout=read("JETWAY_HEADER_TIMEOUT", _positive_float, defaults.header_timeout),
+        body_timeout=read("JETWAY_BODY_TIMEOUT", _positive_float, defaults.body_timeout),
+        keepalive_timeout=read("JETWAY_KEEPALIVE_TIMEOUT", _positive_float, defaults.keepalive_timeout),
+        max_connections=read("JETWAY_MAX_CONNECTIONS", _positive_int, defaults.max_connections),
+        trusted_proxies=read("JETWAY_TRUSTED_PROXIES", _networks, defaults.trusted_proxies),
     )
+
+
+def _default_max_connections() -> int:
+    # Leave room under the open-files limit for Redis connections, logs and
+    # the listening socket, so a full worker refuses politely, not with EMFILE.
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return max(64, soft - 256)
+
+
+def _networks(text: str) -> Tuple[Network, ...]:
+    try:
+        return tuple(ipaddress.ip_network(part.strip()) for part in text.split(",") if part.strip())
+    except ValueError as error:
+        raise ValueError(f"not a comma-separated list of CIDRs ({error})") from None
 
 
 def _port(text: str) -> int:

@@ -1,17 +1,51 @@
-"""Jetway's HTTP connection: Cyclone's, plus what a graceful drain needs.
+"""Jetway's HTTP/1.1 connection: Cyclone's, with a hardened front door.
 
-The application keeps the set of open connections; each connection knows
-whether it holds a request and since when it has been idle, so a draining
-worker can close idle keep-alive connections and let busy ones finish their
-response (sent with ``Connection: close``).
+Cyclone's own connection reads chunked bodies as empty (so the chunks are
+parsed as the next request), trusts any ``Content-Length``, has no limits
+on headers nor any timeout, and loses a response when two pipelined requests
+overlap. This subclass replaces how requests are read and keeps the rest of
+Cyclone (``HTTPRequest``, handlers, writing responses):
+
+- the head is parsed strictly (``api.request_head``); a body over the limit
+  is refused from its announced length, before it is read;
+- one request at a time: while a request is being answered the transport
+  is paused and later pipelined bytes wait in the buffer, so responses go
+  out in order and a client cannot queue unbounded work;
+- a header timeout counted from the first byte of a request (trickling
+  bytes do not reset it), a body timeout, and an idle keep-alive timeout;
+- the client address comes from ``X-Forwarded-For`` only when the peer is a
+  trusted proxy, and then it is the right-most hop that is not one.
 """
 
 from __future__ import annotations
 
-from typing import Any, Set
+import http
+import ipaddress
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence, Set, Tuple, Union
 
 import cyclone.httpserver
 import cyclone.web
+from cyclone.httputil import HTTPHeaders
+
+from api.chunked import ChunkedDecoder
+from api.request_head import MAX_HEADER_BYTES, MAX_REQUEST_LINE, ProtocolError, RequestHead, parse_head
+from cache import codec
+from handlers.errors import ApiError
+
+Network = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
+# Everything a head may hold, plus its blank line: more is a 431 or a 414.
+_MAX_HEAD = MAX_REQUEST_LINE + MAX_HEADER_BYTES + 4
+
+
+@dataclass(frozen=True)
+class HttpLimits:
+    max_body: int = 1024 * 1024
+    header_timeout: float = 10.0
+    body_timeout: float = 30.0
+    keepalive_timeout: float = 75.0
+    max_connections: int = 10000
+    trusted_proxies: Tuple[Network, ...] = ()
 
 
 class JetwayConnection(cyclone.httpserver.HTTPConnection):
@@ -21,31 +55,236 @@ class JetwayConnection(cyclone.httpserver.HTTPConnection):
 
     def connectionMade(self) -> None:
         super().connectionMade()
+        self.limits = self.factory.limits
         self.closing = False
+        self.keep_alive = True
+        self._buffer = bytearray()
+        self._head: Optional[RequestHead] = None
+        self._chunks: Optional[ChunkedDecoder] = None
+        self._timer: Any = None
+        self._processing = False
         self.idle_since = self.factory.clock.seconds()
-        self.factory.connections.add(self)
+        self._arm(self.limits.keepalive_timeout, None)
+        self.factory.connection_opened(self)
 
     def connectionLost(self, reason: Any) -> None:
-        self.factory.connections.discard(self)
+        self._disarm()
+        self.factory.connection_closed(self)
         super().connectionLost(reason)
 
     def busy(self) -> bool:
         """A request is being received or answered on this connection."""
-        return self._request is not None or bool(self._headersbuffer)
+        return self._request is not None or bool(self._buffer) or self._head is not None
+
+    def dataReceived(self, data: bytes) -> None:
+        if not self.busy():
+            # The first byte of a request starts its header clock; later
+            # bytes do not reset it.
+            self._arm(self.limits.header_timeout, 408)
+        self._buffer += data
+        if self._request is not None:
+            self.transport.pauseProducing()
+            return
+        self._process()
+
+    def _process(self) -> None:
+        if self._processing:
+            return  # a handler finished inside the loop below; it goes on
+        self._processing = True
+        try:
+            while self._request is None and not self.transport.disconnecting and self._next_request():
+                pass
+        except ProtocolError as error:
+            self._reject(error)
+        finally:
+            self._processing = False
+
+    def _next_request(self) -> bool:
+        """Read on from the buffer; True when a request was dispatched."""
+        if self._head is None:
+            self._head = self._read_head()
+            if self._head is None:
+                return False
+            self._expect_body(self._head)
+        body = self._read_body(self._head)
+        if body is None:
+            return False
+        self._dispatch(self._head, body)
+        return True
+
+    def _read_head(self) -> Optional[RequestHead]:
+        while self._buffer.startswith(b"\r\n"):  # RFC 9112 2.2: ignore blank lines first
+            del self._buffer[:2]
+        end = self._buffer.find(b"\r\n\r\n")
+        if end < 0:
+            end = len(self._buffer)
+            if self._buffer.find(b"\r\n", 0, MAX_REQUEST_LINE + 2) < 0 and end > MAX_REQUEST_LINE:
+                raise ProtocolError(414, "the request line is too long")
+            if end > _MAX_HEAD:
+                raise ProtocolError(431, "the request head is too large")
+            return None
+        block = bytes(self._buffer[:end])
+        del self._buffer[: end + 4]
+        return parse_head(block)
+
+    def _expect_body(self, head: RequestHead) -> None:
+        if not head.has_body:
+            return
+        if head.content_length > self.limits.max_body:
+            raise ProtocolError(413, f"the body is larger than {self.limits.max_body} bytes")
+        if head.chunked:
+            self._chunks = ChunkedDecoder(self.limits.max_body)
+        self._arm(self.limits.body_timeout, 408)
+        if head.expects_continue:
+            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+
+    def _read_body(self, head: RequestHead) -> Optional[bytes]:
+        if self._chunks is not None:
+            if not self._chunks.feed(self._buffer):
+                return None
+            body, self._chunks = self._chunks.body, None
+            return body
+        if len(self._buffer) < head.content_length:
+            return None
+        body = bytes(self._buffer[: head.content_length])
+        del self._buffer[: head.content_length]
+        return body
+
+    def _dispatch(self, head: RequestHead, body: bytes) -> None:
+        self._disarm()
+        self._head = None
+        self.keep_alive = head.keep_alive
+        self._request = cyclone.httpserver.HTTPRequest(
+            connection=self,
+            method=head.method,
+            uri=head.target,
+            version=head.version,
+            headers=head.headers,
+            body=body,
+            remote_ip=self._client_address(head.headers),
+        )
+        self.request_callback(self._request)
 
     def _finish_request(self) -> None:
-        if self.closing:
-            self.no_keep_alive = True
-        super()._finish_request()
+        # Replaces Cyclone's: case-insensitive Connection tokens, and the
+        # next pipelined request is read only now.
+        if self._finish_callback:
+            self._finish_callback.callback(None)
+            self._finish_callback = None
+        self._request = None
+        self._request_finished = False
         self.idle_since = self.factory.clock.seconds()
+        if self.no_keep_alive or self.closing or not self.keep_alive:
+            self.transport.loseConnection()
+            return
+        self.transport.resumeProducing()
+        if self._buffer:
+            self._arm(self.limits.header_timeout, 408)
+            self._process()
+        else:
+            self._arm(self.limits.keepalive_timeout, None)
+
+    def _reject(self, error: ProtocolError) -> None:
+        """Answer a request that cannot be served, and close."""
+        self._disarm()
+        self._buffer.clear()
+        self._head = self._chunks = None
+        body = codec.dumps(ApiError(error.status, error.problem, error.detail).as_problem())
+        phrase = http.HTTPStatus(error.status).phrase.encode()
+        self.transport.write(
+            b"HTTP/1.1 %d %s\r\nContent-Type: application/problem+json\r\nContent-Length: %d\r\n"
+            b"Connection: close\r\n\r\n%s" % (error.status, phrase, len(body), body)
+        )
+        self.transport.loseConnection()
+
+    def _arm(self, seconds: float, status: Optional[int]) -> None:
+        self._disarm()
+        self._timer = self.factory.clock.callLater(seconds, self._expire, status)
+
+    def _disarm(self) -> None:
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
+        self._timer = None
+
+    def _expire(self, status: Optional[int]) -> None:
+        self._timer = None
+        if status is None:
+            self.transport.loseConnection()  # idle keep-alive: close quietly
+        else:
+            self._reject(ProtocolError(status, "the request did not arrive in time"))
+
+    def _client_address(self, headers: HTTPHeaders) -> str:
+        peer = self.transport.getPeer()
+        address = getattr(peer, "host", "unix")
+        return client_address(address, headers.get_list("X-Forwarded-For"), self.limits.trusted_proxies)
+
+
+def client_address(peer: str, forwarded_for: Sequence[str], trusted: Tuple[Network, ...]) -> str:
+    """The client's address: the right-most hop that is not a trusted proxy."""
+    if not trusted or not forwarded_for or not _is_trusted(peer, trusted):
+        return peer
+    hops = [hop.strip() for line in forwarded_for for hop in line.split(",") if hop.strip()]
+    address = peer
+    for hop in reversed(hops):
+        if not _is_address(hop):
+            break  # garbage from beyond the trusted hops: do not believe it
+        address = hop
+        if not _is_trusted(hop, trusted):
+            break
+    return address
+
+
+def _is_address(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _is_trusted(text: str, trusted: Tuple[Network, ...]) -> bool:
+    try:
+        address = ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
+        address = address.ipv4_mapped
+    return any(address in network for network in trusted)
 
 
 class JetwayApplication(cyclone.web.Application):
-    """Cyclone's application, speaking through ``JetwayConnection``."""
+    """Cyclone's application, speaking through ``JetwayConnection``.
+
+    It keeps the open connections (for draining) and stops accepting while
+    ``max_connections`` are open, instead of running out of descriptors.
+    """
 
     protocol = JetwayConnection
 
-    def __init__(self, handlers: Any, clock: Any, **settings: Any) -> None:
+    def __init__(self, handlers: Any, clock: Any, limits: HttpLimits, **settings: Any) -> None:
         super().__init__(handlers, **settings)
         self.clock = clock
+        self.limits = limits
         self.connections: Set[JetwayConnection] = set()
+        self.port: Any = None
+        self.accepting = True
+        self._paused = False
+
+    def listen_on(self, port: Any) -> None:
+        self.port = port
+
+    def stop_accepting(self) -> None:
+        self.accepting = False
+
+    def connection_opened(self, connection: JetwayConnection) -> None:
+        self.connections.add(connection)
+        if len(self.connections) >= self.limits.max_connections and self.port is not None and not self._paused:
+            self._paused = True
+            self.port.stopReading()
+
+    def connection_closed(self, connection: JetwayConnection) -> None:
+        self.connections.discard(connection)
+        if self._paused and len(self.connections) < self.limits.max_connections:
+            self._paused = False
+            if self.accepting:
+                self.port.startReading()

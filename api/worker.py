@@ -41,6 +41,7 @@ def run_worker(settings: Settings, reactor: Any, fd: int, ready_fd: Optional[int
     app = make_app(settings, DocumentStore(link), reactor)
     port = reactor.adoptStreamPort(fd, _nonblocking_family(fd), app)
     os.close(fd)  # adoptStreamPort took a copy
+    app.listen_on(port)
     drain = Drain(app, port, reactor, settings.grace)
     reactor.callWhenRunning(on_signals, reactor, drain.start, signal.SIGTERM, signal.SIGINT)
     reactor.addSystemEventTrigger("before", "shutdown", link.close)
@@ -67,6 +68,7 @@ class Drain:
         self.deadline = self.reactor.seconds() + self.grace
         # Take what is already queued on our socket before letting go of it.
         self.port.doRead()
+        self.app.stop_accepting()
         self.port.stopListening()
         self.ticking = task.LoopingCall(self._tick)
         self.ticking.clock = self.reactor

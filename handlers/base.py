@@ -91,15 +91,23 @@ class JsonHandler(cyclone.web.RequestHandler):
         self.set_status(204)
 
     def _generate_headers(self) -> bytes:
-        if getattr(self.request.connection, "closing", False):
-            # A draining worker: tell the client this connection ends here.
-            self._headers["Connection"] = "close"
+        self._set_connection_header()
         if self._status_code == 204:
             # RFC 9110: a 204 carries neither Content-Length nor a body type;
             # Cyclone adds both to every response.
             self._headers.pop("Content-Length", None)
             self._headers.pop("Content-Type", None)
         return super()._generate_headers()
+
+    def _set_connection_header(self) -> None:
+        connection = self.request.connection
+        if getattr(connection, "closing", False) or not getattr(connection, "keep_alive", True):
+            # Draining, or the client asked: this connection ends here.
+            self._headers["Connection"] = "close"
+        elif not self.request.supports_http_1_1():
+            self._headers["Connection"] = "keep-alive"  # HTTP/1.0 keeps it only when told
+        else:
+            self._headers.pop("Connection", None)
 
     def query_argument(self, name: str) -> Optional[str]:
         """A query parameter given at most once (blank counts as given)."""

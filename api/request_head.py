@@ -1,0 +1,147 @@
+"""Parsing and checking an HTTP/1.x request head, strictly.
+
+Strict because a gateway that reads a request differently from the proxy in
+front of it can be smuggled a second request: ``Content-Length`` together
+with ``Transfer-Encoding``, a negative or conflicting ``Content-Length``, a
+header line folded or without a colon are all refused here.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import List, Optional, Tuple
+
+from cyclone.httputil import HTTPHeaders
+
+MAX_REQUEST_LINE = 8192
+MAX_HEADER_LINES = 100
+MAX_HEADER_BYTES = 65536
+
+_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")
+_REQUEST_LINE = re.compile(rb"([!#$%&'*+\-.^_`|~0-9A-Za-z]+) ([\x21-\x7e]+) HTTP/(\d)\.(\d)\Z")
+_FORBIDDEN_IN_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+
+
+_PROBLEMS = {
+    400: "malformed-request",
+    408: "request-timeout",
+    413: "body-too-large",
+    414: "request-line-too-long",
+    431: "headers-too-large",
+    501: "unsupported-transfer-coding",
+    505: "unsupported-http-version",
+}
+
+
+class ProtocolError(Exception):
+    """The request cannot be served; the connection answers and closes."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+        self.problem = _PROBLEMS[status]
+
+
+@dataclass(frozen=True)
+class RequestHead:
+    method: str
+    target: str
+    version: str
+    headers: HTTPHeaders
+    content_length: int
+    chunked: bool
+    keep_alive: bool
+    expects_continue: bool
+
+    @property
+    def has_body(self) -> bool:
+        return self.chunked or self.content_length > 0
+
+
+def parse_head(block: bytes) -> RequestHead:
+    """Parse everything before the blank line that ends a request head."""
+    request_line, *lines = block.split(b"\r\n")
+    if len(request_line) > MAX_REQUEST_LINE:
+        raise ProtocolError(414, "the request line is too long")
+    if len(lines) > MAX_HEADER_LINES:
+        raise ProtocolError(431, f"more than {MAX_HEADER_LINES} header lines")
+    if sum(len(line) + 2 for line in lines) > MAX_HEADER_BYTES:
+        raise ProtocolError(431, f"more than {MAX_HEADER_BYTES} bytes of header lines")
+    method, target, version = _request_line(request_line)
+    headers = _headers(lines)
+    chunked = _chunked(headers, version)
+    content_length = _content_length(headers)
+    if chunked and content_length is not None:
+        raise ProtocolError(400, "Content-Length and Transfer-Encoding together")
+    return RequestHead(
+        method=method,
+        target=target,
+        version=version,
+        headers=headers,
+        content_length=content_length or 0,
+        chunked=chunked,
+        keep_alive=_keep_alive(headers, version),
+        expects_continue=(headers.get("Expect") or "").lower() == "100-continue",
+    )
+
+
+def _request_line(line: bytes) -> Tuple[str, str, str]:
+    match = _REQUEST_LINE.match(line)
+    if not match:
+        raise ProtocolError(400, "malformed request line")
+    method, target, major, minor = match.groups()
+    if major != b"1":
+        raise ProtocolError(505, "only HTTP/1.0 and HTTP/1.1 are served")
+    version = "HTTP/1.1" if minor != b"0" else "HTTP/1.0"
+    return method.decode("ascii"), target.decode("ascii"), version
+
+
+def _headers(lines: List[bytes]) -> HTTPHeaders:
+    headers = HTTPHeaders()
+    for line in lines:
+        name, colon, value = line.partition(b":")
+        # No colon, a space before it, or a folded continuation line: refused.
+        if not colon or not _TOKEN.match(name):
+            raise ProtocolError(400, "malformed header line")
+        value = value.strip(b" \t")
+        if _FORBIDDEN_IN_VALUE.search(value):
+            raise ProtocolError(400, "control character in a header value")
+        headers.add(name.decode("ascii"), value.decode("latin-1"))
+    return headers
+
+
+def _values(headers: HTTPHeaders, name: str) -> List[str]:
+    """Every comma-separated element of every ``name`` header line."""
+    return [part.strip() for line in headers.get_list(name) for part in line.split(",") if part.strip()]
+
+
+def _content_length(headers: HTTPHeaders) -> Optional[int]:
+    if not headers.get_list("Content-Length"):
+        return None
+    values = set(_values(headers, "Content-Length"))
+    if len(values) != 1:
+        raise ProtocolError(400, "conflicting Content-Length values")
+    (value,) = values
+    if not value.isascii() or not value.isdigit() or len(value) > 18:
+        raise ProtocolError(400, "Content-Length is not a non-negative integer")
+    return int(value)
+
+
+def _chunked(headers: HTTPHeaders, version: str) -> bool:
+    if not headers.get_list("Transfer-Encoding"):
+        return False
+    if version == "HTTP/1.0":
+        raise ProtocolError(400, "Transfer-Encoding in an HTTP/1.0 request")
+    codings = [coding.lower() for coding in _values(headers, "Transfer-Encoding")]
+    if codings != ["chunked"]:
+        raise ProtocolError(501, "only the chunked transfer coding is supported")
+    return True
+
+
+def _keep_alive(headers: HTTPHeaders, version: str) -> bool:
+    tokens = {token.lower() for token in _values(headers, "Connection")}
+    if version == "HTTP/1.1":
+        return "close" not in tokens
+    return "keep-alive" in tokens
