@@ -114,7 +114,8 @@ class DocumentStore:
         for _ in range(self._patch_attempts):
             body, etag = yield self._link.execute(b"HMGET", key, b"b", b"e")
             if body is None:
-                raise DocumentNotFound()
+                # RFC 9110 13.1.1: If-Match on a missing representation fails.
+                raise PreconditionFailed() if if_match else DocumentNotFound()
             if if_match and not _tag_matches(if_match, etag):
                 raise PreconditionFailed()
             merged = codec.dumps(merge_patch(codec.loads(body), patch))

@@ -6,13 +6,18 @@ started, whatever the test did.
 
 from __future__ import annotations
 
-from typing import Iterator
+import http.client
+from dataclasses import dataclass
+from typing import Dict, Iterator, Optional
 
 import pytest
 import redis
 import requests
 
 from tests.support import JetwayServer, RedisServer
+
+JSON = "application/json"
+MERGE_PATCH = "application/merge-patch+json"
 
 
 @pytest.fixture(scope="session")
@@ -64,6 +69,43 @@ class Api:
     def get(self, path: str, **kwargs) -> requests.Response:
         return self.request("GET", path, **kwargs)
 
+    def head(self, path: str, **kwargs) -> requests.Response:
+        return self.request("HEAD", path, **kwargs)
+
+    def delete(self, path: str, **kwargs) -> requests.Response:
+        return self.request("DELETE", path, **kwargs)
+
+    def send(
+        self, method: str, path: str, body: bytes, content_type: Optional[str] = JSON, **kwargs
+    ) -> requests.Response:
+        """``body`` with ``content_type`` (None: no Content-Type header at all)."""
+        headers = dict(kwargs.pop("headers", {}))
+        if content_type is not None:
+            headers.setdefault("Content-Type", content_type)
+        return self.request(method, path, data=body, headers=headers, **kwargs)
+
     def put_json(self, path: str, body: bytes, **kwargs) -> requests.Response:
-        headers = {"Content-Type": "application/json", **kwargs.pop("headers", {})}
-        return self.request("PUT", path, data=body, headers=headers, **kwargs)
+        return self.send("PUT", path, body, **kwargs)
+
+    def post_json(self, path: str, body: bytes, **kwargs) -> requests.Response:
+        return self.send("POST", path, body, **kwargs)
+
+    def patch_merge(self, path: str, body: bytes, **kwargs) -> requests.Response:
+        return self.send("PATCH", path, body, MERGE_PATCH, **kwargs)
+
+    def raw(self, method: str, target: str, body: bytes = b"", headers: Optional[Dict[str, str]] = None) -> RawResponse:
+        """Send ``target`` exactly as given: requests would resolve ``..`` in a path."""
+        connection = http.client.HTTPConnection("127.0.0.1", self.server.port, timeout=10)
+        try:
+            connection.request(method, target, body=body, headers=headers or {})
+            response = connection.getresponse()
+            return RawResponse(response.status, dict(response.getheaders()), response.read())
+        finally:
+            connection.close()
+
+
+@dataclass(frozen=True)
+class RawResponse:
+    status: int
+    headers: Dict[str, str]
+    body: bytes

@@ -13,7 +13,7 @@ import pytest
 
 from tests.support import JetwayServer, wait_until
 from tests.test_front_door import Conn, request
-from tests.test_master import socket_count, worker_pids
+from tests.test_master import established_by_pid, worker_pids
 
 HELD = 10_000
 
@@ -61,14 +61,11 @@ def test_10000_keep_alive_connections_against_2_workers(redis_server, redis_clie
         server.start(["--workers", "2"])
         wait_until(lambda: len(worker_pids(server)) == 2, 10, "two workers")
         pids = worker_pids(server)
-        before = {pid: socket_count(pid) for pid in pids}
         rss_before = {pid: _rss_mb(pid) for pid in pids}
         for _ in range(HELD):
             sockets.append(socket.create_connection(("127.0.0.1", server.port), timeout=10))
-        wait_until(
-            lambda: sum(socket_count(pid) - before[pid] for pid in pids) >= HELD, 60, f"{HELD} accepted connections"
-        )
-        held = {pid: socket_count(pid) - before[pid] for pid in pids}
+        wait_until(lambda: sum(established_by_pid(server.port).values()) >= HELD, 60, f"{HELD} accepted connections")
+        held = established_by_pid(server.port)
         # Serve requests on a sample of the held connections.
         for sock in sockets[:: HELD // 100]:
             sock.sendall(request("GET", "/healthz"))
