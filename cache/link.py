@@ -21,6 +21,7 @@ from twisted.python.failure import Failure
 from cache.address import RedisAddress
 from cache.errors import RedisReplyError, RedisTimeout, RedisUnavailable
 from cache.scripts import Script
+from cache.tls import wrap_tls
 
 Arg = Union[bytes, str, int]
 Command = Sequence[Arg]
@@ -110,4 +111,5 @@ def _unwrap_first(failure: Failure) -> Failure:
 def _endpoint(address: RedisAddress, reactor: Any, timeout: float) -> Any:
     if address.unix_path:
         return UNIXClientEndpoint(reactor, address.unix_path, timeout=timeout)
-    return HostnameEndpoint(reactor, address.host, address.port, timeout=timeout)
+    endpoint = HostnameEndpoint(reactor, address.host, address.port, timeout=timeout)
+    return wrap_tls(address, endpoint) if address.tls else endpoint
