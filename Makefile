@@ -57,6 +57,12 @@ run: setup
 	  echo "private Redis on unix:$(VAR)/redis.sock"; \
 	  export REDIS_URL=unix://$(VAR)/redis.sock; \
 	fi; \
+	if [ "$${JETWAY_AUTH:-on}" != off ]; then \
+	  token=$$($(PY) -m api keys rotate dev 2>/dev/null || $(PY) -m api keys create --name dev --scope admin 2>/dev/null) \
+	    || { echo "cannot make a development token: is Redis at $$REDIS_URL up?"; exit 1; }; \
+	  echo "development token (all scopes; a new one each run):"; \
+	  echo "  curl -H 'Authorization: Bearer $$token' http://$(HOST):$(PORT)/v1/users/u1"; \
+	fi; \
 	exec $(PY) -m api serve --host $(HOST) --port $(PORT)
 
 stop-redis:

@@ -11,7 +11,7 @@ import argparse
 import sys
 from typing import List, Optional
 
-from api import config
+from api import config, keys
 from api.sockets import BindError, bind_listeners, raise_fd_limit
 
 
@@ -25,6 +25,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     settings = config.replace(settings, **{name: value for name, value in overrides.items() if value is not None})
     if args.command == "serve":
         return _serve(settings)
+    if args.command == "keys":
+        return keys.run(settings, args)
     from twisted.internet import reactor
 
     from api.worker import run_worker
@@ -59,6 +61,7 @@ def _parser() -> argparse.ArgumentParser:
     serving.add_argument("--host", help="IPv4/IPv6 address to bind, :: for both (env JETWAY_HOST, default 127.0.0.1)")
     serving.add_argument("--port", type=int, help="port to bind (env JETWAY_PORT, default 8080)")
     serving.add_argument("--workers", type=int, help="worker processes (env JETWAY_WORKERS, default: the cores)")
+    keys.add_parser(commands)
     working = commands.add_parser("worker", help="serve on a listening socket opened by another process")
     working.add_argument("--fd", type=int, required=True, help="the listening socket's file descriptor")
     working.add_argument("--ready-fd", type=int, help="write 'ready' here once serving (used by the master)")

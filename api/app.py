@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from api.access_log import log_request, no_access_log
 from api.config import Settings
 from api.connection import HttpLimits, JetwayApplication
 from cache import codec
 from cache.store import DocumentStore
+from handlers.auth import Gate
 from handlers.base import NoRouteHandler
 from handlers.collections import CollectionHandler
 from handlers.documents import DocumentHandler
@@ -21,8 +23,8 @@ SEGMENT = r"([^/]+)"
 READY_TIMEOUT = 1.0
 
 
-def make_app(settings: Settings, store: DocumentStore, reactor: Any) -> JetwayApplication:
-    documents = {"store": store, "max_body": settings.max_body}
+def make_app(settings: Settings, store: DocumentStore, gate: Gate, reactor: Any) -> JetwayApplication:
+    documents = {"store": store, "max_body": settings.max_body, "gate": gate}
     routes = [
         (r"/healthz", LivenessHandler),
         (
@@ -34,7 +36,7 @@ def make_app(settings: Settings, store: DocumentStore, reactor: Any) -> JetwayAp
         (rf"/v1/{SEGMENT}/{SEGMENT}", DocumentHandler, documents),
         (rf"/v1/{SEGMENT}/?", CollectionHandler, documents),
     ]
-    extra = {} if settings.access_log else {"log_function": _no_access_log}
+    log_function = log_request if settings.access_log else no_access_log
     limits = HttpLimits(
         max_body=settings.max_body,
         header_timeout=settings.header_timeout,
@@ -43,8 +45,4 @@ def make_app(settings: Settings, store: DocumentStore, reactor: Any) -> JetwayAp
         max_connections=settings.max_connections,
         trusted_proxies=settings.trusted_proxies,
     )
-    return JetwayApplication(routes, reactor, limits, error_handler=NoRouteHandler, **extra)
-
-
-def _no_access_log(handler: Any) -> None:
-    """Cyclone's ``log_function`` when access logging is switched off."""
+    return JetwayApplication(routes, reactor, limits, error_handler=NoRouteHandler, log_function=log_function)

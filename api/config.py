@@ -46,6 +46,7 @@ class Settings:
     keepalive_timeout: float = 75.0
     max_connections: int = field(default_factory=lambda: _default_max_connections())
     trusted_proxies: Tuple[Network, ...] = ()
+    auth: bool = True
 
 
 def from_environment(environ: Optional[Mapping[str, str]] = None) -> Settings:
@@ -79,6 +80,7 @@ def from_environment(environ: Optional[Mapping[str, str]] = None) -> Settings:
         keepalive_timeout=read("JETWAY_KEEPALIVE_TIMEOUT", _positive_float, defaults.keepalive_timeout),
         max_connections=read("JETWAY_MAX_CONNECTIONS", _positive_int, defaults.max_connections),
         trusted_proxies=read("JETWAY_TRUSTED_PROXIES", _networks, defaults.trusted_proxies),
+        auth=read("JETWAY_AUTH", _flag, defaults.auth),
     )
 
 

@@ -24,6 +24,9 @@ from api.connection import JetwayApplication
 from api.signals import on_signals
 from cache.link import RedisLink
 from cache.store import DocumentStore
+from cache.token_cache import TokenCache
+from cache.tokens import TokenStore
+from handlers.auth import Gate
 
 # A keep-alive connection idle this long during a drain is closed: long
 # enough that a client is not mid-send, short enough to keep drains quick.
@@ -38,13 +41,16 @@ def run_worker(settings: Settings, reactor: Any, fd: int, ready_fd: Optional[int
     if ready_fd is not None:
         _die_with_parent()
     link = RedisLink(settings.redis, reactor, settings.redis_timeout, settings.redis_pool)
-    app = make_app(settings, DocumentStore(link), reactor)
+    tokens = TokenCache(TokenStore(link), settings.redis, reactor, settings.redis_timeout) if settings.auth else None
+    app = make_app(settings, DocumentStore(link), Gate(tokens, link, settings.auth), reactor)
     port = reactor.adoptStreamPort(fd, _nonblocking_family(fd), app)
     os.close(fd)  # adoptStreamPort took a copy
     app.listen_on(port)
     drain = Drain(app, port, reactor, settings.grace)
     reactor.callWhenRunning(on_signals, reactor, drain.start, signal.SIGTERM, signal.SIGINT)
     reactor.addSystemEventTrigger("before", "shutdown", link.close)
+    if tokens is not None:
+        reactor.addSystemEventTrigger("before", "shutdown", tokens.close)
     if ready_fd is not None:
         os.write(ready_fd, b"ready\n")
         os.close(ready_fd)

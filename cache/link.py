@@ -51,7 +51,7 @@ class RedisLink:
             replyTimeout=timeout,
             convertNumbers=False,
         )
-        self._factory.startConnecting(_endpoint(address, reactor, timeout))
+        self._factory.startConnecting(endpoint_for(address, reactor, timeout))
 
     def close(self) -> defer.Deferred:
         """Close every connection and stop reconnecting."""
@@ -72,17 +72,27 @@ class RedisLink:
         replies = yield defer.gatherResults(sent, consumeErrors=True).addErrback(_unwrap_first)
         return replies
 
-    @defer.inlineCallbacks
-    def run_script(self, script: Script, keys: Sequence[bytes], args: Sequence[Arg]) -> Any:
+    def run_script(self, script: Script, keys: Sequence[bytes], args: Sequence[Arg]) -> defer.Deferred:
         """Run a Lua script by its SHA, loading it first if Redis lacks it."""
-        count = len(keys)
+        return self.pipeline_scripts([script.call(keys, args)], [script]).addCallback(lambda replies: replies[0])
+
+    @defer.inlineCallbacks
+    def pipeline_scripts(self, commands: Sequence[Command], scripts: Sequence[Script]) -> Any:
+        """``pipeline``, where commands may call ``scripts`` by SHA.
+
+        A Redis that lacks a script (it restarted) refuses the call with
+        NOSCRIPT without running it; the scripts are then loaded and the
+        batch sent once more, so a batch must be safe to repeat when a
+        script call in it failed.
+        """
         try:
-            reply = yield self.execute(b"EVALSHA", script.sha, count, *keys, *args)
+            replies = yield self.pipeline(commands)
         except RedisReplyError as error:
             if not str(error).startswith("NOSCRIPT"):
                 raise
-            reply = yield self.execute(b"EVAL", script.source, count, *keys, *args)
-        return reply
+            yield self.pipeline([(b"SCRIPT", b"LOAD", script.source) for script in scripts])
+            replies = yield self.pipeline(commands)
+        return replies
 
     @defer.inlineCallbacks
     def _connection(self) -> Any:
@@ -108,7 +118,8 @@ def _unwrap_first(failure: Failure) -> Failure:
     return failure.value.subFailure
 
 
-def _endpoint(address: RedisAddress, reactor: Any, timeout: float) -> Any:
+def endpoint_for(address: RedisAddress, reactor: Any, timeout: float) -> Any:
+    """The Twisted client endpoint that dials ``address``."""
     if address.unix_path:
         return UNIXClientEndpoint(reactor, address.unix_path, timeout=timeout)
     endpoint = HostnameEndpoint(reactor, address.host, address.port, timeout=timeout)

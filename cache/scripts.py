@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from typing import Sequence, Tuple, Union
 
 _CONDITIONS = """
 local function matches(header, current)
@@ -38,6 +39,10 @@ class Script:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sha", hashlib.sha1(self.source).hexdigest().encode())
+
+    def call(self, keys: Sequence[bytes], args: Sequence[Union[bytes, int]]) -> Tuple[Union[bytes, int], ...]:
+        """The ``EVALSHA`` command that runs this script."""
+        return (b"EVALSHA", self.sha, len(keys), *keys, *args)
 
 
 # KEYS: document, index shard.

@@ -14,7 +14,7 @@ import heapq
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from twisted.internet import defer
 
@@ -82,12 +82,14 @@ class DocumentStore:
     @defer.inlineCallbacks
     def get(self, collection: bytes, doc_id: bytes) -> Any:
         """The document, or None: one HMGET of one key."""
-        body, etag, modified = yield self._link.execute(
-            b"HMGET", keys.document_key(collection, doc_id), b"b", b"e", b"m"
-        )
-        if body is None:
-            return None
-        return Document(body, etag, modified)
+        fields = yield self._link.execute(*_read_command(collection, doc_id))
+        return _document(fields)
+
+    @defer.inlineCallbacks
+    def get_along(self, collection: bytes, doc_id: bytes, command: Sequence[Any], scripts: Sequence[Any]) -> Any:
+        """``command``'s reply and the document, in one round trip (command first)."""
+        reply, fields = yield self._link.pipeline_scripts([command, _read_command(collection, doc_id)], scripts)
+        return reply, _document(fields)
 
     def put(
         self,
@@ -196,6 +198,15 @@ class DocumentStore:
             pruning = self._link.run_script(scripts.PRUNE, [keys.index_key(collection, shard), *doc_keys], ids)
             # A failed prune only leaves a stale entry that the next page skips.
             pruning.addErrback(lambda _: None)
+
+
+def _read_command(collection: bytes, doc_id: bytes) -> Tuple[bytes, ...]:
+    return (b"HMGET", keys.document_key(collection, doc_id), b"b", b"e", b"m")
+
+
+def _document(fields: Sequence[Optional[bytes]]) -> Optional[Document]:
+    body, etag, modified = fields
+    return None if body is None else Document(body, etag, modified)
 
 
 def _tag_matches(header: bytes, etag: bytes) -> bool:

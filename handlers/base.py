@@ -11,6 +11,7 @@ from typing import Any, Dict, Optional, Tuple, Type
 from urllib.parse import parse_qs
 
 import cyclone.web
+from twisted.internet import defer
 from twisted.python import log
 from twisted.python.failure import Failure
 
@@ -24,7 +25,9 @@ from cache.errors import (
     RedisUnavailable,
     WriteConflict,
 )
-from cache.store import Document
+from cache.ratelimit import RateDecision
+from cache.store import Document, DocumentStore
+from handlers.auth import RATE_SCRIPTS, Gate, Grant
 from handlers.errors import ApiError, bad_request, not_found, precondition_failed
 
 JSON_TYPE = "application/json"
@@ -130,7 +133,7 @@ class JsonHandler(cyclone.web.RequestHandler):
         error = as_api_error(kwargs.get("exception")) or as_api_error(cyclone.web.HTTPError(status_code))
         if status_code == 405:
             self.set_header("Allow", ", ".join(self.SUPPORTED_METHODS))
-        for name, value in error.headers.items():
+        for name, value in (*getattr(self, "rate_headers", ()), *error.headers.items()):
             self.set_header(name, value)
         self.set_header("Content-Type", PROBLEM_TYPE)
         self.finish(codec.dumps(error.as_problem()))
@@ -152,3 +155,42 @@ class NoRouteHandler(JsonHandler):
 
     def prepare(self) -> None:
         raise ApiError(404, "no-route", f"no resource at {self.request.path}")
+
+
+class ResourceHandler(JsonHandler):
+    """A ``/v1`` handler: the request is authorized before its method runs."""
+
+    def initialize(self, store: DocumentStore, max_body: int, gate: Gate) -> None:
+        self.store = store
+        self.max_body = max_body
+        self.gate = gate
+        self.grant = Grant(None)
+
+    @defer.inlineCallbacks
+    def prepare(self) -> Any:
+        reading = self.request.method in ("GET", "HEAD")
+        # A document read sends its rate step in one pipeline with the read.
+        defer_rate = reading and len(self.path_args) == 2
+        authorization = self.request.headers.get("Authorization")
+        self.grant = yield self.gate.admit(authorization, self.path_args[0], not reading, defer_rate)
+        self.apply_rate(self.grant.rate)
+
+    @defer.inlineCallbacks
+    def read_document(self, collection: bytes, doc_id: bytes) -> Any:
+        """The document (or None), with the pending rate step if there is one."""
+        if self.grant.pending_rate is None:
+            document = yield self.store.get(collection, doc_id)
+            return document
+        rate, document = yield self.store.get_along(collection, doc_id, self.grant.pending_rate, RATE_SCRIPTS)
+        self.apply_rate(self.grant.settle(rate))
+        return document
+
+    def apply_rate(self, rate: Optional[RateDecision]) -> None:
+        if rate is None:
+            return
+        self.rate_headers = rate.headers()
+        for name, value in self.rate_headers:
+            self.set_header(name, value)
+        if not rate.allowed:
+            retry = str(max(1, rate.retry_after))
+            raise ApiError(429, "rate-limited", f"over the token's rate; retry in {retry} s", {"Retry-After": retry})

@@ -10,9 +10,8 @@ from typing import Any, List, Optional
 
 from twisted.internet import defer
 
-from cache.store import DocumentStore
 from handlers import validation
-from handlers.base import JsonHandler
+from handlers.base import ResourceHandler
 from handlers.errors import bad_request
 
 
@@ -26,12 +25,8 @@ def items_envelope(bodies: List[Optional[bytes]], next_cursor: Optional[bytes], 
     return b'{"items":[' + items + b'],"next":' + following + b"}"
 
 
-class CollectionHandler(JsonHandler):
+class CollectionHandler(ResourceHandler):
     SUPPORTED_METHODS = ("GET", "HEAD", "POST")
-
-    def initialize(self, store: DocumentStore, max_body: int) -> None:
-        self.store = store
-        self.max_body = max_body
 
     @defer.inlineCallbacks
     def get(self, collection: str) -> Any:

@@ -6,22 +6,18 @@ from typing import Any
 
 from twisted.internet import defer
 
-from cache.store import Conditions, DocumentStore
+from cache.store import Conditions
 from handlers import validation
-from handlers.base import JsonHandler
+from handlers.base import ResourceHandler
 from handlers.errors import not_found
 
 
-class DocumentHandler(JsonHandler):
+class DocumentHandler(ResourceHandler):
     SUPPORTED_METHODS = ("GET", "HEAD", "PUT", "PATCH", "DELETE")
-
-    def initialize(self, store: DocumentStore, max_body: int) -> None:
-        self.store = store
-        self.max_body = max_body
 
     @defer.inlineCallbacks
     def get(self, collection: str, doc_id: str) -> Any:
-        document = yield self.store.get(validation.collection_name(collection), validation.document_id(doc_id))
+        document = yield self.read_document(validation.collection_name(collection), validation.document_id(doc_id))
         if document is None:
             raise not_found()
         inm = validation.entity_tags(self.request.headers.get("If-None-Match"), weak=True)

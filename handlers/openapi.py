@@ -34,6 +34,8 @@ PROBLEM_TYPES: Tuple[Tuple[str, str], ...] = (
     ("invalid-ids", "400: too many `ids`, `ids` given twice, or combined with `limit`/`cursor`"),
     ("malformed-json", "400: the body is not UTF-8 RFC 8259 JSON"),
     ("not-an-object", "400: the body is JSON but not an object"),
+    ("unauthorized", "401: no valid bearer token"),
+    ("forbidden", "403: the token lacks the scope for this collection and action"),
     ("not-found", "404: no such document"),
     ("no-route", "404: no resource at this path"),
     ("method-not-allowed", "405: the path does not support the method; see `Allow`"),
@@ -43,6 +45,7 @@ PROBLEM_TYPES: Tuple[Tuple[str, str], ...] = (
     ("unsupported-media-type", "415: the body is not labelled with the media type the operation takes"),
     ("unrepresentable", "422: the merged document cannot be serialized as JSON (e.g. a number out of range)"),
     ("internal", "500: a bug; the server failed to handle the request"),
+    ("rate-limited", "429: over the token's rate"),
     ("redis-error", "502: Redis answered with an error"),
     ("redis-unavailable", "503: Redis cannot be reached; retry after `Retry-After` seconds"),
     ("not-ready", "503 (`/readyz` only): Redis does not answer"),
@@ -58,6 +61,10 @@ PROBLEM_TYPES: Tuple[Tuple[str, str], ...] = (
 
 _ERRORS: Dict[int, str] = {
     400: "The request is malformed; `type` and `detail` say how.",
+    401: "No valid bearer token: missing, malformed, unknown, revoked or expired (never said which).",
+    403: "The token lacks the scope: `read:<coll>`/`read:*` to read, `write:<coll>`/`write:*` to write, or `admin`.",
+    429: "Over the token's rate; retry after `Retry-After` seconds. Every response to a token with a rate "
+    "carries `RateLimit-Limit`, `RateLimit-Remaining` and `RateLimit-Reset`.",
     404: "No such document.",
     405: "The path does not support this method; `Allow` lists those it does.",
     409: "The merge patch lost the race to concurrent writers too many times; retry.",
@@ -70,9 +77,15 @@ _ERRORS: Dict[int, str] = {
     503: "Redis cannot be reached; retry after `Retry-After` seconds.",
     504: "Redis did not answer in time.",
 }
-_ERROR_HEADERS: Dict[int, Tuple[str, ...]] = {405: ("Allow",), 503: ("Retry-After",)}
-# What every /v1 operation may answer besides its own statuses: a bug, and Redis trouble.
-_REDIS = (500, 502, 503, 504)
+_ERROR_HEADERS: Dict[int, Tuple[str, ...]] = {
+    401: ("WWW-Authenticate",),
+    405: ("Allow",),
+    429: ("Retry-After", "RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"),
+    503: ("Retry-After",),
+}
+# What every /v1 operation may answer besides its own statuses: authorization,
+# a bug, and Redis trouble.
+_REDIS = (401, 403, 429, 500, 502, 503, 504)
 
 
 def _ref(kind: str, name: str) -> Json:
@@ -140,6 +153,11 @@ def _head_of(get: Json, operation_id: str) -> Json:
 
 def _body(media: str, description: str, schema: str) -> Json:
     return {"required": True, "description": description, "content": {media: {"schema": _ref("schemas", schema)}}}
+
+
+def _secured(operations: Json) -> Json:
+    """/v1 operations need a bearer token (deny by default)."""
+    return {method: {**operation, "security": [{"bearer": []}]} for method, operation in operations.items()}
 
 
 def _path_item(description: str, operations: Json, parameters: Iterable[str] = ()) -> Json:
@@ -336,6 +354,10 @@ def _headers() -> Json:
         "Location": header("The path of the new document.", examples=["/v1/orders/01J0000000000000000000000"]),
         "Retry-After": header("Seconds to wait before retrying.", pattern="^[0-9]+$", examples=[RETRY_AFTER_SECONDS]),
         "Allow": header("The methods the path supports.", examples=["GET, HEAD, POST"]),
+        "WWW-Authenticate": header("The scheme to authenticate with.", examples=['Bearer realm="jetway"']),
+        "RateLimit-Limit": header("Requests the token may make per period (its burst).", pattern="^[0-9]+$"),
+        "RateLimit-Remaining": header("Requests left right now.", pattern="^[0-9]+$"),
+        "RateLimit-Reset": header("Seconds until the full allowance is back.", pattern="^[0-9]+$"),
     }
 
 
@@ -394,9 +416,9 @@ def openapi_document() -> Json:
         },
         "paths": {
             **_health_paths(),
-            DOCUMENT: _path_item("One document.", _document_operations(), ("collection", "id")),
+            DOCUMENT: _path_item("One document.", _secured(_document_operations()), ("collection", "id")),
             COLLECTION: _path_item(
-                "A collection (a trailing slash is accepted).", _collection_operations(), ("collection",)
+                "A collection (a trailing slash is accepted).", _secured(_collection_operations()), ("collection",)
             ),
         },
         "components": {
@@ -404,6 +426,13 @@ def openapi_document() -> Json:
             "parameters": _parameters(),
             "headers": _headers(),
             "responses": {"MethodNotAllowed": _errors((405,))["405"]},
+            "securitySchemes": {
+                "bearer": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "A token made with `python -m api keys create`; only its SHA-256 is stored.",
+                }
+            },
         },
     }
 

@@ -7,8 +7,9 @@ started, whatever the test did.
 from __future__ import annotations
 
 import http.client
+import re
 from dataclasses import dataclass
-from typing import Dict, Iterator, Optional
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import pytest
 import redis
@@ -18,6 +19,17 @@ from tests.support import JetwayServer, RedisServer
 
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
+TOKEN_KEYS = "jw:{tokens}*"
+TOKEN = re.compile(r"jw_[A-Za-z0-9_-]{43}")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_token_in_any_log(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """After the whole suite: no log any server wrote holds a token."""
+    yield
+    logs = tmp_path_factory.getbasetemp().rglob("*.log")
+    leaks = [f"{path}: {token}" for path in logs for token in TOKEN.findall(path.read_text(errors="replace"))]
+    assert not leaks, leaks
 
 
 @pytest.fixture(scope="session")
@@ -31,11 +43,24 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
 
 @pytest.fixture(scope="session")
 def jetway(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[JetwayServer]:
-    server = JetwayServer(redis_server.url, tmp_path_factory.mktemp("jetway") / "jetway.log")
+    """The session's server, with authorization on, and its all-scopes token."""
+    server = JetwayServer(redis_server.url, tmp_path_factory.mktemp("jetway") / "jetway.log", auth=True)
     try:
-        yield server.start()
+        server.start()
+        yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def suite_token(jetway: JetwayServer, redis_server: RedisServer) -> Tuple[str, Dict[bytes, bytes]]:
+    """An admin token, and a DUMP of its keys so each test can restore it after the flush."""
+    client = redis_server.client()
+    client.flushall()
+    token = jetway.make_token("suite", "admin")
+    saved = {key: client.dump(key) for key in client.scan_iter(TOKEN_KEYS)}
+    client.close()
+    return token, saved
 
 
 @pytest.fixture
@@ -49,10 +74,19 @@ def redis_client(redis_server: RedisServer) -> Iterator[redis.Redis]:
 
 
 @pytest.fixture
-def api(jetway: JetwayServer, redis_client: redis.Redis) -> Iterator[Api]:
-    """A client for the session's Jetway, on a freshly flushed Redis."""
+def api(jetway: JetwayServer, redis_client: redis.Redis, suite_token) -> Iterator[Api]:
+    """A client for the session's Jetway (with the suite token), on a freshly flushed Redis."""
+    token, saved = suite_token
+    for key, value in saved.items():
+        redis_client.restore(key, 0, value, replace=True)
     with requests.Session() as session:
+        session.headers["Authorization"] = f"Bearer {token}"
         yield Api(jetway, session)
+
+
+def document_keys(client: redis.Redis) -> List[bytes]:
+    """Every key but the suite token's."""
+    return [key for key in client.scan_iter() if not key.startswith(b"jw:{tokens}")]
 
 
 class Api:
@@ -61,6 +95,11 @@ class Api:
     def __init__(self, server: JetwayServer, session: requests.Session) -> None:
         self.server = server
         self.session = session
+
+    @property
+    def auth_header(self) -> Dict[str, str]:
+        """For requests sent outside this client's session."""
+        return {"Authorization": self.session.headers["Authorization"]}
 
     def request(self, method: str, path: str, **kwargs) -> requests.Response:
         kwargs.setdefault("timeout", 10)
@@ -96,8 +135,9 @@ class Api:
     def raw(self, method: str, target: str, body: bytes = b"", headers: Optional[Dict[str, str]] = None) -> RawResponse:
         """Send ``target`` exactly as given: requests would resolve ``..`` in a path."""
         connection = http.client.HTTPConnection("127.0.0.1", self.server.port, timeout=10)
+        headers = {**self.auth_header, **(headers or {})}
         try:
-            connection.request(method, target, body=body, headers=headers or {})
+            connection.request(method, target, body=body, headers=headers)
             response = connection.getresponse()
             return RawResponse(response.status, dict(response.getheaders()), response.read())
         finally:

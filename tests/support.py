@@ -96,14 +96,30 @@ class JetwayServer:
     """``python -m api serve`` as a real process on a free port."""
 
     def __init__(
-        self, redis_url: str, log_path: Path, env: Optional[Dict[str, str]] = None, python: str = sys.executable
+        self,
+        redis_url: str,
+        log_path: Path,
+        env: Optional[Dict[str, str]] = None,
+        python: str = sys.executable,
+        auth: bool = False,
     ) -> None:
+        """A server; ``auth=False`` (JETWAY_AUTH=off) where authorization is not what a test is about."""
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         self.python = python
-        self.env = {**os.environ, "REDIS_URL": redis_url, "JETWAY_ACCESS_LOG": "off", **(env or {})}
+        self.env = {
+            **os.environ,
+            "REDIS_URL": redis_url,
+            "JETWAY_ACCESS_LOG": "off",
+            "JETWAY_AUTH": "on" if auth else "off",
+            **(env or {}),
+        }
         self.process: Optional[subprocess.Popen] = None
+
+    def make_token(self, name: str, *scopes: str, rate: str = "", expires: str = "") -> str:
+        """A token made with the admin CLI, as a user would."""
+        return make_token(self.env["REDIS_URL"], name, *scopes, rate=rate, expires=expires)
 
     def start(self, args: Optional[List[str]] = None) -> JetwayServer:
         command = [self.python, "-m", "api", "serve", "--port", str(self.port), *(args or [])]
@@ -124,3 +140,24 @@ class JetwayServer:
 
     def url(self, path: str) -> str:
         return self.base + path
+
+
+def keys_cli(redis_url: str, *args: str) -> subprocess.CompletedProcess:
+    """``python -m api keys ...`` against ``redis_url``."""
+    return subprocess.run(
+        [sys.executable, "-m", "api", "keys", *args],
+        cwd=ROOT,
+        env={**os.environ, "REDIS_URL": redis_url},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def make_token(redis_url: str, name: str, *scopes: str, rate: str = "", expires: str = "") -> str:
+    args = ["create", "--name", name, *(arg for scope in scopes for arg in ("--scope", scope))]
+    args += ["--rate", rate] if rate else []
+    args += ["--expires", expires] if expires else []
+    result = keys_cli(redis_url, *args)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip().splitlines()[-1]

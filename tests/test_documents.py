@@ -12,6 +12,7 @@ import pytest
 import requests
 
 from cache.keys import document_key, index_key_for
+from tests.conftest import document_keys
 
 MIB = 1024 * 1024
 
@@ -206,7 +207,7 @@ def test_put_with_if_match_mismatch_is_412_and_keeps_the_document(api, redis_cli
 def test_put_with_if_match_on_absent_document_is_412_and_creates_nothing(api, redis_client, header):
     response = api.put_json("/v1/docs/d1", b'{"v":1}', headers={"If-Match": header})
     assert response.status_code == 412
-    assert redis_client.dbsize() == 0
+    assert document_keys(redis_client) == []
 
 
 def test_put_with_if_none_match_star_creates_only(api):
@@ -288,7 +289,7 @@ def test_patch_needs_merge_patch_content_type_else_415(api, content_type):
 def test_patch_of_missing_document_is_404_and_creates_nothing(api, redis_client):
     response = api.patch_merge("/v1/docs/d1", b'{"a":1}')
     assert response.status_code == 404
-    assert redis_client.dbsize() == 0
+    assert document_keys(redis_client) == []
 
 
 def test_patch_with_matching_if_match_applies(api):
@@ -332,7 +333,7 @@ def test_concurrent_patches_lose_no_update(api, jetway):
             return session.patch(
                 jetway.url("/v1/docs/shared"),
                 data=json.dumps({f"f{n}": n}),
-                headers={"Content-Type": "application/merge-patch+json"},
+                headers={"Content-Type": "application/merge-patch+json", **api.auth_header},
                 timeout=30,
             ).status_code
 
@@ -378,4 +379,12 @@ def test_patch_with_if_match_of_missing_document_is_412(api, redis_client):
     """RFC 9110: If-Match fails when there is no current representation (as PUT and DELETE)."""
     response = api.patch_merge("/v1/users/ghost", b'{"a":1}', headers={"If-Match": '"x"'})
     assert response.status_code == 412
-    assert redis_client.dbsize() == 0
+    assert document_keys(redis_client) == []
+
+
+def test_writes_work_after_redis_forgets_its_scripts(api, redis_client):
+    """After SCRIPT FLUSH (as after a Redis restart) the scripts are loaded again."""
+    assert api.put_json("/v1/users/s1", b'{"a":1}').status_code == 201
+    redis_client.script_flush()
+    assert api.put_json("/v1/users/s1", b'{"a":2}').status_code == 200
+    assert api.delete("/v1/users/s1").status_code == 204

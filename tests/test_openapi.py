@@ -57,7 +57,7 @@ def documented_problem_types() -> Set[str]:
 def route_table() -> Dict[str, type]:
     """Path template -> handler class, from the app's own route table."""
     # The store and reactor are only handed to handlers; building the table never uses them.
-    app = make_app(Settings(access_log=False), store=object(), reactor=None)
+    app = make_app(Settings(access_log=False), store=object(), gate=None, reactor=None)
     return {template(spec.regex.pattern): spec.handler_class for _, specs in app.handlers for spec in specs}
 
 

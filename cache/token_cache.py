@@ -1,0 +1,104 @@
+"""A worker's in-memory cache of token records, invalidated from Redis.
+
+Every worker subscribes to ``CHANGED_CHANNEL``; revoking or rotating a
+token publishes its digest, and each worker drops it within a round trip.
+While the subscription is not up (starting, or its connection dropped) the
+cache is emptied and not used, so a revocation can never be missed.
+Unknown digests are not cached: a guessed token costs a lookup, never memory.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+import txredisapi
+from twisted.internet import defer
+
+from cache.address import RedisAddress
+from cache.link import endpoint_for
+from cache.tokens import CHANGED_CHANNEL, TokenRecord, TokenStore
+
+# Bound on the cache; beyond it the oldest entries go (dicts keep order).
+MAX_ENTRIES = 10_000
+
+
+class _Subscriber(txredisapi.SubscriberProtocol):
+    cache: TokenCache
+
+    def connectionMade(self) -> Any:
+        # txredisapi's connectionMade authenticates first; commands wait for it.
+        self.whenConnected().addCallback(lambda _: self._subscribe())
+        return super().connectionMade()
+
+    def _subscribe(self) -> None:
+        subscribing = self.subscribe([CHANGED_CHANNEL])
+        # Failure to subscribe leaves the cache off; the reconnect tries again.
+        subscribing.addCallbacks(lambda _: self.cache._subscribed(self), lambda _: self.transport.loseConnection())
+
+    def messageReceived(self, pattern: Any, channel: Any, message: Any) -> None:
+        self.cache.forget(message if isinstance(message, bytes) else str(message).encode())
+
+    def connectionLost(self, reason: Any) -> None:
+        self.cache._unsubscribed(self)
+        super().connectionLost(reason)
+
+
+class _SubscriberFactory(txredisapi.SubscriberFactory):
+    protocol = _Subscriber
+    maxDelay = 1.0
+    initialDelay = 0.2
+
+    def __init__(self, cache: TokenCache, address: RedisAddress) -> None:
+        super().__init__(isLazy=True)
+        self.cache = cache
+        self.password = address.password
+        self.username = address.username
+        self.charset = None
+        self.convertNumbers = False
+
+    def buildProtocol(self, addr: Any) -> Any:
+        protocol = super().buildProtocol(addr)
+        protocol.cache = self.cache
+        return protocol
+
+
+class TokenCache:
+    """Token records by digest, trusted only while subscribed."""
+
+    def __init__(self, tokens: TokenStore, address: RedisAddress, reactor: Any, timeout: float) -> None:
+        self._tokens = tokens
+        self._records: Dict[bytes, TokenRecord] = {}
+        self._live: Optional[_Subscriber] = None
+        self._factory = _SubscriberFactory(self, address)
+        self._factory.startConnecting(endpoint_for(address, reactor, timeout))
+
+    @property
+    def subscribed(self) -> bool:
+        return self._live is not None
+
+    @defer.inlineCallbacks
+    def lookup(self, digest: bytes) -> Any:
+        record = self._records.get(digest)
+        if record is not None and self._live is not None:
+            return record
+        record = yield self._tokens.lookup(digest)
+        if record is not None and self._live is not None:
+            if len(self._records) >= MAX_ENTRIES:
+                self._records.pop(next(iter(self._records)))
+            self._records[digest] = record
+        return record
+
+    def forget(self, digest: bytes) -> None:
+        self._records.pop(digest, None)
+
+    def close(self) -> defer.Deferred:
+        return self._factory.disconnect()
+
+    def _subscribed(self, protocol: _Subscriber) -> None:
+        self._records.clear()
+        self._live = protocol
+
+    def _unsubscribed(self, protocol: _Subscriber) -> None:
+        if self._live is protocol:
+            self._live = None
+        self._records.clear()

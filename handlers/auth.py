@@ -1,0 +1,92 @@
+"""Who may do what: bearer tokens, scopes and rate limits (deny by default).
+
+A request to ``/v1`` names a collection and is a read or a write. Its token
+is looked up by SHA-256 digest (in the worker's cache, else in Redis), must
+not be expired, and must hold ``read:<coll>``, ``read:*``, ``write:...`` or
+``admin``. A token with a rate spends one request of it per call; for a
+document read that step rides in the same pipeline as the read itself.
+"""
+
+from __future__ import annotations
+
+import hmac
+import re
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Sequence, Tuple
+
+from twisted.internet import defer
+
+from cache.link import RedisLink
+from cache.ratelimit import GCRA, RateDecision, decision, gcra_command
+from cache.token_cache import TokenCache
+from cache.tokens import TokenRecord, digest_of
+from handlers.errors import ApiError
+
+_BEARER = re.compile(r"Bearer +([A-Za-z0-9._~+/-]+=*) *\Z", re.IGNORECASE)
+CHALLENGE = 'Bearer realm="jetway"'
+RATE_SCRIPTS = (GCRA,)
+
+
+def unauthorized(detail: str) -> ApiError:
+    return ApiError(401, "unauthorized", detail, {"WWW-Authenticate": CHALLENGE})
+
+
+@dataclass(frozen=True)
+class Grant:
+    """An admitted request, with its rate decision or the command to get it.
+
+    ``pending_rate`` is set (and ``rate`` is not yet) when the caller sends
+    the rate step in one pipeline with its own read.
+    """
+
+    record: Optional[TokenRecord]
+    rate: Optional[RateDecision] = None
+    pending_rate: Optional[Tuple[Any, ...]] = None
+
+    def settle(self, reply: Any) -> RateDecision:
+        """The decision from the reply to ``pending_rate``."""
+        limit = self.record.rate_limit() if self.record else None
+        return decision(reply, limit[0] if limit else 0)
+
+
+class Gate:
+    """Authorization for ``/v1`` handlers; ``enabled=False`` admits everyone."""
+
+    def __init__(
+        self, tokens: Optional[TokenCache], link: RedisLink, enabled: bool, clock: Callable[[], float] = time.time
+    ) -> None:
+        self.tokens = tokens
+        self.link = link
+        self.enabled = enabled
+        self.clock = clock
+
+    @defer.inlineCallbacks
+    def admit(self, authorization: Optional[str], collection: str, write: bool, defer_rate: bool) -> Any:
+        """The request's grant, or an ``ApiError`` (401, 403, 429)."""
+        if not self.enabled or self.tokens is None:
+            return Grant(None)
+        match = _BEARER.match(authorization or "")
+        if not match:
+            raise unauthorized("send Authorization: Bearer <token>")
+        digest = digest_of(match.group(1))
+        record = yield self.tokens.lookup(digest)
+        # Constant-time on the digest, and one answer for unknown, revoked
+        # and expired alike: the response never says whether a token exists.
+        if record is None or not hmac.compare_digest(record.digest, digest) or record.expired(self.clock()):
+            raise unauthorized("the token is not valid")
+        if not may(record.scopes, collection, write):
+            raise ApiError(403, "forbidden", f"the token may not {'write' if write else 'read'} {collection}")
+        limit = record.rate_limit()
+        if limit is None:
+            return Grant(record)
+        command = gcra_command(digest, *limit)
+        if defer_rate:
+            return Grant(record, pending_rate=command)
+        (reply,) = yield self.link.pipeline_scripts([command], RATE_SCRIPTS)
+        return Grant(record, rate=decision(reply, limit[0]))
+
+
+def may(scopes: Sequence[str], collection: str, write: bool) -> bool:
+    action = "write" if write else "read"
+    return "admin" in scopes or f"{action}:*" in scopes or f"{action}:{collection}" in scopes
