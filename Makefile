@@ -22,6 +22,7 @@ system-packages:
 	@missing=""; \
 	command -v pypy3 >/dev/null || missing="$$missing pypy3 pypy3-venv pypy3-dev"; \
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
+	command -v supervisord >/dev/null || missing="$$missing supervisor"; \
 	python3 -c 'import ensurepip' 2>/dev/null || missing="$$missing python3-venv"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
