@@ -4,6 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 CPY_VENV := .venv-cpython
 CPY := $(CPY_VENV)/bin/python
+LINT_VENV := .venv-lint
 VAR := $(CURDIR)/var
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PACKAGES := pypy3 pypy3-venv pypy3-dev redis-server python3-venv
@@ -69,12 +70,21 @@ run: setup
 stop-redis:
 	@if [ -f $(VAR)/redis.pid ]; then kill $$(cat $(VAR)/redis.pid) && echo "stopped the private Redis"; fi
 
-lint: setup
+# Linters for deploy/: cfn-lint needs Python 3.10+ (not the PyPy 3.9 .venv);
+# shellcheck comes as a binary in a wheel.
+$(LINT_VENV)/.installed: requirements-lint.txt | system-packages
+	python3 -m venv $(LINT_VENV)
+	$(LINT_VENV)/bin/pip install -q --disable-pip-version-check -r requirements-lint.txt
+	touch $@
+
+lint: setup $(LINT_VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(LINT_VENV)/bin/shellcheck deploy/ec2/user-data.sh
+	$(LINT_VENV)/bin/cfn-lint deploy/ec2/jetway.yaml
 
 test: setup setup-cpython lint
 	$(PY) -m pytest
 
 clean:
-	rm -rf $(VENV) $(CPY_VENV) $(VAR) .pytest_cache
+	rm -rf $(VENV) $(CPY_VENV) $(LINT_VENV) $(VAR) .pytest_cache
