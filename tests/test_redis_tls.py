@@ -24,11 +24,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from cache.address import parse_redis_url
-from tests.support import JetwayServer, free_port, stop_process, wait_until
+from tests.support import JetwayServer, free_port, keys_cli, make_token, stop_process, wait_until
 
 JSON = {"Content-Type": "application/json"}
-# Authorization is not what this module is about.
-NO_AUTH = {"JETWAY_AUTH": "off", "JETWAY_REDIS_TIMEOUT": "1"}
 
 
 def _name(common_name: str) -> x509.Name:
@@ -123,8 +121,9 @@ def start_jetway(tmp_path: Path) -> Iterator:
     """Starts Jetways (one worker each) on a given REDIS_URL; stops them all."""
     started = []
 
-    def start(redis_url: str) -> JetwayServer:
-        server = JetwayServer(redis_url, tmp_path / f"jetway-{len(started)}.log", env=NO_AUTH)
+    def start(redis_url: str, auth: bool = False) -> JetwayServer:
+        env = {"JETWAY_AUTH": "on" if auth else "off", "JETWAY_REDIS_TIMEOUT": "1"}
+        server = JetwayServer(redis_url, tmp_path / f"jetway-{len(started)}.log", env=env)
         started.append(server)
         return server.start(["--workers", "1"])
 
@@ -146,6 +145,25 @@ def test_put_and_get_a_document_through_rediss(tls_redis, start_jetway):
     assert (got.status_code, got.content) == (200, body)
     assert requests.get(jetway.url("/readyz"), timeout=10).status_code == 200
     assert client.dbsize() > 0  # it really went to the TLS-only server
+
+
+def test_tokens_are_made_checked_and_revoked_over_rediss(tls_redis, start_jetway):
+    """The keys CLI, the token lookups and each worker's revocation channel (pub/sub) all speak TLS."""
+    tls_redis.client().flushall()
+    url = tls_redis.url(ca=tls_redis.ca)
+    token = make_token(url, "over-tls", "admin")
+    jetway = start_jetway(url, auth=True)
+    subscribed = lambda: any(int(client["sub"]) > 0 for client in tls_redis.client().client_list())  # noqa: E731
+    wait_until(subscribed, 10, "the worker's revocation channel to subscribe over TLS")
+    headers = {"Authorization": f"Bearer {token}"}
+    assert requests.get(jetway.url("/v1/users/nobody"), headers=headers, timeout=10).status_code == 404
+    assert requests.get(jetway.url("/v1/users/nobody"), timeout=10).status_code == 401
+    assert keys_cli(url, "revoke", "over-tls").returncode == 0
+    wait_until(
+        lambda: requests.get(jetway.url("/v1/users/nobody"), headers=headers, timeout=10).status_code == 401,
+        2,
+        "the revocation to reach the worker",
+    )
 
 
 @pytest.mark.parametrize(
