@@ -11,7 +11,9 @@ import argparse
 import sys
 from typing import List, Optional
 
-from api import config, keys
+from api import check, config, keys
+from api.logs import start_logging
+from api.metrics_dir import metrics_directory
 from api.sockets import BindError, bind_listeners, raise_fd_limit
 
 
@@ -27,6 +29,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         return _serve(settings)
     if args.command == "keys":
         return keys.run(settings, args)
+    if args.command == "check":
+        return check.run(settings)
     from twisted.internet import reactor
 
     from api.worker import run_worker
@@ -42,16 +46,16 @@ def _serve(settings: config.Settings) -> int:
         listeners = bind_listeners(settings.host, settings.port, settings.workers)
     except BindError as error:
         return _fail(str(error))
-    from twisted.internet import reactor
-    from twisted.logger import globalLogBeginner, textFileLogObserver
+    with metrics_directory():
+        from twisted.internet import reactor
 
-    from api.master import Master
+        from api.master import Master
 
-    globalLogBeginner.beginLoggingTo([textFileLogObserver(sys.stdout)], redirectStandardIO=False)
-    host = f"[{settings.host}]" if ":" in settings.host else settings.host
-    port = listeners[0].getsockname()[1]
-    print(f"jetway: serving on http://{host}:{port} with {settings.workers} workers", flush=True)
-    return Master(listeners, reactor, settings.grace).run()
+        start_logging(sys.stdout, settings.json_logs)
+        host = f"[{settings.host}]" if ":" in settings.host else settings.host
+        port = listeners[0].getsockname()[1]
+        print(f"jetway: serving on http://{host}:{port} with {settings.workers} workers", flush=True)
+        return Master(listeners, reactor, settings.grace).run()
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -62,6 +66,7 @@ def _parser() -> argparse.ArgumentParser:
     serving.add_argument("--port", type=int, help="port to bind (env JETWAY_PORT, default 8080)")
     serving.add_argument("--workers", type=int, help="worker processes (env JETWAY_WORKERS, default: the cores)")
     keys.add_parser(commands)
+    commands.add_parser("check", help="validate the configuration and reach Redis; exit 0 or 1")
     working = commands.add_parser("worker", help="serve on a listening socket opened by another process")
     working.add_argument("--fd", type=int, required=True, help="the listening socket's file descriptor")
     working.add_argument("--ready-fd", type=int, help="write 'ready' here once serving (used by the master)")

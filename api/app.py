@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
-from api.access_log import log_request, no_access_log
 from api.config import Settings
 from api.connection import HttpLimits, JetwayApplication
+from api.observe import Metrics, Observer, render_metrics
 from cache import codec
 from cache.store import DocumentStore
 from handlers.auth import Gate
@@ -14,6 +14,7 @@ from handlers.base import NoRouteHandler
 from handlers.collections import CollectionHandler
 from handlers.documents import DocumentHandler
 from handlers.health import LivenessHandler, ReadinessHandler
+from handlers.metrics import MetricsHandler
 from handlers.openapi import OpenApiHandler, openapi_document
 
 # Path segments are matched loosely and checked by the handlers, so that a
@@ -23,7 +24,10 @@ SEGMENT = r"([^/]+)"
 READY_TIMEOUT = 1.0
 
 
-def make_app(settings: Settings, store: DocumentStore, gate: Gate, reactor: Any) -> JetwayApplication:
+def make_app(
+    settings: Settings, store: DocumentStore, gate: Gate, reactor: Any, metrics: Optional[Metrics] = None
+) -> JetwayApplication:
+    metrics = metrics or Metrics()
     documents = {"store": store, "max_body": settings.max_body, "gate": gate}
     routes = [
         (r"/healthz", LivenessHandler),
@@ -32,11 +36,11 @@ def make_app(settings: Settings, store: DocumentStore, gate: Gate, reactor: Any)
             ReadinessHandler,
             {"store": store, "reactor": reactor, "timeout": min(READY_TIMEOUT, settings.redis_timeout)},
         ),
+        (r"/metrics", MetricsHandler, {"render": render_metrics(metrics)}),
         (r"/openapi\.json", OpenApiHandler, {"body": codec.dumps(openapi_document())}),
         (rf"/v1/{SEGMENT}/{SEGMENT}", DocumentHandler, documents),
         (rf"/v1/{SEGMENT}/?", CollectionHandler, documents),
     ]
-    log_function = log_request if settings.access_log else no_access_log
     limits = HttpLimits(
         max_body=settings.max_body,
         header_timeout=settings.header_timeout,
@@ -45,4 +49,5 @@ def make_app(settings: Settings, store: DocumentStore, gate: Gate, reactor: Any)
         max_connections=settings.max_connections,
         trusted_proxies=settings.trusted_proxies,
     )
-    return JetwayApplication(routes, reactor, limits, error_handler=NoRouteHandler, log_function=log_function)
+    observer = Observer(metrics, settings.access_log)
+    return JetwayApplication(routes, reactor, limits, observer, error_handler=NoRouteHandler)

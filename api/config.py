@@ -47,6 +47,7 @@ class Settings:
     max_connections: int = field(default_factory=lambda: _default_max_connections())
     trusted_proxies: Tuple[Network, ...] = ()
     auth: bool = True
+    json_logs: bool = True
 
 
 def from_environment(environ: Optional[Mapping[str, str]] = None) -> Settings:
@@ -81,6 +82,7 @@ def from_environment(environ: Optional[Mapping[str, str]] = None) -> Settings:
         max_connections=read("JETWAY_MAX_CONNECTIONS", _positive_int, defaults.max_connections),
         trusted_proxies=read("JETWAY_TRUSTED_PROXIES", _networks, defaults.trusted_proxies),
         auth=read("JETWAY_AUTH", _flag, defaults.auth),
+        json_logs=read("JETWAY_LOG_FORMAT", _log_format, defaults.json_logs),
     )
 
 
@@ -96,6 +98,12 @@ def _networks(text: str) -> Tuple[Network, ...]:
         return tuple(ipaddress.ip_network(part.strip()) for part in text.split(",") if part.strip())
     except ValueError as error:
         raise ValueError(f"not a comma-separated list of CIDRs ({error})") from None
+
+
+def _log_format(text: str) -> bool:
+    if text not in ("json", "text"):
+        raise ValueError("must be json or text")
+    return text == "json"
 
 
 def _port(text: str) -> int:

@@ -29,6 +29,7 @@ import cyclone.web
 from cyclone.httputil import HTTPHeaders
 
 from api.chunked import ChunkedDecoder
+from api.observe import Observer
 from api.request_head import MAX_HEADER_BYTES, MAX_REQUEST_LINE, ProtocolError, RequestHead, parse_head
 from cache import codec
 from handlers.errors import ApiError
@@ -261,10 +262,11 @@ class JetwayApplication(cyclone.web.Application):
 
     protocol = JetwayConnection
 
-    def __init__(self, handlers: Any, clock: Any, limits: HttpLimits, **settings: Any) -> None:
-        super().__init__(handlers, **settings)
+    def __init__(self, handlers: Any, clock: Any, limits: HttpLimits, observer: Observer, **settings: Any) -> None:
+        super().__init__(handlers, log_function=observer.request_finished, **settings)
         self.clock = clock
         self.limits = limits
+        self.observer = observer
         self.connections: Set[JetwayConnection] = set()
         self.port: Any = None
         self.accepting = True
@@ -278,12 +280,14 @@ class JetwayApplication(cyclone.web.Application):
 
     def connection_opened(self, connection: JetwayConnection) -> None:
         self.connections.add(connection)
+        self.observer.connection_opened()
         if len(self.connections) >= self.limits.max_connections and self.port is not None and not self._paused:
             self._paused = True
             self.port.stopReading()
 
     def connection_closed(self, connection: JetwayConnection) -> None:
         self.connections.discard(connection)
+        self.observer.connection_closed()
         if self._paused and len(self.connections) < self.limits.max_connections:
             self._paused = False
             if self.accepting:

@@ -10,12 +10,12 @@ import argparse
 import re
 import sys
 import time
-from typing import Any, List
+from typing import Any
 
 from twisted.internet import defer
 
 from api.config import Settings
-from cache.errors import StoreError
+from api.oneshot import run_with_link
 from cache.link import RedisLink
 from cache.tokens import TokenError, TokenStore
 
@@ -44,29 +44,16 @@ def duration(text: str) -> int:
 
 
 def run(settings: Settings, args: argparse.Namespace) -> int:
-    from twisted.internet import reactor
-
-    outcome: List[int] = []
-
     @defer.inlineCallbacks
-    def job() -> Any:
-        link = RedisLink(settings.redis, reactor, settings.redis_timeout, poolsize=1)
+    def act(link: RedisLink) -> Any:
         try:
             yield _act(TokenStore(link), args)
-            outcome.append(0)
         except TokenError as error:
             print(f"jetway: {error}", file=sys.stderr)
-            outcome.append(1)
-        except StoreError as error:
-            print(f"jetway: cannot use Redis at {settings.redis.describe()}: {error}", file=sys.stderr)
-            outcome.append(1)
-        finally:
-            yield link.close()
-            reactor.stop()
+            return 1
+        return 0
 
-    reactor.callWhenRunning(job)
-    reactor.run(installSignalHandlers=False)
-    return outcome[0] if outcome else 1
+    return run_with_link(settings, act)
 
 
 @defer.inlineCallbacks

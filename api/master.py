@@ -22,9 +22,12 @@ import socket
 import sys
 from typing import Any, List, Optional
 
+from prometheus_client import multiprocess
 from twisted.internet import defer, protocol
 from twisted.python import log
 
+from api.metrics_dir import MULTIPROC_ENV
+from api.observe import worker_restarts
 from api.signals import on_signals
 
 LISTEN_FD = 3
@@ -43,6 +46,7 @@ class WorkerProcess(protocol.ProcessProtocol):
     def __init__(self, slot: Slot, started: float) -> None:
         self.slot = slot
         self.started = started
+        self.pid = 0
         self.ready: defer.Deferred = defer.Deferred()
         self.ended: defer.Deferred = defer.Deferred()
 
@@ -80,7 +84,7 @@ class Master:
         self.slots = [Slot(self, index, listener) for index, listener in enumerate(listeners)]
         self.stopping = False
         self.reloading = False
-        self.restarts = 0
+        self.restarts = worker_restarts()
 
     def run(self) -> int:
         for slot in self.slots:
@@ -95,18 +99,21 @@ class Master:
     def spawn(self, slot: Slot) -> WorkerProcess:
         worker = WorkerProcess(slot, self.reactor.seconds())
         args = [self.python, "-m", "api", "worker", "--fd", str(LISTEN_FD), "--ready-fd", str(READY_FD)]
-        self.reactor.spawnProcess(
+        worker.pid = self.reactor.spawnProcess(
             worker,
             self.python,
             args,
             env=dict(os.environ),
             childFDs={0: "w", 1: 1, 2: 2, LISTEN_FD: slot.listener.fileno(), READY_FD: "r"},
-        )
+        ).pid
         worker.ready.addErrback(lambda failure: log.msg(f"slot {slot.index}: {failure.getErrorMessage()}"))
         slot.worker = worker
         return worker
 
     def worker_ended(self, worker: WorkerProcess, reason: Any) -> None:
+        if os.environ.get(MULTIPROC_ENV):
+            # Its live gauges (open connections) no longer count.
+            multiprocess.mark_process_dead(worker.pid)
         slot = worker.slot
         if slot.worker is not worker or self.stopping:
             return  # replaced by a reload, or shutting down
@@ -114,7 +121,7 @@ class Master:
         lived = self.reactor.seconds() - worker.started
         slot.backoff = 0.0 if lived >= STABLE_AFTER else min(max(slot.backoff * 2, FIRST_BACKOFF), MAX_BACKOFF)
         log.msg(f"worker of slot {slot.index} ended ({reason}); restarting in {slot.backoff:.1f}s")
-        self.restarts += 1
+        self.restarts.inc()
         self.reactor.callLater(slot.backoff, self._respawn, slot)
 
     def _respawn(self, slot: Slot) -> None:

@@ -16,16 +16,18 @@ import sys
 from typing import Any, Optional
 
 from twisted.internet import task
-from twisted.logger import globalLogBeginner, textFileLogObserver
 
 from api.app import make_app
 from api.config import Settings
 from api.connection import JetwayApplication
+from api.logs import start_logging
+from api.observe import Metrics
 from api.signals import on_signals
-from cache.link import RedisLink
+from cache.metered import MeteredLink
 from cache.store import DocumentStore
 from cache.token_cache import TokenCache
 from cache.tokens import TokenStore
+from cache.topology import connect
 from handlers.auth import Gate
 
 # A keep-alive connection idle this long during a drain is closed: long
@@ -37,12 +39,15 @@ _PR_SET_PDEATHSIG = 1
 
 def run_worker(settings: Settings, reactor: Any, fd: int, ready_fd: Optional[int] = None) -> int:
     """Serve on the listening socket ``fd`` until drained; returns the exit code."""
-    globalLogBeginner.beginLoggingTo([textFileLogObserver(sys.stdout)], redirectStandardIO=False)
+    start_logging(sys.stdout, settings.json_logs)
     if ready_fd is not None:
         _die_with_parent()
-    link = RedisLink(settings.redis, reactor, settings.redis_timeout, settings.redis_pool)
+    metrics = Metrics()
+    link = MeteredLink(
+        connect(settings.redis, reactor, settings.redis_timeout, settings.redis_pool), metrics.observe_redis
+    )
     tokens = TokenCache(TokenStore(link), settings.redis, reactor, settings.redis_timeout) if settings.auth else None
-    app = make_app(settings, DocumentStore(link), Gate(tokens, link, settings.auth), reactor)
+    app = make_app(settings, DocumentStore(link), Gate(tokens, link, settings.auth), reactor, metrics)
     port = reactor.adoptStreamPort(fd, _nonblocking_family(fd), app)
     os.close(fd)  # adoptStreamPort took a copy
     app.listen_on(port)

@@ -7,6 +7,8 @@ Every error, whether raised by a handler, by the store or by Cyclone itself
 from __future__ import annotations
 
 import http
+import re
+import uuid
 from typing import Any, Dict, Optional, Tuple, Type
 from urllib.parse import parse_qs
 
@@ -34,6 +36,7 @@ JSON_TYPE = "application/json"
 PROBLEM_TYPE = "application/problem+json"
 # How long a client should wait before retrying while Redis is unreachable.
 RETRY_AFTER_SECONDS = "1"
+_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}\Z")
 
 _STORE_ERRORS: Dict[Type[Exception], Any] = {
     RedisUnavailable: lambda e: ApiError(
@@ -67,9 +70,15 @@ class JsonHandler(cyclone.web.RequestHandler):
     """Base of every handler: bytes out with an explicit type, errors as data."""
 
     SUPPORTED_METHODS: Tuple[str, ...] = ("GET", "HEAD")
+    ROUTE = "unknown"  # the metrics label of the handler's route
+    request_id = ""
 
     def set_default_headers(self) -> None:
+        # Also runs when an error resets the headers, so errors carry the id too.
+        if not self.request_id:
+            self.request_id = request_id_of(self.request.headers.get("X-Request-ID"))
         self.set_header("Server", "jetway")
+        self.set_header("X-Request-ID", self.request_id)
 
     def compute_etag(self) -> None:
         # ETags are stored with each document; never hash a body per read.
@@ -139,6 +148,13 @@ class JsonHandler(cyclone.web.RequestHandler):
         self.finish(codec.dumps(error.as_problem()))
 
 
+def request_id_of(given: Optional[str]) -> str:
+    """The client's ``X-Request-ID`` if it is sane, else a new one."""
+    if given and _REQUEST_ID.match(given):
+        return given
+    return uuid.uuid4().hex
+
+
 class _AnyMethod(tuple):
     def __contains__(self, method: object) -> bool:
         return True
@@ -147,6 +163,7 @@ class _AnyMethod(tuple):
 class NoRouteHandler(JsonHandler):
     """Cyclone's ``error_handler``: a 404 problem for any unknown path."""
 
+    ROUTE = "none"
     # Any method on an unknown path is a 404, not a 405.
     SUPPORTED_METHODS = _AnyMethod()
 

@@ -26,6 +26,7 @@ def items_envelope(bodies: List[Optional[bytes]], next_cursor: Optional[bytes], 
 
 
 class CollectionHandler(ResourceHandler):
+    ROUTE = "collection"
     SUPPORTED_METHODS = ("GET", "HEAD", "POST")
 
     @defer.inlineCallbacks

@@ -13,6 +13,7 @@ from handlers.errors import not_found
 
 
 class DocumentHandler(ResourceHandler):
+    ROUTE = "document"
     SUPPORTED_METHODS = ("GET", "HEAD", "PUT", "PATCH", "DELETE")
 
     @defer.inlineCallbacks

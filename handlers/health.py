@@ -12,6 +12,8 @@ from handlers.errors import ApiError
 
 
 class LivenessHandler(JsonHandler):
+    ROUTE = "healthz"
+
     def get(self) -> None:
         self.send_bytes(200, b'{"status":"ok"}')
 
@@ -19,6 +21,8 @@ class LivenessHandler(JsonHandler):
 
 
 class ReadinessHandler(JsonHandler):
+    ROUTE = "readyz"
+
     def initialize(self, store: DocumentStore, reactor: Any, timeout: float) -> None:
         self.store = store
         self.reactor = reactor

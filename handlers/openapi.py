@@ -14,6 +14,7 @@ from typing import Any, Dict, Iterable, List, Optional, Pattern, Tuple
 from handlers import validation
 from handlers.base import JSON_TYPE, PROBLEM_TYPE, RETRY_AFTER_SECONDS, JsonHandler
 from handlers.errors import PROBLEM_TYPE_PREFIX
+from handlers.metrics import METRICS_TYPE
 
 Json = Dict[str, Any]
 
@@ -21,6 +22,7 @@ Json = Dict[str, Any]
 HEALTHZ = "/healthz"
 READYZ = "/readyz"
 OPENAPI = "/openapi.json"
+METRICS = "/metrics"
 DOCUMENT = "/v1/{collection}/{id}"
 COLLECTION = "/v1/{collection}"
 
@@ -186,6 +188,18 @@ def _health_paths() -> Json:
             _with_head(
                 _operation("getReadiness", "Readiness", "health", {"200": _response("Ready.", ready), **not_ready}),
                 "headReadiness",
+            ),
+        ),
+        METRICS: _path_item(
+            "Prometheus metrics, aggregated over every worker of this instance.",
+            _with_head(
+                _operation(
+                    "getMetrics",
+                    "Metrics",
+                    "meta",
+                    {"200": _response("Prometheus text format 0.0.4.", {"type": "string"}, media=METRICS_TYPE)},
+                ),
+                "headMetrics",
             ),
         ),
         OPENAPI: _path_item(
@@ -438,6 +452,8 @@ def openapi_document() -> Json:
 
 
 class OpenApiHandler(JsonHandler):
+    ROUTE = "openapi"
+
     def initialize(self, body: bytes) -> None:
         # Serialized once per process by make_app: it never changes while serving.
         self.body = body

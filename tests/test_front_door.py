@@ -8,6 +8,7 @@ is not confused.
 from __future__ import annotations
 
 import contextlib
+import json
 import select
 import socket
 import threading
@@ -251,8 +252,8 @@ def _logged_client(front: JetwayServer, marker: str) -> str:
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
         for line in front.log_path.read_text().splitlines():
-            if marker in line:
-                return line.rsplit("(", 1)[1].split(")")[0]
+            if marker in line and line.startswith("{"):
+                return json.loads(line)["client"]
         time.sleep(0.05)
     raise AssertionError(f"{marker} not logged")
 
