@@ -6,11 +6,16 @@ here has a deadline instead, so a request gets a 503 (no connection) or a
 decoding and no number conversion, so a document comes back as stored.
 Several commands sent together go down one connection back to back, so they
 cost one round trip.
+
+``Link`` is the interface the store uses; ``RedisLink`` implements it for one
+server, ``cache.sentinel.SentinelLink`` for a master found through Sentinel
+and ``cache.cluster.ClusterLink`` for Redis Cluster (``cache.topology``
+picks one from the URL).
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence, Union
+from typing import Any, Dict, Protocol, Sequence, Tuple, Union
 
 import txredisapi
 from twisted.internet import defer
@@ -25,6 +30,22 @@ from cache.tls import wrap_tls
 
 Arg = Union[bytes, str, int]
 Command = Sequence[Arg]
+# (True, reply) or (False, the StoreError it failed with), one per command.
+Outcome = Tuple[bool, Any]
+
+
+class Link(Protocol):
+    """What the store needs from Redis, whatever the topology behind it."""
+
+    def execute(self, *command: Arg) -> defer.Deferred: ...
+
+    def pipeline(self, commands: Sequence[Command]) -> defer.Deferred: ...
+
+    def pipeline_scripts(self, commands: Sequence[Command], scripts: Sequence[Script]) -> defer.Deferred: ...
+
+    def run_script(self, script: Script, keys: Sequence[bytes], args: Sequence[Arg]) -> defer.Deferred: ...
+
+    def close(self) -> defer.Deferred: ...
 
 
 class _Factory(txredisapi.RedisFactory):
@@ -40,18 +61,13 @@ class RedisLink:
     def __init__(self, address: RedisAddress, reactor: Any, timeout: float, poolsize: int = 4) -> None:
         self._clock: IReactorTime = reactor
         self._timeout = timeout
-        self._factory = _Factory(
-            address.describe(),
-            address.db,
-            poolsize,
-            isLazy=True,
-            charset=None,
-            password=address.password,
-            username=address.username,
-            replyTimeout=timeout,
-            convertNumbers=False,
-        )
-        self._factory.startConnecting(endpoint_for(address, reactor, timeout))
+        self._factory = self._start(address, reactor, timeout, poolsize)
+
+    def _start(self, address: RedisAddress, reactor: Any, timeout: float, poolsize: int) -> txredisapi.RedisFactory:
+        """Make the pool and start connecting it (``SentinelLink`` finds its server another way)."""
+        factory = _Factory(address.describe(), address.db, poolsize, **pool_options(address, timeout))
+        factory.startConnecting(endpoint_for(address, reactor, timeout))
+        return factory
 
     def close(self) -> defer.Deferred:
         """Close every connection and stop reconnecting."""
@@ -71,6 +87,21 @@ class RedisLink:
             raise RedisUnavailable("the connection to Redis was lost") from None
         replies = yield defer.gatherResults(sent, consumeErrors=True).addErrback(_unwrap_first)
         return replies
+
+    @defer.inlineCallbacks
+    def send_each(self, commands: Sequence[Command]) -> Any:
+        """Like ``pipeline``, but fires with an ``Outcome`` per command instead of failing on the first error.
+
+        The commands go down one connection in this order, so a command
+        that must follow another on the same connection (``ASKING``) can.
+        """
+        connection = yield self._connection()
+        try:
+            sent = [connection.execute_command(*command) for command in commands]
+        except txredisapi.ConnectionError:
+            raise RedisUnavailable("the connection to Redis was lost") from None
+        results = yield defer.DeferredList(sent, consumeErrors=True)
+        return [(True, value) if ok else (False, store_error(value.value)) for ok, value in results]
 
     def run_script(self, script: Script, keys: Sequence[bytes], args: Sequence[Arg]) -> defer.Deferred:
         """Run a Lua script by its SHA, loading it first if Redis lacks it."""
@@ -108,14 +139,33 @@ class RedisLink:
 def _unwrap_first(failure: Failure) -> Failure:
     """Turn gatherResults' FirstError into the store's own error types."""
     failure.trap(defer.FirstError)
-    error = failure.value.subFailure.value
+    error = store_error(failure.value.subFailure.value)
+    if error is failure.value.subFailure.value:
+        return failure.value.subFailure
+    raise error
+
+
+def store_error(error: BaseException) -> BaseException:
+    """txredisapi's error as the store's own type (others unchanged)."""
     if isinstance(error, txredisapi.TimeoutError):
-        raise RedisTimeout(str(error))
+        return RedisTimeout(str(error))
     if isinstance(error, txredisapi.ConnectionError):
-        raise RedisUnavailable(str(error))
+        return RedisUnavailable(str(error))
     if isinstance(error, txredisapi.ResponseError):
-        raise RedisReplyError(str(error))
-    return failure.value.subFailure
+        return RedisReplyError(str(error))
+    return error
+
+
+def pool_options(address: RedisAddress, timeout: float) -> Dict[str, Any]:
+    """How every pool talks to a data node: raw bytes in and out, a reply deadline."""
+    return {
+        "isLazy": True,
+        "charset": None,
+        "password": address.password,
+        "username": address.username,
+        "replyTimeout": timeout,
+        "convertNumbers": False,
+    }
 
 
 def endpoint_for(address: RedisAddress, reactor: Any, timeout: float) -> Any:

@@ -15,8 +15,8 @@ import txredisapi
 from twisted.internet import defer
 
 from cache.address import RedisAddress
-from cache.link import endpoint_for
 from cache.tokens import CHANGED_CHANNEL, TokenRecord, TokenStore
+from cache.topology import subscriber_endpoint
 
 # Bound on the cache; beyond it the oldest entries go (dicts keep order).
 MAX_ENTRIES = 10_000
@@ -70,7 +70,7 @@ class TokenCache:
         self._records: Dict[bytes, TokenRecord] = {}
         self._live: Optional[_Subscriber] = None
         self._factory = _SubscriberFactory(self, address)
-        self._factory.startConnecting(endpoint_for(address, reactor, timeout))
+        self._factory.startConnecting(subscriber_endpoint(address, reactor, timeout))
 
     @property
     def subscribed(self) -> bool:

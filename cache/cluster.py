@@ -1,0 +1,339 @@
+"""Redis Cluster behind the same interface as ``RedisLink``.
+
+txredisapi knows nothing of Redis Cluster (a ``MOVED`` comes back as a plain
+error reply), so this layer sits on top of one ``RedisLink`` (one pool) per
+node:
+
+- The slot map (which master serves each of the 16384 hash slots) comes from
+  ``CLUSTER SLOTS``, asked of every known node at once, first answer wins.
+  It is loaded at start and again whenever a node says it is stale.
+- A command goes to the master of its key's slot: CRC16 (XMODEM) of the key,
+  or of the part between the first ``{`` and the next ``}`` when that is not
+  empty (a hash tag). Its key is its first argument, or for ``EVALSHA`` the
+  first key after ``numkeys``. ``cache.keys`` lays keys out so that no
+  command and no script spans two slots, so the first key is enough.
+- A pipeline is split by node; each node's part goes down one of its
+  connections back to back, every node at once, and the replies are put back
+  in the order of the commands: still one round trip.
+- ``MOVED`` (the slot has a new owner): the map is corrected and reloaded,
+  and the command goes again to the node named. ``ASK`` (the slot is being
+  migrated and the key may already be on the target): ``ASKING`` and the
+  command go to the target on one connection; the map is left as it is.
+  ``TRYAGAIN`` (a script's keys are split between source and target for a
+  moment) and ``CLUSTERDOWN``: again after a short pause. ``NOSCRIPT`` (the
+  node never ran the script, e.g. it just took the slot over): loaded there,
+  then the command again. None of these replies means that the command ran,
+  so sending it again is safe; all of it happens within the link's deadline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from twisted.internet import defer, task
+from twisted.internet.interfaces import IStreamClientEndpoint
+from twisted.python.failure import Failure
+from zope.interface import implementer
+
+from cache.address import Node, RedisAddress
+from cache.errors import RedisReplyError, RedisUnavailable, StoreError
+from cache.link import Arg, Command, RedisLink, endpoint_for
+from cache.scripts import Script
+
+SLOTS = 16384
+# MOVED/ASK hops for one command; a healthy cluster needs at most two.
+MAX_REDIRECTIONS = 8
+# Between tries after TRYAGAIN or CLUSTERDOWN; a migrating slot's keys move
+# within milliseconds, a failover takes seconds (beyond the deadline anyway).
+RETRY_PAUSE = 0.02
+_SCRIPT_CALLS = frozenset((b"EVAL", b"EVALSHA", b"EVAL_RO", b"EVALSHA_RO", b"FCALL", b"FCALL_RO"))
+_KEYLESS = frozenset((b"PING", b"ECHO", b"TIME", b"INFO", b"SCRIPT", b"CLUSTER", b"PUBLISH", b"ASKING"))
+
+
+def _crc16_table() -> List[int]:
+    table = []
+    for byte in range(256):
+        crc = byte << 8
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x1021 if crc & 0x8000 else crc << 1) & 0xFFFF
+        table.append(crc)
+    return table
+
+
+_CRC16 = _crc16_table()
+
+
+def crc16(data: bytes) -> int:
+    """CRC16-CCITT (XMODEM), the checksum Redis Cluster hashes keys with."""
+    crc = 0
+    for byte in data:
+        crc = ((crc << 8) & 0xFFFF) ^ _CRC16[((crc >> 8) ^ byte) & 0xFF]
+    return crc
+
+
+def key_slot(key: bytes) -> int:
+    """The hash slot of ``key``, honouring a ``{hash tag}``."""
+    start = key.find(b"{")
+    if start != -1:
+        end = key.find(b"}", start + 1)
+        if end > start + 1:
+            key = key[start + 1 : end]
+    return crc16(key) % SLOTS
+
+
+def command_key(command: Command) -> Optional[bytes]:
+    """The key a command is routed by, or None when any node will do."""
+    name = _bytes(command[0]).upper()
+    if name in _SCRIPT_CALLS:
+        return _bytes(command[3]) if len(command) > 3 and int(command[2]) > 0 else None
+    if name in _KEYLESS or len(command) < 2:
+        return None
+    return _bytes(command[1])
+
+
+def _bytes(arg: Arg) -> bytes:
+    if isinstance(arg, bytes):
+        return arg
+    return arg.encode() if isinstance(arg, str) else b"%d" % arg
+
+
+@dataclass(frozen=True)
+class _Attempt:
+    """One command of a pipeline, and how to send it next time."""
+
+    index: int
+    command: Command
+    node: Optional[Node] = None  # where a redirection pointed; None: the slot's owner
+    asking: bool = False
+    load: Optional[bytes] = None  # a script's source to load on the node first
+    pause: bool = False
+
+
+class ClusterLink:
+    """Sends commands to the right masters of a Redis Cluster, following its redirections."""
+
+    def __init__(self, address: RedisAddress, reactor: Any, timeout: float, poolsize: int = 4) -> None:
+        self._address = address
+        self._reactor = reactor
+        self._timeout = timeout
+        self._poolsize = poolsize
+        self._links: Dict[Node, RedisLink] = {}
+        self._owners: List[Optional[Node]] = [None] * SLOTS
+        self._mapped = False
+        self._waiting: List[defer.Deferred] = []
+        self._closed = False
+        self._stale()
+
+    def execute(self, *command: Arg) -> defer.Deferred:
+        return self.pipeline([command]).addCallback(lambda replies: replies[0])
+
+    def pipeline(self, commands: Sequence[Command]) -> defer.Deferred:
+        return self._run(commands, ())
+
+    def pipeline_scripts(self, commands: Sequence[Command], scripts: Sequence[Script]) -> defer.Deferred:
+        """``pipeline``; a node that lacks one of ``scripts`` gets it loaded, and the call is sent again."""
+        return self._run(commands, scripts)
+
+    def run_script(self, script: Script, keys: Sequence[bytes], args: Sequence[Arg]) -> defer.Deferred:
+        return self.pipeline_scripts([script.call(keys, args)], [script]).addCallback(lambda replies: replies[0])
+
+    def close(self) -> defer.Deferred:
+        self._closed = True
+        return defer.gatherResults([link.close() for link in self._links.values()], consumeErrors=True)
+
+    def masters(self) -> List[Node]:
+        """The nodes that serve slots, as the map has them now."""
+        return sorted({node for node in self._owners if node is not None})
+
+    def refresh(self) -> defer.Deferred:
+        """Reload the slot map; callers that come while a reload runs share it."""
+        waiter = defer.Deferred()
+        self._waiting.append(waiter)
+        if len(self._waiting) == 1:
+            self._load().addBoth(self._loaded)
+        return waiter
+
+    @defer.inlineCallbacks
+    def _run(self, commands: Sequence[Command], scripts: Sequence[Script]) -> Any:
+        if not self._mapped:
+            yield self.refresh()
+        deadline = self._reactor.seconds() + self._timeout
+        sources = {script.sha: script.source for script in scripts}
+        replies: List[Any] = [None] * len(commands)
+        errors: Dict[int, BaseException] = {}
+        todo = [_Attempt(index, command) for index, command in enumerate(commands)]
+        hops = 0
+        while todo:
+            outcomes = yield self._send_all(todo)
+            todo = []
+            for attempt, node, ok, value in outcomes:
+                again = None if ok else self._again(attempt, node, value, sources)
+                if ok:
+                    replies[attempt.index] = value
+                elif again is None:
+                    errors[attempt.index] = value
+                else:
+                    todo.append(again)
+            if not todo:
+                break
+            pause = RETRY_PAUSE if any(attempt.pause for attempt in todo) else 0.0
+            hops += not pause
+            if hops > MAX_REDIRECTIONS or self._reactor.seconds() + pause > deadline:
+                raise RedisUnavailable("the cluster did not settle on where the keys are")
+            if pause:
+                yield task.deferLater(self._reactor, pause, lambda: None)
+        if errors:
+            raise errors[min(errors)]
+        return replies
+
+    def _again(self, attempt: _Attempt, node: Node, error: BaseException, sources: Dict[bytes, bytes]) -> Any:
+        """The attempt to make after ``error``, or None when the error is the answer."""
+        if isinstance(error, RedisUnavailable):
+            self._stale()  # the node may have left the cluster or lost its slots
+        if not isinstance(error, RedisReplyError):
+            return None
+        message = str(error)
+        kind = message.split(" ", 1)[0]
+        if kind == "MOVED":
+            slot, target = _redirection(message, node)
+            self._owners[slot] = target
+            self._stale()
+            return replace(attempt, node=target, asking=False, pause=False)
+        if kind == "ASK":
+            _, target = _redirection(message, node)
+            return replace(attempt, node=target, asking=True, pause=False)
+        if kind in ("TRYAGAIN", "CLUSTERDOWN"):
+            return replace(attempt, node=None, asking=False, pause=True)
+        if kind == "NOSCRIPT" and attempt.load is None:
+            source = sources.get(_bytes(attempt.command[1]))
+            return replace(attempt, load=source, pause=False) if source else None
+        return None
+
+    def _send_all(self, todo: List[_Attempt]) -> defer.Deferred:
+        by_node: Dict[Node, List[_Attempt]] = {}
+        for attempt in todo:
+            by_node.setdefault(attempt.node or self._owner(attempt.command), []).append(attempt)
+        sent = [self._send(node, attempts) for node, attempts in by_node.items()]
+        return defer.gatherResults(sent).addCallback(lambda groups: [outcome for group in groups for outcome in group])
+
+    @defer.inlineCallbacks
+    def _send(self, node: Node, attempts: List[_Attempt]) -> Any:
+        """One node's part, on one connection: ``(attempt, node, ok, reply or error)`` each."""
+        wire: List[Command] = []
+        places: List[int] = []
+        for attempt in attempts:
+            if attempt.load is not None:
+                wire.append((b"SCRIPT", b"LOAD", attempt.load))
+            if attempt.asking:
+                # ASKING lets only the very next command on this connection in.
+                wire.append((b"ASKING",))
+            places.append(len(wire))
+            wire.append(attempt.command)
+        try:
+            results = yield self._link(node).send_each(wire)
+        except StoreError as error:
+            return [(attempt, node, False, error) for attempt in attempts]
+        return [(attempt, node, *results[place]) for attempt, place in zip(attempts, places)]
+
+    def _owner(self, command: Command) -> Node:
+        key = command_key(command)
+        if key is None:
+            owner = next((node for node in self._owners if node is not None), None)
+        else:
+            owner = self._owners[key_slot(key)]
+        if owner is None:
+            self._stale()
+            raise RedisUnavailable("no node of the cluster serves that slot")
+        return owner
+
+    def _link(self, node: Node) -> RedisLink:
+        link = self._links.get(node)
+        if link is None:
+            link = RedisLink(self._address.at(*node), self._reactor, self._timeout, self._poolsize)
+            self._links[node] = link
+        return link
+
+    def _stale(self) -> None:
+        """Reload the map in the background (a request that needs it waits on its own)."""
+        if not self._closed:
+            self.refresh().addErrback(lambda _: None)
+
+    @defer.inlineCallbacks
+    def _load(self) -> Any:
+        known = list(dict.fromkeys([*self.masters(), *self._address.nodes]))
+        asked = [self._link(node).execute(b"CLUSTER", b"SLOTS").addCallback(_from, node) for node in known]
+        try:
+            node, reply = yield _first_success(asked)
+        except StoreError as error:
+            raise RedisUnavailable(f"no node of the cluster answered CLUSTER SLOTS ({error})") from None
+        owners: List[Optional[Node]] = [None] * SLOTS
+        for start, end, master, *_replicas in reply:
+            # An empty host means "the address you reached me at".
+            owner = (_text(master[0]) or node[0], int(master[1]))
+            owners[int(start) : int(end) + 1] = [owner] * (int(end) - int(start) + 1)
+        self._owners = owners
+        self._mapped = True
+
+    def _loaded(self, result: Any) -> None:
+        waiting, self._waiting = self._waiting, []
+        for waiter in waiting:
+            if isinstance(result, Failure):
+                waiter.errback(result)
+            else:
+                waiter.callback(None)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _from(reply: Any, node: Node) -> Tuple[Node, Any]:
+    return node, reply
+
+
+def _first_success(pending: List[defer.Deferred]) -> defer.Deferred:
+    """Fires with the first result among ``pending``, or the first failure if all fail."""
+    done = defer.Deferred()
+    failures: List[Failure] = []
+
+    def succeeded(result: Any) -> None:
+        if not done.called:
+            done.callback(result)
+
+    def failed(failure: Failure) -> None:
+        failures.append(failure)
+        if len(failures) == len(pending) and not done.called:
+            done.errback(failures[0])
+
+    for deferred in pending:
+        deferred.addCallbacks(succeeded, failed)
+    return done
+
+
+def _redirection(message: str, replied_by: Node) -> Tuple[int, Node]:
+    """``MOVED 3999 127.0.0.1:6381`` → ``(3999, ("127.0.0.1", 6381))``."""
+    _, slot, where = message.split(" ", 2)
+    host, _, port = where.rpartition(":")
+    return int(slot), (host or replied_by[0], int(port))
+
+
+@implementer(IStreamClientEndpoint)
+class AnyNodeEndpoint:
+    """Dials the seed nodes in turn, one per attempt (for a subscription).
+
+    A cluster forwards every ``PUBLISH`` to all its nodes, so a subscriber
+    may sit on any of them; when its node dies, the next attempt goes to the
+    next seed.
+    """
+
+    def __init__(self, address: RedisAddress, reactor: Any, timeout: float) -> None:
+        self._address = address
+        self._reactor = reactor
+        self._timeout = timeout
+        self._attempts = 0
+
+    def connect(self, factory: Any) -> defer.Deferred:
+        host, port = self._address.nodes[self._attempts % len(self._address.nodes)]
+        self._attempts += 1
+        return endpoint_for(self._address.at(host, port), self._reactor, self._timeout).connect(factory)
