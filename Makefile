@@ -88,3 +88,56 @@ test: setup setup-cpython lint
 
 clean:
 	rm -rf $(VENV) $(CPY_VENV) $(LINT_VENV) $(VAR) .pytest_cache
+
+# --- Load testing: loadtest/, see README "Load testing" -----------------------
+LT_VENV := .venv-loadtest
+LT_PY := $(LT_VENV)/bin/python
+
+.PHONY: setup-loadtest loadtest-packages loadtest loadtest-check loadtest-record bench bench-quick clean-loadtest
+
+# locust needs gevent on CPython: its own environment, never the PyPy one.
+$(LT_VENV)/.installed: requirements-loadtest.txt | system-packages
+	python3 -m venv $(LT_VENV)
+	$(LT_PY) -m pip install -q --disable-pip-version-check -r requirements-loadtest.txt
+	touch $@
+
+setup-loadtest: $(LT_VENV)/.installed
+
+# wrk (the bench's load generator) and nginx (its ceiling), for the bench only.
+loadtest-packages: | system-packages
+	@missing=""; \
+	command -v wrk >/dev/null || missing="$$missing wrk"; \
+	command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || missing="$$missing nginx-light"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+	fi
+
+# A headless locust run against a Jetway started for it (private Redis);
+# LOADTEST_USERS, _USER_RATE, _WARMUP, _DURATION, _WORKERS change the scenario.
+loadtest: setup setup-loadtest
+	$(LT_PY) -m loadtest._run run
+
+# The baseline's scenario again; fails naming request and figure on a regression.
+loadtest-check: setup setup-loadtest
+	$(LT_PY) -m loadtest._run check
+
+loadtest-record: setup setup-loadtest
+	$(LT_PY) -m loadtest._run record
+
+# Side by side, interleaved: Jetway PyPy/CPython/1 worker, nginx, re-encoding.
+# BENCH_WARMUP, _DURATION, _ROUNDS, _CONNECTIONS, _WORKERS, _PIN, _SERVERS, _ENDPOINTS.
+bench: setup setup-cpython setup-loadtest loadtest-packages
+	$(LT_PY) -m loadtest.bench
+
+# Seconds instead of minutes, to see that it works; the figures mean nothing.
+bench-quick: setup setup-cpython setup-loadtest loadtest-packages
+	$(LT_PY) -m loadtest.bench --quick
+
+# The suite checks the load-test gate end to end (tests/test_loadtest.py).
+test: setup-loadtest
+
+clean: clean-loadtest
+
+clean-loadtest:
+	rm -rf $(LT_VENV)

@@ -1,0 +1,135 @@
+"""The bench's report: a markdown table and a PNG plot, from its summary.
+
+Each cell is the mean of a case's runs, its spread ((max - min) / mean over
+the runs, the honest error bar on a shared machine) and its ratio to Jetway
+on PyPy with N workers, measured in the same rounds.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Dict, List
+
+
+def markdown(summary: Dict[str, Any]) -> str:
+    settings = summary["settings"]
+    machine = summary["machine"]
+    lines = [
+        "# Jetway bench",
+        "",
+        f"{summary['when']}, Jetway {machine['jetway_commit']}, on {machine['cpu']} "
+        f"({machine['cores']} cores, {machine['memory_gib']} GiB), load average at the end "
+        f"{', '.join(str(load) for load in machine['load_average'])}.",
+        "",
+        f"- command: `{summary['command']}`",
+        f"- {summary['pinning']}",
+        f"- wrk: {settings['connections']} connections; warm-up {settings['warmup_s']:g} s per server; "
+        f"{settings['rounds']} interleaved rounds of {settings['duration_s']:g} s per case",
+        f"- servers: PyPy `{machine['server_python']}`; token: {summary['token']}"
+        + (f"; Jetway env `{settings['server_env']}`" if settings["server_env"] else ""),
+        "- cells: mean over the rounds, ±spread ((max-min)/mean), and ratio to the first column (x)",
+    ]
+    if not summary["trustworthy"]:
+        lines.append("- **not trustworthy**: quick mode, or under 15 s of warm-up, or fewer than 2 rounds")
+    lines += [f"- **response differs**: {text}" for text in summary["mismatches"]]
+    lines += ["", "## Requests per second (higher is better)", ""]
+    lines += _table(summary, "rps", "{:,.0f}")
+    lines += ["", "## p99 latency, ms (lower is better)", ""]
+    lines += _table(summary, "p99_ms", "{:.2f}")
+    lines += ["", "## Every run, in the order measured", ""]
+    lines += _runs(summary)
+    return "\n".join(lines) + "\n"
+
+
+def _table(summary: Dict[str, Any], figure: str, number: str) -> List[str]:
+    servers = summary["servers"]
+    reference = summary["reference"]
+    header = "| endpoint | " + " | ".join(server["label"] for server in servers) + " |"
+    rows = [header, "|---" + "|---:" * len(servers) + "|"]
+    low, high = ("rps_min", "rps_max") if figure == "rps" else ("p99_min", "p99_max")
+    for endpoint in summary["endpoints"]:
+        base = summary["cases"][f"{endpoint['key']}/{reference}"][figure]
+        cells = []
+        for server in servers:
+            case = summary["cases"][f"{endpoint['key']}/{server['key']}"]
+            value = case[figure]
+            spread = (case[high] - case[low]) / value if value else 0.0
+            cell = f"{number.format(value)} ±{spread:.0%}"
+            if server["key"] != reference:
+                cell += f" ({value / base:.2f}x)" if base else " (-)"
+            if case["errors"]:
+                cell += f" **{case['errors']} errors**"
+            cells.append(cell)
+        rows.append(f"| {endpoint['label']} | " + " | ".join(cells) + " |")
+    return rows
+
+
+def _runs(summary: Dict[str, Any]) -> List[str]:
+    labels = {server["key"]: server["label"] for server in summary["servers"]}
+    endpoints = {endpoint["key"]: endpoint["label"] for endpoint in summary["endpoints"]}
+    rows = [
+        "| # | round | endpoint | server | req/s | p50 ms | p99 ms | errors |",
+        "|---:|---:|---|---|---:|---:|---:|---:|",
+    ]
+    for run in summary["runs"]:
+        rows.append(
+            f"| {run['order']} | {run['round']} | {endpoints[run['endpoint']]} | {labels[run['server']]} | "
+            f"{run['rps']:,.0f} | {run['p50_ms']:.2f} | {run['p99_ms']:.2f} | {run['errors']} |"
+        )
+    return rows
+
+
+def plot(summary: Dict[str, Any], path: Path) -> None:
+    """Grouped bars per endpoint (mean, min-max whiskers, each run a dot)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    servers = summary["servers"]
+    endpoints = summary["endpoints"]
+    figure, axes = plt.subplots(1, 2, figsize=(15, 6.5))
+    width = 0.8 / len(servers)
+    for axis, (figure_key, title, low, high) in zip(
+        axes,
+        [
+            ("rps", "requests per second (log scale; higher is better)", "rps_min", "rps_max"),
+            ("p99_ms", "p99 latency, ms (log scale; lower is better)", "p99_min", "p99_max"),
+        ],
+    ):
+        for index, server in enumerate(servers):
+            xs, means, errors = [], [], [[], []]
+            for position, endpoint in enumerate(endpoints):
+                case = summary["cases"][f"{endpoint['key']}/{server['key']}"]
+                x = position + (index - (len(servers) - 1) / 2) * width
+                xs.append(x)
+                means.append(case[figure_key])
+                errors[0].append(case[figure_key] - case[low])
+                errors[1].append(case[high] - case[figure_key])
+                points = [
+                    run[figure_key]
+                    for run in summary["runs"]
+                    if run["server"] == server["key"] and run["endpoint"] == endpoint["key"]
+                ]
+                axis.scatter([x] * len(points), points, s=8, color="black", zorder=3)
+            axis.bar(xs, means, width, yerr=errors, capsize=2, label=server["label"], zorder=2)
+        axis.set_yscale("log")
+        axis.set_title(title)
+        axis.set_xticks(range(len(endpoints)))
+        axis.set_xticklabels([_short(endpoint["label"]) for endpoint in endpoints], rotation=20, ha="right")
+        axis.grid(axis="y", which="both", alpha=0.3, zorder=0)
+    handles, labels = axes[0].get_legend_handles_labels()
+    figure.legend(handles, labels, loc="lower center", ncol=len(servers), fontsize=9)
+    settings = summary["settings"]
+    figure.suptitle(
+        f"Jetway bench, {summary['when']}: {settings['rounds']} interleaved rounds of {settings['duration_s']:g} s, "
+        f"wrk -c {settings['connections']}; {summary['pinning']}",
+        fontsize=9,
+    )
+    figure.tight_layout(rect=(0, 0.06, 1, 1))
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+
+
+def _short(label: str) -> str:
+    return label.replace("/v1/{coll}/{id} ", "doc ").replace("GET ", "GET\n").replace("PUT ", "PUT\n")
