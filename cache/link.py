@@ -25,6 +25,7 @@ from twisted.python.failure import Failure
 
 from cache.address import RedisAddress
 from cache.errors import RedisReplyError, RedisTimeout, RedisUnavailable
+from cache.resp import FastRedisProtocol
 from cache.scripts import Script
 from cache.tls import wrap_tls
 
@@ -53,6 +54,7 @@ class _Factory(txredisapi.RedisFactory):
     # txredisapi's default back-off of up to 10 s.
     maxDelay = 1.0
     initialDelay = 0.2
+    protocol = FastRedisProtocol
 
 
 class RedisLink:
