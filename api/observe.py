@@ -8,9 +8,11 @@ and hands it to its workers), and a scrape of any worker reads them all.
 
 from __future__ import annotations
 
+import bisect
 import os
 import re
-from typing import Any, Callable, Optional
+from collections import defaultdict
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
@@ -27,8 +29,39 @@ def redact(text: str) -> str:
     return _TOKEN.sub("jw_[redacted]", text)
 
 
+class HistogramBatch:
+    """Observations of one histogram child, kept in memory until a flush."""
+
+    def __init__(self, bounds: Sequence[float]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * len(bounds)
+        self.total = 0.0
+
+    def observe(self, value: float) -> None:
+        self.total += value
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+
+    def flush_into(self, child: Any) -> None:
+        # prometheus_client has no bulk observe. Its histogram child keeps
+        # one (non-cumulative) value per bucket in _buckets and the sum in
+        # _sum; tests/test_observe.py checks this against observe().
+        child._sum.inc(self.total)
+        for bucket, count in zip(child._buckets, self.counts):
+            if count:
+                bucket.inc(count)
+        self.counts = [0] * len(self.bounds)
+        self.total = 0.0
+
+
 class Metrics:
-    """This process's metric objects (not registered globally)."""
+    """This process's metrics: counted in memory per request, written out by ``flush``.
+
+    In multiprocess mode every update is a write to a memory-mapped file;
+    a request made five of them, about a sixth of a 200 B read's CPU time
+    on PyPy. Batching makes the request path a few dict updates and leaves
+    a scrape at most one flush interval behind for other workers (a scrape
+    flushes the worker that answers it).
+    """
 
     def __init__(self) -> None:
         self.requests = Counter(
@@ -44,11 +77,41 @@ class Metrics:
         self.connections = Gauge(
             "jetway_open_connections", "Open client connections", multiprocess_mode="livesum", registry=None
         )
+        self.open_connections = 0
+        self._bounds = (*_BUCKETS, float("inf"))
+        self._requests: Dict[Tuple[str, str, str], int] = defaultdict(int)
+        self._latency: Dict[str, HistogramBatch] = {}
+        self._redis_latency: Dict[str, HistogramBatch] = {}
+        self._redis_errors: Dict[str, int] = defaultdict(int)
+
+    def count_request(self, route: str, method: str, status: int, seconds: float) -> None:
+        self._requests[(route, method, str(status))] += 1
+        self._batch(self._latency, route).observe(seconds)
 
     def observe_redis(self, operation: str, seconds: float, error: Optional[str]) -> None:
-        self.redis_latency.labels(operation).observe(seconds)
+        self._batch(self._redis_latency, operation).observe(seconds)
         if error is not None:
-            self.redis_errors.labels(error).inc()
+            self._redis_errors[error] += 1
+
+    def flush(self) -> None:
+        """Write what was counted since the last flush to the shared files."""
+        for labels, count in self._requests.items():
+            self.requests.labels(*labels).inc(count)
+        for kind, count in self._redis_errors.items():
+            self.redis_errors.labels(kind).inc(count)
+        self._requests.clear()
+        self._redis_errors.clear()
+        for route, batch in self._latency.items():
+            batch.flush_into(self.latency.labels(route))
+        for operation, batch in self._redis_latency.items():
+            batch.flush_into(self.redis_latency.labels(operation))
+        self.connections.set(self.open_connections)
+
+    def _batch(self, batches: Dict[str, HistogramBatch], label: str) -> HistogramBatch:
+        batch = batches.get(label)
+        if batch is None:
+            batch = batches[label] = HistogramBatch(self._bounds)
+        return batch
 
 
 def worker_restarts() -> Counter:
@@ -61,12 +124,14 @@ def render_metrics(fallback: Metrics) -> Callable[[], bytes]:
     directory = os.environ.get(MULTIPROC_ENV)
 
     def render() -> bytes:
+        fallback.flush()
         registry = CollectorRegistry()
         if directory:
             MultiProcessCollector(registry, path=directory)
         else:
             for metric in vars(fallback).values():
-                registry.register(metric)
+                if isinstance(metric, (Counter, Gauge, Histogram)):
+                    registry.register(metric)
         return generate_latest(registry)
 
     return render
@@ -82,10 +147,10 @@ class Observer:
         self.access_log = access_log
 
     def connection_opened(self) -> None:
-        self.metrics.connections.inc()
+        self.metrics.open_connections += 1
 
     def connection_closed(self) -> None:
-        self.metrics.connections.dec()
+        self.metrics.open_connections -= 1
 
     def request_finished(self, handler: Any) -> None:
         """Cyclone's ``log_function``: metrics always, the access line if wanted."""
@@ -93,8 +158,7 @@ class Observer:
         seconds = request.request_time()
         route = getattr(handler, "ROUTE", "unknown")
         status = handler.get_status()
-        self.metrics.requests.labels(route, request.method, str(status)).inc()
-        self.metrics.latency.labels(route).observe(seconds)
+        self.metrics.count_request(route, request.method, status, seconds)
         if self.access_log:
             self.log.info(
                 "{method} {path} {status} ({client}) {duration_ms}ms",

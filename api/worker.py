@@ -34,6 +34,8 @@ from handlers.auth import Gate
 # enough that a client is not mid-send, short enough to keep drains quick.
 DRAIN_IDLE_CLOSE = 1.0
 DRAIN_TICK = 0.1
+# How far behind a scrape may see other workers' counts.
+METRICS_FLUSH_SECONDS = 1.0
 _PR_SET_PDEATHSIG = 1
 
 
@@ -52,6 +54,10 @@ def run_worker(settings: Settings, reactor: Any, fd: int, ready_fd: Optional[int
     os.close(fd)  # adoptStreamPort took a copy
     app.listen_on(port)
     drain = Drain(app, port, reactor, settings.grace)
+    flushing = task.LoopingCall(metrics.flush)
+    flushing.clock = reactor
+    flushing.start(METRICS_FLUSH_SECONDS, now=False)
+    reactor.addSystemEventTrigger("before", "shutdown", metrics.flush)
     reactor.callWhenRunning(on_signals, reactor, drain.start, signal.SIGTERM, signal.SIGINT)
     reactor.addSystemEventTrigger("before", "shutdown", link.close)
     if tokens is not None:

@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from typing import Dict, Iterator
 
 import pytest
@@ -49,7 +50,9 @@ def requests_counted(samples: Dict[str, float], route: str, status: str) -> floa
 def test_metrics_answer_for_every_worker(observed):
     for _ in range(40):
         assert requests.get(observed.url("/v1/things/none"), timeout=10).status_code == 404
-    # Scrapes land on either worker; each must report all 40.
+    # Scrapes land on either worker; once each worker has flushed (every
+    # second), each scrape must report all 40.
+    time.sleep(1.2)
     counts = {requests_counted(scrape(observed), "document", "404") for _ in range(10)}
     assert counts == {40.0}, counts
     samples = scrape(observed)
@@ -72,6 +75,7 @@ def test_redis_errors_are_counted(redis_server, redis_client, tmp_path):
         server.start(["--workers", "1"])
         own.stop()
         assert requests.get(server.url("/v1/things/a"), timeout=10).status_code == 503
+        # The worker that answers a scrape flushes its own counts first.
         assert scrape(server).get('jetway_redis_errors_total{kind="unavailable"}', 0) >= 1
     finally:
         server.stop()
