@@ -19,6 +19,7 @@ Cyclone (``HTTPRequest``, handlers, writing responses):
 
 from __future__ import annotations
 
+import email.utils
 import http
 import ipaddress
 from dataclasses import dataclass
@@ -263,14 +264,24 @@ class JetwayApplication(cyclone.web.Application):
     protocol = JetwayConnection
 
     def __init__(self, handlers: Any, clock: Any, limits: HttpLimits, observer: Observer, **settings: Any) -> None:
-        super().__init__(handlers, log_function=observer.request_finished, **settings)
+        # No output transforms: every response has a Content-Length, so
+        # Cyclone's chunking transform (made anew per request) never applies.
+        super().__init__(handlers, transforms=[], log_function=observer.request_finished, **settings)
         self.clock = clock
         self.limits = limits
         self.observer = observer
         self.connections: Set[JetwayConnection] = set()
         self.port: Any = None
+        self._date: Tuple[int, str] = (0, "")
         self.accepting = True
         self._paused = False
+
+    def http_date(self) -> str:
+        """The current HTTP date, formatted once per second rather than per response."""
+        second = int(self.clock.seconds())
+        if self._date[0] != second:
+            self._date = (second, email.utils.formatdate(second, usegmt=True))
+        return self._date[1]
 
     def listen_on(self, port: Any) -> None:
         self.port = port

@@ -73,12 +73,34 @@ class JsonHandler(cyclone.web.RequestHandler):
     ROUTE = "unknown"  # the metrics label of the handler's route
     request_id = ""
 
+    def __init__(self, application: Any, request: Any, **kwargs: Any) -> None:
+        # Cyclone's own __init__ also builds the template helpers (ui
+        # modules and methods) for every request; a JSON API has none.
+        self.application = application
+        self.request = request
+        self._headers_written = False
+        self._finished = False
+        self._auto_finish = True
+        self.path_args = None
+        self.path_kwargs = None
+        self.clear()
+        self.request.connection.no_keep_alive = self.no_keep_alive
+        self.initialize(**kwargs)
+
+    def clear(self) -> None:
+        """Reset the response (Cyclone's ``clear``, with the Date string cached per second)."""
+        self._headers = {"Server": "jetway", "Content-Type": JSON_TYPE, "Date": self.application.http_date()}
+        self._list_headers = []
+        self._write_buffer = []
+        self._status_code = 200
+        self._reason = "OK"
+        self.set_default_headers()
+
     def set_default_headers(self) -> None:
         # Also runs when an error resets the headers, so errors carry the id too.
         if not self.request_id:
             self.request_id = request_id_of(self.request.headers.get("X-Request-ID"))
-        self.set_header("Server", "jetway")
-        self.set_header("X-Request-ID", self.request_id)
+        self._headers["X-Request-ID"] = self.request_id
 
     def compute_etag(self) -> None:
         # ETags are stored with each document; never hash a body per read.
