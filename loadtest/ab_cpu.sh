@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# A/B of two revisions on the hot read path: worker CPU time per request.
+#
+#   loadtest/ab_cpu.sh REV_A REV_B [ROUNDS]
+#
+# Each revision is checked out in a temporary worktree (sharing .venv) and
+# served by one PyPy worker with its own private Redis; wrk reads a ~200 B
+# document with 50 connections (10 s warm-up, then 5 s runs). The runs are
+# interleaved A, B, A, B, ... and the worker's user+system CPU time per
+# request is read from /proc: on a shared, noisy machine it moves far less
+# than requests per second, which are printed too. Env: AUTH_A / AUTH_B=on
+# (authorization on, with a token; default off), DUR, WARM.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+A=${1:?revision A}; B=${2:?revision B}; ROUNDS=${3:-3}
+WORK=$(mktemp -d)
+cleanup() {
+  for rev in a b; do git worktree remove --force "$WORK/$rev" 2>/dev/null || true; done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+for rev in a b; do
+  ref=$([ $rev = a ] && echo "$A" || echo "$B")
+  git worktree add -q --detach "$WORK/$rev" "$ref"
+  ln -s "$PWD/.venv" "$WORK/$rev/.venv"
+done
+
+run() {  # run TREE LABEL AUTH: one server, warm-up, one measured run
+  local tree=$1 label=$2 auth=$3 dir port pid worker header="" token t0 t1 out n
+  dir=$(mktemp -d -p "$WORK")
+  redis-server --port 0 --unixsocket "$dir/r.sock" --save '' --daemonize yes --pidfile "$dir/r.pid" --logfile "$dir/r.log"
+  sleep 0.3
+  port=$((20000 + RANDOM % 10000))
+  (cd "$tree" && REDIS_URL="unix://$dir/r.sock" JETWAY_ACCESS_LOG=off JETWAY_AUTH=$auth \
+    exec .venv/bin/python -m api serve --port $port --workers 1 > "$dir/server.log" 2>&1) &
+  pid=$!
+  sleep 3
+  worker=$(awk '{print $1}' "/proc/$pid/task/$pid/children")
+  if [ "$auth" = on ]; then
+    token=$(cd "$tree" && REDIS_URL="unix://$dir/r.sock" .venv/bin/python -m api keys create --name ab --scope admin 2>/dev/null)
+    header="Authorization: Bearer $token"
+  fi
+  curl -s -X PUT -H "$header" -H 'Content-Type: application/json' \
+    -d '{"id":"small","name":"Ada Lovelace","email":"ada@example.com","tags":["math","engines"],"score":97.5,"active":true,"address":{"city":"London","zip":"W1"}}' \
+    "localhost:$port/v1/bench/small" > /dev/null
+  wrk -t1 -c50 -d"${WARM:-10}"s -H "$header" "http://127.0.0.1:$port/v1/bench/small" > /dev/null
+  t0=$(awk '{print $14+$15}' "/proc/$worker/stat")
+  out=$(wrk -t1 -c50 -d"${DUR:-5}"s --latency -H "$header" "http://127.0.0.1:$port/v1/bench/small")
+  t1=$(awk '{print $14+$15}' "/proc/$worker/stat")
+  n=$(echo "$out" | awk '/requests in/ {print $1}')
+  echo "$out" | awk -v l="$label" -v n="$n" -v c=$((t1 - t0)) -v hz="$(getconf CLK_TCK)" \
+    '/Requests\/sec/ {r=$2} / 99%/ {p=$2} END {printf "%s cpu_us_per_request=%.1f rps=%s p99=%s\n", l, c*1e6/hz/n, r, p}'
+  kill $pid; wait $pid 2>/dev/null || true
+  kill "$(cat "$dir/r.pid")"
+}
+
+for _ in $(seq "$ROUNDS"); do
+  run "$WORK/a" "A=$A" "${AUTH_A:-off}"
+  run "$WORK/b" "B=$B" "${AUTH_B:-off}"
+done | tee "$WORK/results"
+for label in "A=$A" "B=$B"; do
+  grep -F "$label " "$WORK/results" | sed 's/.*cpu_us_per_request=\([0-9.]*\).*/\1/' | sort -n |
+    awk -v l="$label" '{v[NR]=$1} END {printf "%s median cpu_us_per_request=%.1f over %d runs\n", l, v[int((NR+1)/2)], NR}'
+done
