@@ -11,9 +11,10 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import redis
 import requests
@@ -161,3 +162,62 @@ def make_token(redis_url: str, name: str, *scopes: str, rate: str = "", expires:
     result = keys_cli(redis_url, *args)
     assert result.returncode == 0, result.stderr
     return result.stdout.strip().splitlines()[-1]
+
+
+class SteadyClient:
+    """GETs in a loop on fresh connections from 4 threads; records what failed and when."""
+
+    def __init__(self, base: str, threads: int = 4) -> None:
+        self.url = base + "/v1/things/a"
+        self.ok = 0
+        self.failures: List[Tuple[float, str]] = []
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._threads = [threading.Thread(target=self._run) for _ in range(threads)]
+
+    def __enter__(self) -> SteadyClient:
+        for thread in self._threads:
+            thread.start()
+        time.sleep(0.3)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        time.sleep(0.3)
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(30)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                response = requests.get(self.url, timeout=10)
+                outcome = None if response.status_code in (200, 404) else f"status {response.status_code}"
+            except requests.RequestException as error:
+                outcome = type(error).__name__ + ": " + str(error)
+            with self._lock:
+                if outcome is None:
+                    self.ok += 1
+                else:
+                    self.failures.append((time.monotonic(), outcome))
+            if outcome is not None:
+                time.sleep(0.01)  # count a refused port by time, not by how fast it refuses
+
+    def report(self, what: str) -> str:
+        window = self.failures[-1][0] - self.failures[0][0] if self.failures else 0.0
+        kinds: Dict[str, int] = {}
+        for _, outcome in self.failures:
+            kind = failure_kind(outcome)
+            kinds[kind] = kinds.get(kind, 0) + 1
+        line = f"{what}: {self.ok} answered, {len(self.failures)} failed over {window:.2f}s {kinds}"
+        print("\n" + line)
+        return line
+
+
+def failure_kind(outcome: str) -> str:
+    """refused, reset, or the outcome itself."""
+    if outcome.startswith("ConnectionError"):
+        if "Connection refused" in outcome:
+            return "refused"
+        if "Connection reset" in outcome or "Connection aborted" in outcome:
+            return "reset"
+    return outcome

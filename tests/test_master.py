@@ -11,7 +11,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -20,7 +19,7 @@ from typing import Dict, Iterator, List
 import pytest
 import requests
 
-from tests.support import ROOT, JetwayServer, free_port, stop_process, wait_until
+from tests.support import ROOT, JetwayServer, SteadyClient, free_port, stop_process, wait_until
 
 WORKERS = 2
 
@@ -51,41 +50,6 @@ def get_healthz(sock: socket.socket) -> bytes:
             break
         data += chunk
     return data
-
-
-class SteadyClient:
-    """Requests in a loop on fresh connections; counts what failed."""
-
-    def __init__(self, server: JetwayServer, threads: int = 4) -> None:
-        self.server = server
-        self.ok = 0
-        self.failures: List[str] = []
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self._threads = [threading.Thread(target=self._run) for _ in range(threads)]
-
-    def __enter__(self) -> SteadyClient:
-        for thread in self._threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(30)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                response = requests.get(self.server.url("/v1/things/a"), timeout=10)
-                outcome = None if response.status_code in (200, 404) else f"status {response.status_code}"
-            except requests.RequestException as error:
-                outcome = repr(error)
-            with self._lock:
-                if outcome is None:
-                    self.ok += 1
-                else:
-                    self.failures.append(outcome)
 
 
 def test_every_request_of_a_burst_is_answered(master):
@@ -130,7 +94,7 @@ def test_connections_spread_over_the_workers(master):
 
 def test_a_killed_worker_is_replaced_and_service_goes_on(master):
     victim = worker_pids(master)[0]
-    with SteadyClient(master) as client:
+    with SteadyClient(master.base) as client:
         time.sleep(0.5)
         os.kill(victim, signal.SIGKILL)
         wait_until(
@@ -163,7 +127,7 @@ def test_sigterm_lets_50_requests_in_flight_complete(master, redis_server):
 
 def test_sighup_replaces_the_workers_with_no_failed_request(master):
     before = worker_pids(master)
-    with SteadyClient(master) as client:
+    with SteadyClient(master.base) as client:
         time.sleep(0.5)
         master.process.send_signal(signal.SIGHUP)
         wait_until(lambda: not set(before) & set(worker_pids(master)), 20, "every worker to be replaced")
