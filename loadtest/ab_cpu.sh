@@ -34,8 +34,13 @@ run() {  # run TREE LABEL AUTH: one server, warm-up, one measured run
   (cd "$tree" && REDIS_URL="unix://$dir/r.sock" JETWAY_ACCESS_LOG=off JETWAY_AUTH=$auth \
     exec .venv/bin/python -m api serve --port $port --workers 1 > "$dir/server.log" 2>&1) &
   pid=$!
-  sleep 3
-  worker=$(awk '{print $1}' "/proc/$pid/task/$pid/children")
+  worker=""
+  for _ in $(seq 100); do  # the master's one worker, once it is serving
+    worker=$(awk '{print $1}' "/proc/$pid/task/$pid/children" 2>/dev/null || true)
+    [ -n "$worker" ] && curl -sf "localhost:$port/healthz" > /dev/null && break
+    sleep 0.2
+  done
+  [ -n "$worker" ] || { echo "$label: the server did not start" >&2; cat "$dir/server.log" >&2; exit 1; }
   if [ "$auth" = on ]; then
     token=$(cd "$tree" && REDIS_URL="unix://$dir/r.sock" .venv/bin/python -m api keys create --name ab --scope admin 2>/dev/null)
     header="Authorization: Bearer $token"
