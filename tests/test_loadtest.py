@@ -155,6 +155,16 @@ def test_the_recorded_baseline_is_complete():
         assert row["failures"] == 0, name
 
 
+def test_locust_f_loadtest_imports_only_locustfiles():
+    """``locust -f loadtest/`` imports every .py under it not named ``_*``: tooling must be ``_*``."""
+    plain = sorted(
+        str(path.relative_to(ROOT / "loadtest"))
+        for path in (ROOT / "loadtest").rglob("*.py")
+        if not path.name.startswith("_") and "__pycache__" not in path.parts
+    )
+    assert plain == ["listers.py", "readers.py", "writers.py"]
+
+
 # --- data, token, bench pieces ------------------------------------------------------
 
 

@@ -393,7 +393,7 @@ def _parser() -> argparse.ArgumentParser:
     all_servers = ",".join(server.key for server in servers(1))
     all_endpoints = ",".join(endpoint.key for endpoint in endpoints(1, 1024))
     parser = argparse.ArgumentParser(prog="python -m loadtest.bench", description=__doc__.split("\n")[0])
-    parser.add_argument("--warmup", type=float, default=env("WARMUP", 20.0), help="s of load per server first (≥15)")
+    parser.add_argument("--warmup", type=float, default=env("WARMUP", 25.0), help="s of load per server first (≥15)")
     parser.add_argument("--duration", type=float, default=env("DURATION", 10.0), help="s per measurement")
     parser.add_argument("--rounds", type=int, default=env("ROUNDS", 2), help="measurements of each case (≥2)")
     parser.add_argument("--connections", type=int, default=env("CONNECTIONS", 32), help="wrk -c")
@@ -409,7 +409,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--quick", action="store_true", default=bool(os.environ.get("BENCH_QUICK")), help="2 s runs: a smoke test"
     )
-    parser.set_defaults(command_line=" ".join(["python -m loadtest.bench", *(sys.argv[1:])]))
+    settings = [f"{name}={value}" for name, value in sorted(os.environ.items()) if name.startswith("BENCH_")]
+    parser.set_defaults(command_line=" ".join([*settings, "python -m loadtest.bench", *(sys.argv[1:])]))
     return parser
 
 

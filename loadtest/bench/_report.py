@@ -28,6 +28,7 @@ def markdown(summary: Dict[str, Any]) -> str:
         f"- servers: PyPy `{machine['server_python']}`; token: {summary['token']}"
         + (f"; Jetway env `{settings['server_env']}`" if settings["server_env"] else ""),
         "- cells: mean over the rounds, ±spread ((max-min)/mean), and ratio to the first column (x)",
+        "- nginx's figures are a lower bound of the ceiling: wrk, on its own cores, may be what limits them",
     ]
     if not summary["trustworthy"]:
         lines.append("- **not trustworthy**: quick mode, or under 15 s of warm-up, or fewer than 2 rounds")
