@@ -13,7 +13,7 @@ import os
 import signal
 import socket
 import sys
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from twisted.internet import task
 
@@ -39,8 +39,17 @@ METRICS_FLUSH_SECONDS = 1.0
 _PR_SET_PDEATHSIG = 1
 
 
-def run_worker(settings: Settings, reactor: Any, fd: int, ready_fd: Optional[int] = None) -> int:
-    """Serve on the listening socket ``fd`` until drained; returns the exit code."""
+def run_worker(
+    settings: Settings,
+    reactor: Any,
+    fd: int,
+    ready_fd: Optional[int] = None,
+    app_factory: Callable[..., JetwayApplication] = make_app,
+) -> int:
+    """Serve on the listening socket ``fd`` until drained; returns the exit code.
+
+    ``app_factory`` is ``make_app`` but for the bench's re-encoding variant.
+    """
     start_logging(sys.stdout, settings.json_logs)
     if ready_fd is not None:
         _die_with_parent()
@@ -49,7 +58,7 @@ def run_worker(settings: Settings, reactor: Any, fd: int, ready_fd: Optional[int
         connect(settings.redis, reactor, settings.redis_timeout, settings.redis_pool), metrics.observe_redis
     )
     tokens = TokenCache(TokenStore(link), settings.redis, reactor, settings.redis_timeout) if settings.auth else None
-    app = make_app(settings, DocumentStore(link), Gate(tokens, link, settings.auth), reactor, metrics)
+    app = app_factory(settings, DocumentStore(link), Gate(tokens, link, settings.auth), reactor, metrics)
     port = reactor.adoptStreamPort(fd, _nonblocking_family(fd), app)
     os.close(fd)  # adoptStreamPort took a copy
     app.listen_on(port)

@@ -72,8 +72,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     from twisted.internet import reactor
 
     _die_with_parent()
-    api_worker.make_app = reencoding_app(api_worker.make_app)
-    return api_worker.run_worker(settings, reactor, args.fd)
+    return api_worker.run_worker(settings, reactor, args.fd, app_factory=reencoding_app(api_worker.make_app))
 
 
 def _die_with_parent() -> None:
