@@ -141,3 +141,14 @@ clean: clean-loadtest
 
 clean-loadtest:
 	rm -rf $(LT_VENV)
+
+# --- Multi-node Redis: tests/multinode.py, see README "Scaling Redis" ---------
+# The API tests on a 3-master Redis Cluster and on a Sentinel group (1 master,
+# 1 replica, 3 sentinels), slots resharded under load, a master killed under
+# load. About two and a half minutes here (2 cores); CI runs it after `make test`.
+.PHONY: test-cluster
+API_TESTS := tests/test_documents.py tests/test_collections.py tests/test_errors.py tests/test_auth.py
+
+test-cluster: setup
+	JETWAY_TEST_TOPOLOGY=cluster $(PY) -m pytest -rP $(API_TESTS) tests/test_cluster.py tests/test_sentinel.py
+	JETWAY_TEST_TOPOLOGY=sentinel $(PY) -m pytest $(filter-out tests/test_errors.py,$(API_TESTS))

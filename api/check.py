@@ -13,12 +13,12 @@ from twisted.internet import defer
 
 from api.config import Settings
 from api.oneshot import run_with_link
-from cache.link import RedisLink
+from cache.link import Link
 
 
 def run(settings: Settings) -> int:
     @defer.inlineCallbacks
-    def ping(link: RedisLink) -> Any:
+    def ping(link: Link) -> Any:
         reply = yield link.execute(b"PING")
         answer = reply.decode() if isinstance(reply, bytes) else reply  # a status reply comes as str
         print(f"jetway: configuration valid; Redis at {settings.redis.describe()} answered {answer}")

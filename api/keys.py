@@ -16,7 +16,7 @@ from twisted.internet import defer
 
 from api.config import Settings
 from api.oneshot import run_with_link
-from cache.link import RedisLink
+from cache.link import Link
 from cache.tokens import TokenError, TokenStore
 
 _DURATION = re.compile(r"([1-9][0-9]*)([smhd]?)\Z")
@@ -45,7 +45,7 @@ def duration(text: str) -> int:
 
 def run(settings: Settings, args: argparse.Namespace) -> int:
     @defer.inlineCallbacks
-    def act(link: RedisLink) -> Any:
+    def act(link: Link) -> Any:
         try:
             yield _act(TokenStore(link), args)
         except TokenError as error:

@@ -15,6 +15,29 @@ Listing a collection reads the ``INDEX_SHARDS`` indexes by lexical range
 and merges them; a read of one document is one ``HMGET`` of one key.
 Changing ``INDEX_SHARDS`` changes where documents live: it is part of the
 stored format, not a tuning knob.
+
+Why this fits Redis Cluster (``cache.cluster``):
+
+- What must change atomically shares a slot. A write is one script over a
+  document and its index shard, both under ``{<coll>:<shard>}``; a token
+  and its name entries are all under ``{tokens}`` (``cache.tokens``); a rate
+  limit is one key, ``jw:rl:{<digest>}`` (``cache.ratelimit``). No script
+  and no command ever names keys of two slots, so none can fail with
+  ``CROSSSLOT``, and a command is routed by its first key alone.
+- Data spreads. The hash tag of a document is its shard, not its collection,
+  so one collection covers ``INDEX_SHARDS`` slots, which land on different
+  nodes, and many collections cover the whole cluster. A hash tag per
+  collection would pin each collection, however big, to one node.
+- Reads that span slots are not atomic, and need not be: a list page is
+  ``INDEX_SHARDS`` range reads merged in id order and a multi-get is one
+  ``HGET`` per id; the cluster link sends each node its share at once, so
+  either is still one round trip. A page already tolerates a document that
+  changes or expires between the index read and the body read.
+- Slot migrations (resharding) stay invisible: a script's keys move together
+  (same slot); while a slot is half-moved, ``ASK``/``TRYAGAIN`` are followed
+  by the link and the client sees only a slower request.
+- The token cache's invalidation channel is plain pub/sub, which a cluster
+  forwards to every node; a subscriber may use any node.
 """
 
 from __future__ import annotations

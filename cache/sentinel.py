@@ -24,6 +24,7 @@ from zope.interface import implementer
 
 from cache.address import RedisAddress
 from cache.link import RedisLink, endpoint_for, pool_options
+from cache.resp import FastRedisProtocol
 
 # txredisapi waits 10 s for a sentinel to name a healthy master before giving
 # up on a connection attempt, and only then tries again; during a failover
@@ -31,16 +32,20 @@ from cache.link import RedisLink, endpoint_for, pool_options
 DISCOVERY_TIMEOUT = 0.5
 
 
-class _MasterProtocol(txredisapi.SentinelRedisProtocol):
+class _MasterProtocol(FastRedisProtocol):
+    """The link's protocol, checking first that the server is master, as txredisapi's SentinelRedisProtocol does.
+
+    That one compares ROLE's reply with the str "master", but a pool with
+    charset=None (raw bytes, as the store wants) gets b"master", so it would
+    drop every connection. Same check, either type.
+    """
+
     def connectionMade(self) -> Any:
-        # txredisapi compares ROLE's reply with the str "master", but a pool
-        # with charset=None (raw bytes, as the store wants) gets b"master", so
-        # every connection would be dropped. Same check, either type.
         def check_role(role: Any) -> Any:
             if self.factory.is_master and role[0] not in (b"master", "master"):
                 self.transport.loseConnection()
                 return None
-            return txredisapi.RedisProtocol.connectionMade(self)
+            return FastRedisProtocol.connectionMade(self)
 
         if self.password is not None:
             self.auth(self.password, self.username)

@@ -26,7 +26,7 @@ from cache.errors import (
     WriteConflict,
 )
 from cache.ids import UlidFactory
-from cache.link import RedisLink
+from cache.link import Link
 from cache.merge_patch import merge_patch
 
 _PUT_FAILED, _REPLACED, _CREATED = 0, 1, 2
@@ -62,11 +62,11 @@ NO_CONDITIONS = Conditions()
 
 
 class DocumentStore:
-    """The document operations of the API, on one ``RedisLink``."""
+    """The document operations of the API, on a ``Link`` (one Redis, Sentinel or Cluster)."""
 
     def __init__(
         self,
-        link: RedisLink,
+        link: Link,
         clock: Callable[[], float] = time.time,
         patch_attempts: int = 100,
     ) -> None:

@@ -25,7 +25,7 @@ from typing import Any, Callable, List, Optional, Tuple
 
 from twisted.internet import defer
 
-from cache.link import RedisLink
+from cache.link import Link
 from cache.scripts import Script
 
 CHANGED_CHANNEL = b"jw:tokens:changed"
@@ -117,7 +117,7 @@ return 1
 class TokenStore:
     """Create, list, revoke and rotate tokens; look one up by its digest."""
 
-    def __init__(self, link: RedisLink, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, link: Link, clock: Callable[[], float] = time.time) -> None:
         self._link = link
         self._clock = clock
 

@@ -17,7 +17,7 @@ from typing import Any, Callable, Optional, Sequence, Tuple
 
 from twisted.internet import defer
 
-from cache.link import RedisLink
+from cache.link import Link
 from cache.ratelimit import GCRA, RateDecision, decision, gcra_command
 from cache.token_cache import TokenCache
 from cache.tokens import TokenRecord, digest_of
@@ -54,7 +54,7 @@ class Gate:
     """Authorization for ``/v1`` handlers; ``enabled=False`` admits everyone."""
 
     def __init__(
-        self, tokens: Optional[TokenCache], link: RedisLink, enabled: bool, clock: Callable[[], float] = time.time
+        self, tokens: Optional[TokenCache], link: Link, enabled: bool, clock: Callable[[], float] = time.time
     ) -> None:
         self.tokens = tokens
         self.link = link

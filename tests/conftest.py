@@ -1,7 +1,9 @@
 """Fixtures: one real redis-server and one real Jetway for the session.
 
 Redis is flushed before each test that uses it. Each fixture stops what it
-started, whatever the test did.
+started, whatever the test did. ``JETWAY_TEST_TOPOLOGY=cluster`` (or
+``sentinel``) puts a 3-master Redis Cluster (or a Sentinel group) behind the
+same fixtures, so the API tests run unchanged on it (``make test-cluster``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import pytest
 import redis
 import requests
 
+from tests.multinode import servers_for
 from tests.support import JetwayServer, RedisServer
 
 JSON = "application/json"
@@ -34,7 +37,7 @@ def no_token_in_any_log(tmp_path_factory: pytest.TempPathFactory) -> Iterator[No
 
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path_factory.mktemp("redis"))
+    server = servers_for(tmp_path_factory.mktemp("redis"))
     try:
         yield server.start()
     finally:

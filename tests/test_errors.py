@@ -28,8 +28,12 @@ def assert_problem(response, status: int) -> dict:
 
 
 def snapshot(client: redis.Redis) -> Dict[bytes, Tuple[bytes, int]]:
-    """Every key with its serialized value and expiry."""
-    return {name: (client.dump(name), client.ttl(name)) for name in client.keys("*")}
+    """Every key with its serialized value and expiry.
+
+    SCAN, not KEYS: on a cluster client it covers every node. PEXPIRETIME,
+    not TTL: an absolute time does not tick down while the test runs.
+    """
+    return {name: (client.dump(name), client.pexpiretime(name)) for name in client.scan_iter()}
 
 
 @pytest.fixture

@@ -1,0 +1,206 @@
+"""Multi-node Redis the suite starts itself: a Redis Cluster and a Sentinel group.
+
+Everything listens on 127.0.0.1 on free ports, lives in a temp directory,
+and is stopped by pid (``stop_process``), also when a test fails. Both
+classes look like ``tests.support.RedisServer`` (``start``, ``stop``,
+``url``, ``client``), so the session fixtures can run the API suite on
+either (``JETWAY_TEST_TOPOLOGY=cluster|sentinel``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+import redis
+from redis.cluster import ClusterNode, RedisCluster
+
+from tests.support import RedisServer, free_port, stop_process, wait_until
+
+TOPOLOGY = os.environ.get("JETWAY_TEST_TOPOLOGY", "single")
+SERVICE = "mymaster"
+
+
+class RedisProcess:
+    """One redis-server (or sentinel) on a TCP port, its log beside its data."""
+
+    def __init__(self, directory: Path, port: int, args: List[str]) -> None:
+        self.directory = directory
+        self.port = port
+        self.args = args
+        self.process: Optional[subprocess.Popen] = None
+
+    def start(self) -> RedisProcess:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        with open(self.directory / "redis.log", "ab") as log:
+            self.process = subprocess.Popen(
+                ["redis-server", *self.args], cwd=self.directory, stdout=log, stderr=subprocess.STDOUT
+            )
+        wait_until(lambda: self.client().ping(), 10, f"redis on port {self.port}")
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL: a crash, not a shutdown (no goodbye to replicas or sentinels)."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(10)
+
+    def stop(self) -> None:
+        if self.process is not None:
+            stop_process(self.process)
+
+    def client(self) -> redis.Redis:
+        return redis.Redis("127.0.0.1", self.port, socket_timeout=5)
+
+
+def data_args(directory: Path, port: int) -> List[str]:
+    return ["--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(directory)]
+
+
+class ClusterServers:
+    """A Redis Cluster of ``masters`` masters (no replicas), made with ``redis-cli --cluster create``."""
+
+    def __init__(self, directory: Path, masters: int = 3) -> None:
+        self.directory = directory
+        self.nodes: List[RedisProcess] = []
+        for _ in range(masters):
+            port = free_port()
+            home = directory / f"node-{port}"
+            args = [
+                *data_args(home, port),
+                "--cluster-enabled",
+                "yes",
+                # Redis 7: the bus port need not be port + 10000 (which may
+                # be taken, or above 65535 for a high free port).
+                "--cluster-port",
+                str(free_port()),
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-node-timeout",
+                "3000",
+            ]
+            self.nodes.append(RedisProcess(home, port, args))
+
+    @property
+    def url(self) -> str:
+        return "redis-cluster://" + ",".join(f"127.0.0.1:{node.port}" for node in self.nodes)
+
+    def start(self) -> ClusterServers:
+        for node in self.nodes:
+            node.start()
+        self.cli("--cluster", "create", *(f"127.0.0.1:{node.port}" for node in self.nodes), "--cluster-yes")
+        wait_until(self.settled, 30, "every node to agree on the slot map")
+        return self
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+    def cli(self, *args: str, timeout: float = 120) -> str:
+        result = subprocess.run(["redis-cli", *args], capture_output=True, text=True, timeout=timeout)
+        assert result.returncode == 0, result.stdout + result.stderr
+        return result.stdout
+
+    def settled(self) -> bool:
+        """Every node says the cluster is ok and sees the same owners of all slots."""
+        views = []
+        for node in self.nodes:
+            with node.client() as client:
+                if b"cluster_state:ok" not in client.execute_command("CLUSTER", "INFO"):
+                    return False
+                slots = client.execute_command("CLUSTER SLOTS")
+                views.append(sorted((start, end, owner[1]) for start, end, owner, *_ in slots))
+        return all(view == views[0] for view in views)
+
+    def node_ids(self) -> Dict[int, str]:
+        """Node id by port."""
+        with self.nodes[0].client() as client:
+            lines = client.execute_command("CLUSTER", "NODES").decode().splitlines()
+        return {int(line.split()[1].split("@")[0].rsplit(":", 1)[1]): line.split()[0] for line in lines}
+
+    def client(self) -> RedisCluster:
+        return RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", node.port) for node in self.nodes])
+
+
+class SentinelServers:
+    """One master, one replica, three sentinels watching them as ``mymaster``."""
+
+    def __init__(self, directory: Path, down_after_ms: int = 1000) -> None:
+        self.directory = directory
+        master_port, replica_port = free_port(), free_port()
+        self.master = RedisProcess(directory / "master", master_port, data_args(directory / "master", master_port))
+        self.replica = RedisProcess(
+            directory / "replica",
+            replica_port,
+            [*data_args(directory / "replica", replica_port), "--replicaof", "127.0.0.1", str(master_port)],
+        )
+        self.sentinels: List[RedisProcess] = []
+        for index in range(3):
+            port = free_port()
+            home = directory / f"sentinel-{index}"
+            home.mkdir(parents=True, exist_ok=True)
+            config = home / "sentinel.conf"  # sentinels rewrite their config: one each
+            config.write_text(
+                f"port {port}\nbind 127.0.0.1\ndir {home}\n"
+                f"sentinel monitor {SERVICE} 127.0.0.1 {master_port} 2\n"
+                f"sentinel down-after-milliseconds {SERVICE} {down_after_ms}\n"
+                f"sentinel failover-timeout {SERVICE} 10000\n"
+                f"sentinel parallel-syncs {SERVICE} 1\n"
+            )
+            self.sentinels.append(RedisProcess(home, port, [str(config), "--sentinel"]))
+
+    @property
+    def url(self) -> str:
+        return "redis-sentinel://" + ",".join(f"127.0.0.1:{s.port}" for s in self.sentinels) + f"/{SERVICE}"
+
+    def start(self) -> SentinelServers:
+        self.master.start()
+        self.replica.start()
+        wait_until(self._replica_in_sync, 30, "the replica to sync")
+        for sentinel in self.sentinels:
+            sentinel.start()
+        wait_until(self._sentinels_ready, 30, "the sentinels to know the replica and each other")
+        return self
+
+    def stop(self) -> None:
+        for process in (*self.sentinels, self.replica, self.master):
+            process.stop()
+
+    def master_address(self) -> Tuple[str, int]:
+        with self.sentinels[0].client() as client:
+            host, port = client.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE)
+        return host.decode(), int(port)
+
+    def client(self) -> redis.Redis:
+        """A client of whichever server is master now."""
+        host, port = self.master_address()
+        return redis.Redis(host, port, socket_timeout=5)
+
+    def current_master(self) -> RedisProcess:
+        port = self.master_address()[1]
+        return next(process for process in (self.master, self.replica) if process.port == port)
+
+    def _replica_in_sync(self) -> bool:
+        with self.replica.client() as client:
+            return client.info("replication")["master_link_status"] == "up"
+
+    def _sentinels_ready(self) -> bool:
+        for sentinel in self.sentinels:
+            with sentinel.client() as client:
+                state = client.execute_command("SENTINEL", "MASTER", SERVICE)
+                fields = dict(zip(state[::2], state[1::2]))
+                if int(fields[b"num-slaves"]) < 1 or int(fields[b"num-other-sentinels"]) < 2:
+                    return False
+        return True
+
+
+def servers_for(directory: Path) -> object:
+    """The session's Redis for ``JETWAY_TEST_TOPOLOGY`` (single, cluster or sentinel)."""
+    if TOPOLOGY == "cluster":
+        return ClusterServers(directory)
+    if TOPOLOGY == "sentinel":
+        return SentinelServers(directory)
+    return RedisServer(directory)

@@ -1,0 +1,154 @@
+"""cache.sentinel: Jetway behind Sentinel finds the new master by itself.
+
+One master, one replica and three sentinels (``tests.multinode``); the
+master is killed (SIGKILL) under a steady write load. Jetway may answer 503
+while no master is known, never anything else, and serves again once the
+sentinels have promoted the replica, with no restart. Runs only under
+``make test-cluster`` (``JETWAY_TEST_TOPOLOGY`` set): it takes a while.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Iterator, List
+
+import pytest
+import redis
+import requests
+
+from cache.keys import document_key
+from tests.multinode import TOPOLOGY, SentinelServers
+from tests.support import JetwayServer, keys_cli, wait_until
+
+JSON = {"Content-Type": "application/json"}
+REDIS_TIMEOUT = 1.0
+WRITERS = 4
+pytestmark = pytest.mark.skipif(TOPOLOGY == "single", reason="multi-node: run by make test-cluster")
+
+
+@pytest.fixture
+def group(tmp_path) -> Iterator[SentinelServers]:
+    servers = SentinelServers(tmp_path / "sentinel")
+    try:
+        yield servers.start()
+    finally:
+        servers.stop()
+
+
+@pytest.fixture
+def gateway(group: SentinelServers, tmp_path) -> Iterator[JetwayServer]:
+    env = {"JETWAY_REDIS_TIMEOUT": str(REDIS_TIMEOUT)}
+    server = JetwayServer(group.url, tmp_path / "jetway.log", env=env, auth=True)
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+
+
+@dataclass(frozen=True)
+class Call:
+    started: float
+    ended: float
+    status: int
+    retry_after: str
+    doc_id: str
+
+
+class Writers:
+    """``WRITERS`` clients, each PUTting new documents back to back."""
+
+    def __init__(self, gateway: JetwayServer, token: str) -> None:
+        self.gateway = gateway
+        self.token = token
+        self.calls: List[Call] = []
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+        self.threads = [threading.Thread(target=self._write, args=(n,)) for n in range(WRITERS)]
+
+    def __enter__(self) -> Writers:
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stopping.set()
+        for thread in self.threads:
+            thread.join(30)
+
+    def _write(self, number: int) -> None:
+        session = requests.Session()
+        session.headers.update({**JSON, "Authorization": f"Bearer {self.token}"})
+        count = 0
+        while not self.stopping.is_set():
+            count += 1
+            doc_id = f"w{number}-{count}"
+            started = time.monotonic()
+            try:
+                response = session.put(self.gateway.url(f"/v1/failover/{doc_id}"), data=b'{"n":1}', timeout=10)
+                status, retry_after = response.status_code, response.headers.get("Retry-After", "")
+            except requests.RequestException:
+                status, retry_after = 0, ""
+            with self.lock:
+                self.calls.append(Call(started, time.monotonic(), status, retry_after, doc_id))
+
+    def since(self, moment: float) -> List[Call]:
+        with self.lock:
+            return [call for call in self.calls if call.started >= moment]
+
+
+def test_killing_the_master_costs_503s_for_the_failover_window_only(group, gateway):
+    token = gateway.make_token("writer", "admin")
+    old_master = group.current_master()
+    with Writers(gateway, token) as writers:
+        time.sleep(2.0)
+        killed = time.monotonic()
+        old_master.kill()
+        wait_until(lambda: group.master_address()[1] != old_master.port, 30, "the sentinels to promote the replica")
+        promoted = time.monotonic()
+        # Recovered: three seconds of nothing but successes.
+        wait_until(lambda: _recovered(writers.since(time.monotonic() - 3.0), killed), 30, "writes to succeed again")
+    calls = writers.calls
+    failed = [call for call in calls if call.status not in (200, 201)]
+    assert {call.status for call in failed} <= {503}, sorted({call.status for call in failed})
+    assert all(call.retry_after for call in failed)
+    assert all(call.started >= killed - REDIS_TIMEOUT for call in failed), "a failure before the kill"
+    window = max(call.ended for call in failed) - killed if failed else 0.0
+    assert window < 15.0
+
+    # Whatever Jetway acknowledged is on the new master, except what the old
+    # one had not yet passed to its replica (replication is asynchronous).
+    acknowledged = [call.doc_id for call in calls if call.status == 201]
+    client = group.client()
+    try:
+        missing = [doc_id for doc_id in acknowledged if not _stored(client, doc_id)]
+    finally:
+        client.close()
+    acknowledged_after = [call for call in calls if call.status == 201 and call.started > killed]
+    assert acknowledged_after and not set(missing) & {call.doc_id for call in acknowledged_after}
+    print(
+        f"\nsentinel failover under {WRITERS} writers: master killed, replica promoted after "
+        f"{promoted - killed:.1f}s; Jetway answered 503 for {window:.1f}s after the kill "
+        f"({len(failed)} of {len(calls)} requests failed, all 503); "
+        f"{len(missing)} of {len(acknowledged)} acknowledged writes missing on the new master"
+    )
+
+    # The token cache's subscription followed the master too: a revocation
+    # made through the new master reaches the workers.
+    assert keys_cli(group.url, "revoke", "writer").returncode == 0
+    wait_until(lambda: _status(gateway, token) == 401, 2, "the revoked token to be refused")
+
+
+def _recovered(recent: List[Call], killed: float) -> bool:
+    after = [call for call in recent if call.started > killed]
+    return len(after) > 10 and all(call.status == 201 for call in after)
+
+
+def _stored(client: redis.Redis, doc_id: str) -> bool:
+    return client.hget(document_key(b"failover", doc_id.encode()), "b") is not None
+
+
+def _status(gateway: JetwayServer, token: str) -> int:
+    headers = {"Authorization": f"Bearer {token}"}
+    return requests.get(gateway.url("/v1/failover/w0-1"), headers=headers, timeout=10).status_code
