@@ -55,6 +55,16 @@ class RedisProcess:
     def client(self) -> redis.Redis:
         return redis.Redis("127.0.0.1", self.port, socket_timeout=5)
 
+    def subscribers(self) -> int:
+        """How many of Jetway's token caches (one per worker) are subscribed here.
+
+        Sentinels subscribe to their hello channel on every server they watch;
+        they name their connections ``sentinel-…``.
+        """
+        with self.client() as client:
+            clients = client.client_list(_type="pubsub")
+        return sum(1 for one in clients if not one.get("name", "").startswith("sentinel-"))
+
 
 def data_args(directory: Path, port: int) -> List[str]:
     return ["--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(directory)]

@@ -23,7 +23,7 @@ from cache.address import parse_redis_url
 from cache.cluster import command_key, crc16, key_slot
 from cache.keys import document_key, index_key_for
 from tests.multinode import TOPOLOGY, ClusterServers
-from tests.support import JetwayServer
+from tests.support import JetwayServer, wait_until
 
 JSON = {"Content-Type": "application/json"}
 multinode = pytest.mark.skipif(TOPOLOGY == "single", reason="multi-node: run by make test-cluster")
@@ -355,3 +355,20 @@ def test_resharding_under_load_fails_no_request_and_loses_no_write(cluster, gate
         f"{len(load.written)} documents in {len(tagged)} slots, all intact; "
         f"ASKING sent {_asking_calls(cluster) - asking_before} times"
     )
+
+
+@multinode
+def test_the_token_caches_subscribe_on_another_node_when_theirs_dies(tmp_path):
+    """A cluster forwards PUBLISH to every node; a subscriber whose node died moves on to the next seed."""
+    servers = ClusterServers(tmp_path / "cluster")
+    server = JetwayServer(servers.url, tmp_path / "jetway.log", auth=True)
+    try:
+        servers.start()
+        server.start(["--workers", "2"])
+        first, *others = servers.nodes  # every subscriber starts on the first seed
+        wait_until(lambda: first.subscribers() == 2, 10, "both workers to subscribe on the first seed")
+        first.kill()
+        wait_until(lambda: sum(node.subscribers() for node in others) == 2, 10, "both to subscribe elsewhere")
+    finally:
+        server.stop()
+        servers.stop()

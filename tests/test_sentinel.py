@@ -25,6 +25,7 @@ from tests.support import JetwayServer, keys_cli, wait_until
 JSON = {"Content-Type": "application/json"}
 REDIS_TIMEOUT = 1.0
 WRITERS = 4
+WORKERS = 2
 pytestmark = pytest.mark.skipif(TOPOLOGY == "single", reason="multi-node: run by make test-cluster")
 
 
@@ -42,7 +43,7 @@ def gateway(group: SentinelServers, tmp_path) -> Iterator[JetwayServer]:
     env = {"JETWAY_REDIS_TIMEOUT": str(REDIS_TIMEOUT)}
     server = JetwayServer(group.url, tmp_path / "jetway.log", env=env, auth=True)
     try:
-        yield server.start()
+        yield server.start(["--workers", str(WORKERS)])
     finally:
         server.stop()
 
@@ -101,6 +102,7 @@ class Writers:
 def test_killing_the_master_costs_503s_for_the_failover_window_only(group, gateway):
     token = gateway.make_token("writer", "admin")
     old_master = group.current_master()
+    wait_until(lambda: old_master.subscribers() == WORKERS, 10, "the token caches to subscribe on the master")
     with Writers(gateway, token) as writers:
         time.sleep(2.0)
         killed = time.monotonic()
@@ -134,8 +136,10 @@ def test_killing_the_master_costs_503s_for_the_failover_window_only(group, gatew
         f"{len(missing)} of {len(acknowledged)} acknowledged writes missing on the new master"
     )
 
-    # The token cache's subscription followed the master too: a revocation
-    # made through the new master reaches the workers.
+    # Every worker's token cache subscribed again, on the new master, and a
+    # revocation made through it reaches the workers.
+    new_master = group.current_master()
+    wait_until(lambda: new_master.subscribers() == WORKERS, 10, "the token caches to subscribe on the new master")
     assert keys_cli(group.url, "revoke", "writer").returncode == 0
     wait_until(lambda: _status(gateway, token) == 401, 2, "the revoked token to be refused")
 
