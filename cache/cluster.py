@@ -154,8 +154,53 @@ class ClusterLink:
             self._load().addBoth(self._loaded)
         return waiter
 
+    def _run(self, commands: Sequence[Command], scripts: Sequence[Script]) -> defer.Deferred:
+        """Each node its part at once; when every reply is a plain reply, that is all.
+
+        ``_resolve``'s bookkeeping (redirections, retries) is left to the rare
+        pipeline that needs it: it costs ~15 µs of CPU per call on PyPy.
+        """
+        groups = self._groups(commands) if self._mapped else None
+        if groups is None:
+            return self._resolve(commands, scripts)
+        sent = [self._send_group(node, indices, commands) for node, indices in groups.items()]
+        outcomes = sent[0] if len(sent) == 1 else defer.gatherResults(sent).addCallback(_concatenated)
+        return outcomes.addCallback(self._settle, commands, scripts)
+
+    def _groups(self, commands: Sequence[Command]) -> Optional[Dict[Node, List[int]]]:
+        """Command indices by the node that owns their slot; None if one has no key or no owner."""
+        groups: Dict[Node, List[int]] = {}
+        for index, command in enumerate(commands):
+            key = command_key(command)
+            owner = None if key is None else self._owners[key_slot(key)]
+            if owner is None:
+                return None
+            groups.setdefault(owner, []).append(index)
+        return groups
+
+    def _send_group(self, node: Node, indices: List[int], commands: Sequence[Command]) -> defer.Deferred:
+        part = commands if len(indices) == len(commands) else [commands[index] for index in indices]
+        return (
+            self._link(node)
+            .send_each(part)
+            .addCallbacks(
+                lambda results: [(index, node, *result) for index, result in zip(indices, results)],
+                lambda failure: [(index, node, False, failure.value) for index in indices],
+            )
+        )
+
+    def _settle(self, outcomes: List[Tuple[int, Node, bool, Any]], commands: Sequence[Command], scripts: Any) -> Any:
+        if all(ok for _, _, ok, _ in outcomes):
+            replies: List[Any] = [None] * len(commands)
+            for index, _, _, reply in outcomes:
+                replies[index] = reply
+            return replies
+        first = [(_Attempt(index, commands[index]), node, ok, reply) for index, node, ok, reply in outcomes]
+        return self._resolve(commands, scripts, first)
+
     @defer.inlineCallbacks
-    def _run(self, commands: Sequence[Command], scripts: Sequence[Script]) -> Any:
+    def _resolve(self, commands: Sequence[Command], scripts: Sequence[Script], first: Optional[List] = None) -> Any:
+        """Send, follow redirections, retry, until every command has its reply or its error."""
         if not self._mapped:
             yield self.refresh()
         deadline = self._reactor.seconds() + self._timeout
@@ -165,7 +210,10 @@ class ClusterLink:
         todo = [_Attempt(index, command) for index, command in enumerate(commands)]
         hops = 0
         while todo:
-            outcomes = yield self._send_all(todo)
+            if first is None:
+                outcomes = yield self._send_all(todo)
+            else:
+                outcomes, first = first, None
             todo = []
             for attempt, node, ok, value in outcomes:
                 again = None if ok else self._again(attempt, node, value, sources)
@@ -215,7 +263,7 @@ class ClusterLink:
         for attempt in todo:
             by_node.setdefault(attempt.node or self._owner(attempt.command), []).append(attempt)
         sent = [self._send(node, attempts) for node, attempts in by_node.items()]
-        return defer.gatherResults(sent).addCallback(lambda groups: [outcome for group in groups for outcome in group])
+        return defer.gatherResults(sent).addCallback(_concatenated)
 
     @defer.inlineCallbacks
     def _send(self, node: Node, attempts: List[_Attempt]) -> Any:
@@ -282,6 +330,10 @@ class ClusterLink:
                 waiter.errback(result)
             else:
                 waiter.callback(None)
+
+
+def _concatenated(groups: List[List[Any]]) -> List[Any]:
+    return [outcome for group in groups for outcome in group]
 
 
 def _text(value: Any) -> str:

@@ -14,6 +14,7 @@ import json
 import random
 import threading
 import time
+from collections import Counter
 from typing import Dict, Iterator, List, Tuple
 
 import pytest
@@ -21,11 +22,13 @@ import requests
 
 from cache.address import parse_redis_url
 from cache.cluster import command_key, crc16, key_slot
-from cache.keys import document_key, index_key_for
+from cache.keys import INDEX_SHARDS, document_key, index_key_for
 from tests.multinode import TOPOLOGY, ClusterServers
 from tests.support import JetwayServer, wait_until
 
 JSON = {"Content-Type": "application/json"}
+# Keys per document slot besides the documents, in the resharding test.
+FILLER = 200
 multinode = pytest.mark.skipif(TOPOLOGY == "single", reason="multi-node: run by make test-cluster")
 
 
@@ -157,13 +160,16 @@ def _other(cluster: ClusterServers, port: int) -> int:
     return next(node.port for node in cluster.nodes if node.port != port)
 
 
-def _asking_calls(cluster: ClusterServers) -> int:
-    """How many ASKING commands the nodes have run (only Jetway sends them here)."""
-    total = 0
+def _redirections(cluster: ClusterServers) -> Counter:
+    """MOVED, ASK and TRYAGAIN replies the nodes have sent, and ASKING commands run (only Jetway sends those here)."""
+    seen: Counter = Counter()
     for node in cluster.nodes:
         with node.client() as client:
-            total += client.info("commandstats").get("cmdstat_asking", {}).get("calls", 0)
-    return total
+            errors = client.info("errorstats")
+            for kind in ("MOVED", "ASK", "TRYAGAIN"):
+                seen[kind] += errors.get(f"errorstat_{kind}", {}).get("count", 0)
+            seen["ASKING"] += client.info("commandstats").get("cmdstat_asking", {}).get("calls", 0)
+    return seen
 
 
 @multinode
@@ -192,7 +198,9 @@ def test_a_slot_moved_behind_jetways_back_is_followed(cluster, gateway):
     _migrate(cluster, source, target, [key, index])
     _end_move(cluster, key_slot(key), target)
 
+    before = _redirections(cluster)
     assert requests.get(gateway.url("/v1/moving/d1"), timeout=10).json() == {"v": 1}
+    assert (_redirections(cluster) - before)["MOVED"] >= 1
     assert _put(gateway, "/v1/moving/d1", {"v": 2}).status_code == 200
     assert _owner(cluster, key) == target
     assert _on(cluster, target, "HGET", key, "b") == b'{"v": 2}'
@@ -217,7 +225,7 @@ def test_a_slot_caught_mid_migration_is_served_through_ask_and_tryagain(cluster,
         assert _put(gateway, f"/v1/migrating/{doc_id.decode()}", {"id": doc_id.decode()}).status_code == 201
     key = document_key(b"migrating", first)
     slot, source = key_slot(key), _owner(cluster, key)
-    asking_before = _asking_calls(cluster)
+    before = _redirections(cluster)
     target = _other(cluster, source)
     _begin_move(cluster, slot, source, target)
     _migrate(cluster, source, target, [key])  # only the first document so far
@@ -227,7 +235,8 @@ def test_a_slot_caught_mid_migration_is_served_through_ask_and_tryagain(cluster,
         response = requests.get(gateway.url(f"/v1/migrating/{doc_id.decode()}"), timeout=10)
         assert response.status_code == 200
         assert response.json() == {"id": doc_id.decode()}
-    assert _asking_calls(cluster) > asking_before
+    assert (_redirections(cluster) - before)["ASK"] >= 1
+    assert (_redirections(cluster) - before)["ASKING"] >= 1
 
     # Deleting the first needs its document (moved) and the index (not yet):
     # TRYAGAIN until the rest of the slot has moved, a moment later.
@@ -243,6 +252,7 @@ def test_a_slot_caught_mid_migration_is_served_through_ask_and_tryagain(cluster,
     finishing.join()
     assert response.status_code == 204
     assert time.monotonic() - started >= 0.3
+    assert (_redirections(cluster) - before)["TRYAGAIN"] >= 1
     listed = requests.get(gateway.url("/v1/migrating"), timeout=10).json()["items"]
     assert listed == [{"id": second.decode()}]
 
@@ -319,7 +329,8 @@ class _Load:
 def test_resharding_under_load_fails_no_request_and_loses_no_write(cluster, gateway):
     ids = cluster.node_ids()
     first, second, third = (node.port for node in cluster.nodes)
-    asking_before = _asking_calls(cluster)
+    _fill(cluster, _Load.COLLECTIONS)
+    before = _redirections(cluster)
     started = time.monotonic()
     with _Load(gateway) as load:
         time.sleep(1.0)
@@ -350,11 +361,27 @@ def test_resharding_under_load_fails_no_request_and_loses_no_write(cluster, gate
     finally:
         client.close()
     tagged = {key_slot(document_key(c.encode(), d.encode())) for c, d in load.written}
+    seen = _redirections(cluster) - before
+    assert seen["MOVED"] >= 1
     print(
         f"\nreshard under load: {load.requests} requests in {elapsed:.1f}s, {len(load.failures)} failed, "
         f"{len(load.written)} documents in {len(tagged)} slots, all intact; "
-        f"ASKING sent {_asking_calls(cluster) - asking_before} times"
+        f"Jetway was answered MOVED {seen['MOVED']}, ASK {seen['ASK']}, TRYAGAIN {seen['TRYAGAIN']} times"
     )
+
+
+def _fill(cluster: ClusterServers, collections: List[str], per_slot: int = FILLER) -> None:
+    """Keys beside the documents (same hash tags), so that each slot takes a while to migrate."""
+    client = cluster.client()
+    try:
+        pipe = client.pipeline()
+        for collection in collections:
+            for shard in range(INDEX_SHARDS):
+                for n in range(per_slot):
+                    pipe.set(f"jw:{{{collection}:{shard:02x}}}:filler:{n}", "x" * 100)
+        pipe.execute()
+    finally:
+        client.close()
 
 
 @multinode
