@@ -3,7 +3,8 @@
 Besides one server (``redis://``, ``rediss://``, ``unix://``) the URL may
 name a group: ``redis-sentinel://h1:26379,h2:26379/mymaster`` (the sentinels
 to ask where the master of ``mymaster`` is) or ``redis-cluster://h1:7000,...``
-(some nodes of a Redis Cluster, to learn the slot map from). Either way the
+(some nodes of a Redis Cluster, to learn the slot map from; ``rediss-cluster``
+for TLS to every node, checked as for ``rediss://``). Either way the
 password in the URL is that of the data nodes.
 """
 
@@ -48,7 +49,8 @@ class RedisAddress:
         """Where it is, without the password (for logs and errors)."""
         if self.kind != SINGLE:
             hosts = ",".join(f"{host}:{port}" for host, port in self.nodes)
-            return f"{self.kind} {hosts}" + (f"/{self.service}/{self.db}" if self.service else "")
+            where = f"{self.kind} {hosts}" + (f"/{self.service}/{self.db}" if self.service else "")
+            return where + (" (TLS)" if self.tls else "")
         where = f"unix:{self.unix_path}" if self.unix_path else f"{self.host}:{self.port}"
         return f"{where}/{self.db}" + (" (TLS)" if self.tls else "")
 
@@ -59,13 +61,14 @@ class RedisAddress:
 
 def parse_redis_url(url: str) -> RedisAddress:
     """Parse ``redis[s]://[user:pass@]host[:port][/db][?ca=/path.pem]``, ``unix:///path[?db=N]``,
-    ``redis-sentinel://[user:pass@]h1[:port],h2.../service[?db=N]`` or ``redis-cluster://[user:pass@]h1[:port],...``.
+    ``redis-sentinel://[user:pass@]h1[:port],h2.../service[?db=N]`` or
+    ``redis[s]-cluster://[user:pass@]h1[:port],...[?ca=/path.pem]``.
 
     Raises ``ValueError`` with a message fit to show the user.
     """
     parts = urlsplit(url)
     query = parse_qs(parts.query)
-    if parts.scheme in ("redis-sentinel", "redis-cluster"):
+    if parts.scheme in ("redis-sentinel", "redis-cluster", "rediss-cluster"):
         return _parse_group(parts.scheme, parts.netloc, parts.path, query)
     username = unquote(parts.username) if parts.username else None
     password = unquote(parts.password) if parts.password else None
@@ -76,14 +79,11 @@ def parse_redis_url(url: str) -> RedisAddress:
         return RedisAddress(unix_path=parts.path, db=db, username=username, password=password)
     if parts.scheme not in ("redis", "rediss"):
         raise ValueError(
-            f"unsupported scheme {parts.scheme!r} (use redis://, rediss://, unix://, redis-sentinel:// or redis-cluster://)"
+            f"unsupported scheme {parts.scheme!r} "
+            "(use redis://, rediss://, unix://, redis-sentinel://, redis-cluster:// or rediss-cluster://)"
         )
     tls = parts.scheme == "rediss"
-    ca_path = _first(query, "ca")
-    if ca_path is not None:
-        if not tls:
-            raise ValueError("?ca= is for rediss:// (TLS) URLs")
-        _check_ca_file(ca_path)
+    ca_path = _ca_path(query, tls)
     try:
         port = parts.port or DEFAULT_PORT
     except ValueError:
@@ -113,6 +113,7 @@ def _parse_group(scheme: str, netloc: str, path: str, query: Dict[str, List[str]
         if path.strip("/") not in ("", "0") or _first(query, "db") not in (None, "0"):
             raise ValueError("Redis Cluster has only database 0")
         kind, default_port, db, service = CLUSTER, DEFAULT_PORT, 0, None
+    tls = scheme == "rediss-cluster"
     return RedisAddress(
         kind=kind,
         nodes=tuple(_node(text, default_port) for text in hosts.split(",")),
@@ -120,6 +121,8 @@ def _parse_group(scheme: str, netloc: str, path: str, query: Dict[str, List[str]
         db=db,
         username=unquote(username) or None,
         password=unquote(password) or None,
+        tls=tls,
+        ca_path=_ca_path(query, tls),
     )
 
 
@@ -133,6 +136,15 @@ def _node(text: str, default_port: int) -> Node:
     if not parts.hostname:
         raise ValueError(f"{text!r} is not a host[:port]")
     return parts.hostname, port
+
+
+def _ca_path(query: Dict[str, List[str]], tls: bool) -> Optional[str]:
+    ca_path = _first(query, "ca")
+    if ca_path is not None:
+        if not tls:
+            raise ValueError("?ca= is for rediss:// and rediss-cluster:// (TLS) URLs")
+        _check_ca_file(ca_path)
+    return ca_path
 
 
 def _check_ca_file(path: str) -> None:

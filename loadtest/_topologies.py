@@ -112,13 +112,15 @@ def _wrk(gateway: JetwayServer, case: str, seconds: float, connections: int) -> 
 def _report(results: Dict[str, Dict[str, List[float]]], args: argparse.Namespace) -> None:
     labels = list(results)
     print(
-        f"\nrequests/s, median of {args.rounds} rounds of {args.seconds:.0f} s, wrk -c {args.connections}, "
-        f"{args.workers} PyPy workers each, {os.cpu_count()} cores shared by everything"
+        f"\nrequests/s, median (lowest-highest) of {args.rounds} rounds of {args.seconds:.0f} s, "
+        f"wrk -c {args.connections}, {args.workers} PyPy workers each, {os.cpu_count()} cores shared by everything"
     )
-    print(f"{'case':8}" + "".join(f"{label:>20}" for label in labels) + f"{'cluster/one':>14}")
+    print(f"{'case':6}" + "".join(f"{label:>26}" for label in labels) + f"{'cluster/one':>13}")
     for case in CASES:
-        medians = [statistics.median(results[label][case]) for label in labels]
-        print(f"{case:8}" + "".join(f"{median:20.0f}" for median in medians) + f"{medians[1] / medians[0]:14.2f}")
+        runs = [results[label][case] for label in labels]
+        cells = [f"{statistics.median(r):.0f} ({min(r):.0f}-{max(r):.0f})" for r in runs]
+        ratio = statistics.median(runs[1]) / statistics.median(runs[0])
+        print(f"{case:6}" + "".join(f"{cell:>26}" for cell in cells) + f"{ratio:13.2f}")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
@@ -24,13 +25,29 @@ TOPOLOGY = os.environ.get("JETWAY_TEST_TOPOLOGY", "single")
 SERVICE = "mymaster"
 
 
-class RedisProcess:
-    """One redis-server (or sentinel) on a TCP port, its log beside its data."""
+@dataclass(frozen=True)
+class TlsFiles:
+    """PEM files for servers that speak TLS only: a CA, and a certificate (for 127.0.0.1) it signed."""
 
-    def __init__(self, directory: Path, port: int, args: List[str]) -> None:
+    ca: Path
+    certificate: Path
+    key: Path
+
+    def server_args(self) -> List[str]:
+        return [
+            *("--tls-cert-file", str(self.certificate), "--tls-key-file", str(self.key)),
+            *("--tls-ca-cert-file", str(self.ca), "--tls-auth-clients", "no"),
+        ]
+
+
+class RedisProcess:
+    """One redis-server (or sentinel) on a TCP port, its log beside its data; ``tls``: TLS only."""
+
+    def __init__(self, directory: Path, port: int, args: List[str], tls: Optional[TlsFiles] = None) -> None:
         self.directory = directory
         self.port = port
         self.args = args
+        self.tls = tls
         self.process: Optional[subprocess.Popen] = None
 
     def start(self) -> RedisProcess:
@@ -53,6 +70,8 @@ class RedisProcess:
             stop_process(self.process)
 
     def client(self) -> redis.Redis:
+        if self.tls is not None:
+            return redis.Redis("127.0.0.1", self.port, socket_timeout=5, ssl=True, ssl_ca_certs=str(self.tls.ca))
         return redis.Redis("127.0.0.1", self.port, socket_timeout=5)
 
     def subscribers(self) -> int:
@@ -71,16 +90,22 @@ def data_args(directory: Path, port: int) -> List[str]:
 
 
 class ClusterServers:
-    """A Redis Cluster of ``masters`` masters (no replicas), made with ``redis-cli --cluster create``."""
+    """A Redis Cluster of ``masters`` masters (no replicas), made with ``redis-cli --cluster create``.
 
-    def __init__(self, directory: Path, masters: int = 3) -> None:
+    With ``tls``, clients and the cluster bus speak TLS only (``rediss-cluster://``).
+    """
+
+    def __init__(self, directory: Path, masters: int = 3, tls: Optional[TlsFiles] = None) -> None:
         self.directory = directory
+        self.tls = tls
         self.nodes: List[RedisProcess] = []
         for _ in range(masters):
             port = free_port()
             home = directory / f"node-{port}"
-            args = [
-                *data_args(home, port),
+            args = data_args(home, port)
+            if tls is not None:
+                args = [*data_args(home, 0), "--tls-port", str(port), "--tls-cluster", "yes", *tls.server_args()]
+            args += [
                 "--cluster-enabled",
                 "yes",
                 # Redis 7: the bus port need not be port + 10000 (which may
@@ -92,11 +117,12 @@ class ClusterServers:
                 "--cluster-node-timeout",
                 "3000",
             ]
-            self.nodes.append(RedisProcess(home, port, args))
+            self.nodes.append(RedisProcess(home, port, args, tls))
 
     @property
     def url(self) -> str:
-        return "redis-cluster://" + ",".join(f"127.0.0.1:{node.port}" for node in self.nodes)
+        hosts = ",".join(f"127.0.0.1:{node.port}" for node in self.nodes)
+        return f"rediss-cluster://{hosts}?ca={self.tls.ca}" if self.tls else f"redis-cluster://{hosts}"
 
     def start(self) -> ClusterServers:
         for node in self.nodes:
@@ -110,7 +136,8 @@ class ClusterServers:
             node.stop()
 
     def cli(self, *args: str, timeout: float = 120) -> str:
-        result = subprocess.run(["redis-cli", *args], capture_output=True, text=True, timeout=timeout)
+        tls = ["--tls", "--cacert", str(self.tls.ca)] if self.tls else []
+        result = subprocess.run(["redis-cli", *tls, *args], capture_output=True, text=True, timeout=timeout)
         assert result.returncode == 0, result.stdout + result.stderr
         return result.stdout
 
@@ -132,7 +159,10 @@ class ClusterServers:
         return {int(line.split()[1].split("@")[0].rsplit(":", 1)[1]): line.split()[0] for line in lines}
 
     def client(self) -> RedisCluster:
-        return RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", node.port) for node in self.nodes])
+        nodes = [ClusterNode("127.0.0.1", node.port) for node in self.nodes]
+        if self.tls is not None:
+            return RedisCluster(startup_nodes=nodes, ssl=True, ssl_ca_certs=str(self.tls.ca))
+        return RedisCluster(startup_nodes=nodes)
 
 
 class SentinelServers:

@@ -10,21 +10,30 @@ lost write.
 
 from __future__ import annotations
 
+import datetime
+import ipaddress
 import json
 import random
 import threading
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Dict, Iterator, List, Tuple
 
 import pytest
 import requests
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID as EKU
+from cryptography.x509.oid import NameOID
 
 from cache.address import parse_redis_url
-from cache.cluster import command_key, crc16, key_slot
+from cache.cluster import _redirection, command_key, crc16, key_slot
 from cache.keys import INDEX_SHARDS, document_key, index_key_for
-from tests.multinode import TOPOLOGY, ClusterServers
+from tests.multinode import TOPOLOGY, ClusterServers, TlsFiles
 from tests.support import JetwayServer, wait_until
+from tests.test_redis_tls import make_ca
 
 JSON = {"Content-Type": "application/json"}
 # Keys per document slot besides the documents, in the resharding test.
@@ -68,6 +77,13 @@ def test_commands_are_routed_by_their_first_key():
     assert command_key((b"SCRIPT", b"LOAD", b"return 1")) is None
 
 
+def test_redirections_name_slot_and_node():
+    assert _redirection("MOVED 3999 127.0.0.1:6381", ("10.0.0.1", 7000)) == (3999, ("127.0.0.1", 6381))
+    assert _redirection("ASK 12 ::1:7002", ("10.0.0.1", 7000)) == (12, ("::1", 7002))
+    # An empty host means "the one you asked" (a node that does not know its address).
+    assert _redirection("MOVED 5 :7001", ("10.0.0.1", 7000)) == (5, ("10.0.0.1", 7001))
+
+
 def test_group_urls():
     cluster = parse_redis_url("redis-cluster://:pw@10.0.0.1:7000,10.0.0.2,[::1]:7002")
     assert (cluster.kind, cluster.nodes, cluster.password) == (
@@ -76,6 +92,9 @@ def test_group_urls():
         "pw",
     )
     assert "pw" not in cluster.describe()
+    secure = parse_redis_url("rediss-cluster://n1:7000,n2:7001")
+    assert (secure.tls, secure.ca_path, secure.at("n2", 7001).tls) == (True, None, True)
+    assert "TLS" in secure.describe()
     sentinel = parse_redis_url("redis-sentinel://s1,s2:26380/mymaster?db=3")
     assert (sentinel.kind, sentinel.nodes, sentinel.service, sentinel.db) == (
         "sentinel",
@@ -92,6 +111,8 @@ def test_group_urls():
         ("redis-cluster://h:7000/2", "only database 0"),
         ("redis-cluster://h:7000,h:port", "not a number"),
         ("redis-cluster://h:7000,", "is not a host"),
+        ("redis-cluster://h:7000?ca=/etc/hostname", "is for rediss"),
+        ("rediss-sentinel://s1/mymaster", "unsupported scheme"),
     ],
 )
 def test_bad_group_urls_say_what_is_wrong(url, message):
@@ -398,4 +419,66 @@ def test_the_token_caches_subscribe_on_another_node_when_theirs_dies(tmp_path):
         wait_until(lambda: sum(node.subscribers() for node in others) == 2, 10, "both to subscribe elsewhere")
     finally:
         server.stop()
+        servers.stop()
+
+
+def _tls_files(directory: Path) -> Tuple[TlsFiles, Path]:
+    """A CA and a certificate for 127.0.0.1 it signed, and another CA's certificate.
+
+    The nodes also present the certificate to each other on the cluster bus,
+    which always checks it, so it is made for client use as well.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    ca_key, ca_cert = make_ca("jetway cluster test CA")
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "jetway test cluster node")]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        .add_extension(x509.ExtendedKeyUsage([EKU.SERVER_AUTH, EKU.CLIENT_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    _, rogue = make_ca("someone else's CA")
+    pem = serialization.Encoding.PEM
+    (directory / "ca.pem").write_bytes(ca_cert.public_bytes(pem))
+    (directory / "rogue.pem").write_bytes(rogue.public_bytes(pem))
+    (directory / "server.pem").write_bytes(cert.public_bytes(pem))
+    (directory / "server.key").write_bytes(
+        key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return TlsFiles(directory / "ca.pem", directory / "server.pem", directory / "server.key"), directory / "rogue.pem"
+
+
+@multinode
+def test_a_cluster_over_tls(tmp_path):
+    """rediss-cluster:// (ElastiCache with in-transit encryption): every node verified against ?ca=."""
+    files, rogue = _tls_files(tmp_path / "pki")
+    servers = ClusterServers(tmp_path / "cluster", tls=files)
+    gateway = JetwayServer(servers.url, tmp_path / "jetway.log", auth=True)
+    distrustful = JetwayServer(servers.url.replace(str(files.ca), str(rogue)), tmp_path / "rogue.log")
+    try:
+        servers.start()
+        token = gateway.make_token("tls", "admin")  # the keys CLI over TLS too
+        gateway.start(["--workers", "1"])
+        session = requests.Session()
+        session.headers.update({**JSON, "Authorization": f"Bearer {token}"})
+        ids = [f"t{n}" for n in range(30)]
+        for doc_id in ids:
+            assert session.put(gateway.url(f"/v1/secure/{doc_id}"), data=json.dumps({"id": doc_id})).status_code == 201
+        items = session.get(gateway.url("/v1/secure"), params={"ids": ",".join(ids)}).json()["items"]
+        assert [item["id"] for item in items] == ids
+        assert sum(1 for node in servers.nodes if node.client().dbsize() > 0) == 3
+        wait_until(lambda: servers.nodes[0].subscribers() == 1, 10, "the token cache to subscribe over TLS")
+
+        distrustful.start(["--workers", "1"])
+        assert requests.get(distrustful.url("/readyz"), timeout=10).status_code == 503
+    finally:
+        distrustful.stop()
+        gateway.stop()
         servers.stop()
