@@ -163,9 +163,10 @@ class ClusterLink:
         groups = self._groups(commands) if self._mapped else None
         if groups is None:
             return self._resolve(commands, scripts)
+        started = self._reactor.seconds()
         sent = [self._send_group(node, indices, commands) for node, indices in groups.items()]
         outcomes = sent[0] if len(sent) == 1 else defer.gatherResults(sent).addCallback(_concatenated)
-        return outcomes.addCallback(self._settle, commands, scripts)
+        return outcomes.addCallback(self._settle, commands, scripts, started)
 
     def _groups(self, commands: Sequence[Command]) -> Optional[Dict[Node, List[int]]]:
         """Command indices by the node that owns their slot; None if one has no key or no owner."""
@@ -189,21 +190,32 @@ class ClusterLink:
             )
         )
 
-    def _settle(self, outcomes: List[Tuple[int, Node, bool, Any]], commands: Sequence[Command], scripts: Any) -> Any:
+    def _settle(
+        self, outcomes: List[Tuple[int, Node, bool, Any]], commands: Sequence[Command], scripts: Any, started: float
+    ) -> Any:
         if all(ok for _, _, ok, _ in outcomes):
             replies: List[Any] = [None] * len(commands)
             for index, _, _, reply in outcomes:
                 replies[index] = reply
             return replies
         first = [(_Attempt(index, commands[index]), node, ok, reply) for index, node, ok, reply in outcomes]
-        return self._resolve(commands, scripts, first)
+        return self._resolve(commands, scripts, first, started)
 
     @defer.inlineCallbacks
-    def _resolve(self, commands: Sequence[Command], scripts: Sequence[Script], first: Optional[List] = None) -> Any:
-        """Send, follow redirections, retry, until every command has its reply or its error."""
+    def _resolve(
+        self,
+        commands: Sequence[Command],
+        scripts: Sequence[Script],
+        first: Optional[List] = None,
+        started: Optional[float] = None,
+    ) -> Any:
+        """Send, follow redirections, retry, until every command has its reply or its error.
+
+        ``first``: the outcomes of a first try already made (by ``_run``), at ``started``.
+        """
         if not self._mapped:
             yield self.refresh()
-        deadline = self._reactor.seconds() + self._timeout
+        deadline = (self._reactor.seconds() if started is None else started) + self._timeout
         sources = {script.sha: script.source for script in scripts}
         replies: List[Any] = [None] * len(commands)
         errors: Dict[int, BaseException] = {}
