@@ -11,6 +11,8 @@ import requests
 from tests.support import JetwayServer, RedisServer, wait_until
 
 TIMEOUT = 1.0
+# Bounds a hang, not speed: a loaded 2-core machine may add a second of scheduling.
+SLACK = 2.0
 
 
 @pytest.fixture
@@ -48,7 +50,7 @@ def test_redis_stopped_gives_503_within_the_timeout_then_recovers(own_redis, own
         assert response.status_code == 503, path
         assert response.headers["Content-Type"] == "application/problem+json"
         assert response.headers["Retry-After"] == "1"
-        assert elapsed < TIMEOUT + 1.0, f"{path} took {elapsed:.2f}s"
+        assert elapsed < TIMEOUT + SLACK, f"{path} took {elapsed:.2f}s"
     assert _put(own_jetway, "during").status_code == 503
     assert requests.get(own_jetway.url("/healthz"), timeout=10).status_code == 200
 
@@ -68,6 +70,6 @@ def test_redis_that_does_not_answer_gives_504(own_redis, own_jetway):
     started = time.monotonic()
     response = requests.get(own_jetway.url("/v1/things/x"), timeout=10)
     assert response.status_code == 504
-    assert time.monotonic() - started < TIMEOUT + 1.0
+    assert time.monotonic() - started < TIMEOUT + SLACK
     paused.execute_command("CLIENT", "UNPAUSE")
     wait_until(lambda: requests.get(own_jetway.url("/v1/things/x"), timeout=10).status_code == 200, 10, "recovery")
