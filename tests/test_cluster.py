@@ -10,8 +10,6 @@ lost write.
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import json
 import random
 import threading
@@ -22,18 +20,14 @@ from typing import Dict, Iterator, List, Tuple
 
 import pytest
 import requests
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID as EKU
-from cryptography.x509.oid import NameOID
+from cryptography.hazmat.primitives import serialization
 
 from cache.address import parse_redis_url
 from cache.cluster import _redirection, command_key, crc16, key_slot
 from cache.keys import INDEX_SHARDS, document_key, index_key_for
 from tests.multinode import TOPOLOGY, ClusterServers, TlsFiles
 from tests.support import JetwayServer, wait_until
-from tests.test_redis_tls import make_ca
+from tests.test_redis_tls import make_ca, make_server_cert
 
 JSON = {"Content-Type": "application/json"}
 # Keys per document slot besides the documents, in the resharding test.
@@ -430,20 +424,7 @@ def _tls_files(directory: Path) -> Tuple[TlsFiles, Path]:
     """
     directory.mkdir(parents=True, exist_ok=True)
     ca_key, ca_cert = make_ca("jetway cluster test CA")
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "jetway test cluster node")]))
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
-        .add_extension(x509.ExtendedKeyUsage([EKU.SERVER_AUTH, EKU.CLIENT_AUTH]), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
+    key, cert = make_server_cert(ca_key, ca_cert, client_too=True)
     _, rogue = make_ca("someone else's CA")
     pem = serialization.Encoding.PEM
     (directory / "ca.pem").write_bytes(ca_cert.public_bytes(pem))

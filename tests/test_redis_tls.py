@@ -57,8 +57,16 @@ def make_ca(common_name: str) -> Tuple[ec.EllipticCurvePrivateKey, x509.Certific
     return key, cert
 
 
-def make_server_cert(ca_key: ec.EllipticCurvePrivateKey, ca_cert: x509.Certificate) -> Tuple[object, x509.Certificate]:
-    """A certificate for 127.0.0.1 only (no DNS name), signed by the CA."""
+def make_server_cert(
+    ca_key: ec.EllipticCurvePrivateKey, ca_cert: x509.Certificate, client_too: bool = False
+) -> Tuple[object, x509.Certificate]:
+    """A certificate for 127.0.0.1 only (no DNS name), signed by the CA.
+
+    ``client_too``: also for client use, as a cluster node presents it to its peers.
+    """
+    usages = [x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]
+    if client_too:
+        usages.append(x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH)
     key = ec.generate_private_key(ec.SECP256R1())
     now = datetime.datetime.now(datetime.timezone.utc)
     cert = (
@@ -70,7 +78,7 @@ def make_server_cert(ca_key: ec.EllipticCurvePrivateKey, ca_cert: x509.Certifica
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=1))
         .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
-        .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
     return key, cert
