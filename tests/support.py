@@ -164,37 +164,57 @@ def make_token(redis_url: str, name: str, *scopes: str, rate: str = "", expires:
     return result.stdout.strip().splitlines()[-1]
 
 
-class SteadyClient:
+class ClientThreads:
+    """Client threads, each running ``run_client(number)`` until the ``with`` block ends.
+
+    ``run_client`` loops until ``stopping`` is set; ``lock`` guards shared counts.
+    """
+
+    def __init__(self, threads: int) -> None:
+        self.stopping = threading.Event()
+        self.lock = threading.Lock()
+        self._threads = [threading.Thread(target=self.run_client, args=(n,)) for n in range(threads)]
+
+    def __enter__(self):
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopping.set()
+        for thread in self._threads:
+            thread.join(30)
+
+    def run_client(self, number: int) -> None:
+        raise NotImplementedError
+
+
+class SteadyClient(ClientThreads):
     """GETs in a loop on fresh connections from 4 threads; records what failed and when."""
 
     def __init__(self, base: str, threads: int = 4) -> None:
+        super().__init__(threads)
         self.url = base + "/v1/things/a"
         self.ok = 0
         self.failures: List[Tuple[float, str]] = []
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self._threads = [threading.Thread(target=self._run) for _ in range(threads)]
 
     def __enter__(self) -> SteadyClient:
-        for thread in self._threads:
-            thread.start()
+        super().__enter__()
         time.sleep(0.3)
         return self
 
     def __exit__(self, *exc: object) -> None:
         time.sleep(0.3)
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(30)
+        super().__exit__(*exc)
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
+    def run_client(self, number: int) -> None:
+        while not self.stopping.is_set():
             try:
                 response = requests.get(self.url, timeout=10)
                 outcome = None if response.status_code in (200, 404) else f"status {response.status_code}"
             except requests.RequestException as error:
                 outcome = type(error).__name__ + ": " + str(error)
-            with self._lock:
+            with self.lock:
                 if outcome is None:
                     self.ok += 1
                 else:

@@ -26,7 +26,7 @@ from cache.address import parse_redis_url
 from cache.cluster import _redirection, command_key, crc16, key_slot
 from cache.keys import INDEX_SHARDS, document_key, index_key_for
 from tests.multinode import TOPOLOGY, ClusterServers, TlsFiles
-from tests.support import JetwayServer, wait_until
+from tests.support import ClientThreads, JetwayServer, wait_until
 from tests.test_redis_tls import make_ca, make_server_cert
 
 JSON = {"Content-Type": "application/json"}
@@ -272,32 +272,19 @@ def test_a_slot_caught_mid_migration_is_served_through_ask_and_tryagain(cluster,
     assert listed == [{"id": second.decode()}]
 
 
-class _Load:
+class _Load(ClientThreads):
     """Writers and readers through Jetway; every acknowledged write and every failure kept."""
 
     COLLECTIONS = [f"load{n}" for n in range(8)]  # 128 hash tags, spread over every node
 
     def __init__(self, gateway: JetwayServer, threads: int = 4) -> None:
+        super().__init__(threads)
         self.gateway = gateway
-        self.threads = threads
         self.written: Dict[Tuple[str, str], int] = {}  # (collection, id) -> last acknowledged version
         self.failures: List[str] = []
         self.requests = 0
-        self.lock = threading.Lock()
-        self.stopping = threading.Event()
-        self.workers = [threading.Thread(target=self._work, args=(n,)) for n in range(threads)]
 
-    def __enter__(self) -> _Load:
-        for worker in self.workers:
-            worker.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stopping.set()
-        for worker in self.workers:
-            worker.join(30)
-
-    def _work(self, number: int) -> None:
+    def run_client(self, number: int) -> None:
         mine: Dict[Tuple[str, str], int] = {}
         session = requests.Session()
         rng = random.Random(number)

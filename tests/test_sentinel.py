@@ -9,7 +9,6 @@ sentinels have promoted the replica, with no restart. Runs only under
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass
 from typing import Iterator, List
@@ -20,7 +19,7 @@ import requests
 
 from cache.keys import document_key
 from tests.multinode import TOPOLOGY, SentinelServers
-from tests.support import JetwayServer, keys_cli, wait_until
+from tests.support import ClientThreads, JetwayServer, keys_cli, wait_until
 
 JSON = {"Content-Type": "application/json"}
 REDIS_TIMEOUT = 1.0
@@ -57,28 +56,16 @@ class Call:
     doc_id: str
 
 
-class Writers:
+class Writers(ClientThreads):
     """``WRITERS`` clients, each PUTting new documents back to back."""
 
     def __init__(self, gateway: JetwayServer, token: str) -> None:
+        super().__init__(WRITERS)
         self.gateway = gateway
         self.token = token
         self.calls: List[Call] = []
-        self.lock = threading.Lock()
-        self.stopping = threading.Event()
-        self.threads = [threading.Thread(target=self._write, args=(n,)) for n in range(WRITERS)]
 
-    def __enter__(self) -> Writers:
-        for thread in self.threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stopping.set()
-        for thread in self.threads:
-            thread.join(30)
-
-    def _write(self, number: int) -> None:
+    def run_client(self, number: int) -> None:
         session = requests.Session()
         session.headers.update({**JSON, "Authorization": f"Bearer {self.token}"})
         count = 0
