@@ -15,7 +15,8 @@ picks one from the URL).
 
 from __future__ import annotations
 
-from typing import Any, Dict, Protocol, Sequence, Tuple, Union
+import random
+from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple, Union
 
 import txredisapi
 from twisted.internet import defer
@@ -79,31 +80,38 @@ class RedisLink:
         """Send one command; fires with its raw reply."""
         return self.pipeline([command]).addCallback(lambda replies: replies[0])
 
-    @defer.inlineCallbacks
-    def pipeline(self, commands: Sequence[Command]) -> Any:
-        """Send commands back to back on one connection; fires with the replies."""
-        connection = yield self._connection()
-        try:
-            sent = [connection.execute_command(*command) for command in commands]
-        except txredisapi.ConnectionError:
-            raise RedisUnavailable("the connection to Redis was lost") from None
-        replies = yield defer.gatherResults(sent, consumeErrors=True).addErrback(_unwrap_first)
-        return replies
+    def pipeline(self, commands: Sequence[Command]) -> defer.Deferred:
+        """Send commands back to back on one connection; fires with the replies, or fails with the first error."""
+        return self._send(commands).addCallback(_raise_first_error)
 
-    @defer.inlineCallbacks
-    def send_each(self, commands: Sequence[Command]) -> Any:
-        """Like ``pipeline``, but fires with an ``Outcome`` per command instead of failing on the first error.
+    def send_each(self, commands: Sequence[Command]) -> defer.Deferred:
+        """Like ``pipeline``, but fires with an ``Outcome`` per command instead of failing on the first error reply.
 
         The commands go down one connection in this order, so a command
         that must follow another on the same connection (``ASKING``) can.
+        A lost connection or a timeout still fails the whole batch.
         """
-        connection = yield self._connection()
-        try:
-            sent = [connection.execute_command(*command) for command in commands]
-        except txredisapi.ConnectionError:
-            raise RedisUnavailable("the connection to Redis was lost") from None
-        results = yield defer.DeferredList(sent, consumeErrors=True)
-        return [(True, value) if ok else (False, store_error(value.value)) for ok, value in results]
+        return self._send(commands).addCallback(_outcomes)
+
+    def _send(self, commands: Sequence[Command]) -> defer.Deferred:
+        """The raw replies of ``commands`` sent together (error replies as values)."""
+        # The read path's common case, a pooled connection that is up, costs
+        # no Deferred and no timer; only waiting for one does.
+        connection = self._ready_connection()
+        if connection is not None:
+            sent = connection.send(commands)
+        else:
+            sent = self._connection().addCallback(lambda connection: connection.send(commands))
+        return sent.addErrback(_as_store_failure)
+
+    def _ready_connection(self) -> Optional[FastRedisProtocol]:
+        # txredisapi's getConnection(peek=True) picks the same way, through
+        # a generator and a Deferred per call.
+        connections = self._factory.connectionQueue.pending
+        if not connections:
+            return None
+        connection = random.choice(connections)
+        return connection if connection.connected else None
 
     def run_script(self, script: Script, keys: Sequence[bytes], args: Sequence[Arg]) -> defer.Deferred:
         """Run a Lua script by its SHA, loading it first if Redis lacks it."""
@@ -138,12 +146,22 @@ class RedisLink:
         return connection
 
 
-def _unwrap_first(failure: Failure) -> Failure:
-    """Turn gatherResults' FirstError into the store's own error types."""
-    failure.trap(defer.FirstError)
-    error = store_error(failure.value.subFailure.value)
-    if error is failure.value.subFailure.value:
-        return failure.value.subFailure
+def _raise_first_error(replies: List[Any]) -> List[Any]:
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise store_error(reply)
+    return replies
+
+
+def _outcomes(replies: List[Any]) -> List[Outcome]:
+    return [(False, store_error(reply)) if isinstance(reply, Exception) else (True, reply) for reply in replies]
+
+
+def _as_store_failure(failure: Failure) -> Failure:
+    """A failed batch as the store's own error type."""
+    error = store_error(failure.value)
+    if error is failure.value:
+        return failure
     raise error
 
 

@@ -1,21 +1,36 @@
-"""A RESP reply parser for txredisapi that parses whole replies in one go.
+"""The Redis wire protocol of the gateway's links: whole replies, lean batches.
 
-txredisapi's own parser is line-based, and after every bulk string that is
-followed by more data it pauses and resumes through ``callLater(0)``: a
-document read (HMGET, three bulks) takes several reactor turns and a page
-of 100 documents a hundred, 13-60 µs each on PyPy. This protocol parses
-every complete reply in the buffer in one pass and hands it to the same
-``replyReceived`` txredisapi uses, with the same values as txredisapi
-delivers when ``charset=None`` and ``convertNumbers=False``: bulk strings as
-``bytes``, status replies as ``str``, errors as ``ResponseError``.
-MULTI/EXEC, which Jetway does not use, is not supported by it.
+txredisapi's protocol costs a lot per command on the read path: a line
+parser that pauses for a ``callLater(0)`` after every bulk string followed
+by more data, and, per command, a slot in a DeferredQueue, three Deferreds
+and a reply-timeout ``callLater`` that is set and cancelled again.
+``FastRedisProtocol`` keeps txredisapi's connection handling (AUTH and
+SELECT on connect, the pool, the reconnecting factory) and replaces the
+request path:
+
+- ``send(commands)`` writes a batch of commands at once and fires one
+  Deferred with their replies in order; error replies come back as
+  ``ResponseError`` values, so the caller decides what fails;
+- ``parse_reply`` parses every complete reply in the buffer in one pass,
+  with the values txredisapi gives when ``charset=None`` and
+  ``convertNumbers=False``: bulk strings as ``bytes``, status replies as
+  ``str``, errors as ``ResponseError``;
+- one timer per connection keeps the reply deadline: armed for the oldest
+  batch still waiting and re-armed lazily, not set and cancelled per command.
+
+txredisapi's own command methods (AUTH, SELECT, ROLE) call
+``execute_command``, which goes through ``send`` too, so replies keep their
+order. MULTI/EXEC and txredisapi's pipelining mode are not supported:
+Jetway uses Lua scripts and ``send`` instead.
 """
 
 from __future__ import annotations
 
-from typing import Any, Tuple
+from collections import deque
+from typing import Any, Deque, List, Optional, Sequence, Tuple
 
 import txredisapi
+from twisted.internet import defer, reactor
 
 _CRLF = b"\r\n"
 
@@ -57,13 +72,75 @@ def parse_reply(buffer: bytes, pos: int) -> Tuple[Any, int]:
     raise txredisapi.InvalidResponse(f"unknown reply type {chr(kind)!r}")
 
 
+def encode_command(command: Sequence[Any]) -> bytes:
+    """One command as a RESP array of bulk strings."""
+    parts = [b"*%d\r\n" % len(command)]
+    for arg in command:
+        value = _as_bytes(arg)
+        parts.append(b"$%d\r\n%s\r\n" % (len(value), value))
+    return b"".join(parts)
+
+
+def _as_bytes(arg: Any) -> bytes:
+    if isinstance(arg, bytes):
+        return arg
+    if isinstance(arg, str):
+        return arg.encode()
+    if isinstance(arg, int) and not isinstance(arg, bool):
+        return b"%d" % arg
+    if isinstance(arg, float):
+        return format(arg, "f").encode()  # as txredisapi sends a float
+    raise TypeError(f"a Redis argument must be bytes, str, int or float, not {type(arg).__name__}")
+
+
+class _Batch:
+    """Commands written together, waiting for their replies."""
+
+    __slots__ = ("deadline", "deferred", "expected", "replies")
+
+    def __init__(self, expected: int, deadline: float) -> None:
+        self.deferred: defer.Deferred = defer.Deferred()
+        self.expected = expected
+        self.replies: List[Any] = []
+        self.deadline = deadline
+
+
 class FastRedisProtocol(txredisapi.RedisProtocol):
-    """txredisapi's protocol with ``parse_reply`` in place of its line parser."""
+    """txredisapi's protocol with ``send`` and ``parse_reply`` as its request path."""
 
-    _pending = b""
+    # The reactor the reply deadline is kept on (txredisapi's own timers use
+    # the global reactor too).
+    clock: Any = reactor
 
-    def dataReceived(self, data: bytes, unpause: bool = False) -> None:
-        buffer = self._pending + data if self._pending else data
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._buffer = b""
+        self._batches: Deque[_Batch] = deque()
+        self._deadline_check: Optional[Any] = None
+
+    def send(self, commands: Sequence[Sequence[Any]]) -> defer.Deferred:
+        """Write ``commands`` at once; fires with their replies, or fails as a whole (lost, timed out)."""
+        if not self.connected:
+            return defer.fail(txredisapi.ConnectionError("Not connected"))
+        payload = b"".join([encode_command(command) for command in commands])
+        timeout = self.replyTimeout or 0
+        batch = _Batch(len(commands), self.clock.seconds() + timeout)
+        self._batches.append(batch)
+        self.transport.write(payload)
+        if timeout and self._deadline_check is None:
+            self._deadline_check = self.clock.callLater(timeout, self._check_deadline)
+        return batch.deferred
+
+    def execute_command(self, *args: Any, **kwargs: Any) -> defer.Deferred:
+        """txredisapi's entry point for one command, on ``send``."""
+        if self.inMulti or self.pipelining:
+            raise NotImplementedError("MULTI/EXEC and txredisapi's pipelining are not supported by this protocol")
+        result = self.send([args]).addCallback(_only_reply)
+        post_proc = kwargs.get("post_proc")
+        return result.addCallback(post_proc) if callable(post_proc) else result
+
+    def dataReceived(self, data: bytes) -> None:
+        buffer = self._buffer + data if self._buffer else data
         pos = 0
         while pos < len(buffer):
             try:
@@ -72,10 +149,53 @@ class FastRedisProtocol(txredisapi.RedisProtocol):
                 break
             except (ValueError, IndexError, txredisapi.InvalidResponse) as error:
                 # A stream we cannot read is a connection we cannot trust.
-                self.replyReceived(txredisapi.InvalidResponse(str(error)))
+                self._buffer = b""
+                self._fail_all(txredisapi.InvalidResponse(str(error)))
                 self.transport.loseConnection()
                 return
-            if isinstance(reply, list):
-                reply = self.handleTransactionData(reply)
-            self.replyReceived(reply)
-        self._pending = buffer[pos:]
+            self._reply_received(reply)
+        self._buffer = buffer[pos:]
+
+    def connectionLost(self, why: Any) -> None:
+        super().connectionLost(why)
+        if self._deadline_check is not None and self._deadline_check.active():
+            self._deadline_check.cancel()
+        self._deadline_check = None
+        self._fail_all(txredisapi.ConnectionError("Lost connection"))
+
+    def _reply_received(self, reply: Any) -> None:
+        if not self._batches:
+            return  # a late reply to a batch already failed; the connection is closing
+        batch = self._batches[0]
+        batch.replies.append(reply)
+        if len(batch.replies) == batch.expected:
+            self._batches.popleft()
+            if not batch.deferred.called:  # the caller may have cancelled it
+                batch.deferred.callback(batch.replies)
+
+    def _check_deadline(self) -> None:
+        """Fail everything if the oldest batch is overdue, else look again when it would be."""
+        self._deadline_check = None
+        if not self._batches:
+            return
+        late = self._batches[0].deadline - self.clock.seconds()
+        if late > 0:
+            self._deadline_check = self.clock.callLater(late, self._check_deadline)
+            return
+        # The replies still to come would be matched to the wrong batches
+        # once one is given up on: the connection goes with them.
+        self._fail_all(txredisapi.TimeoutError(f"Not received Redis response in {self.replyTimeout} seconds"))
+        self.transport.abortConnection()
+
+    def _fail_all(self, error: Exception) -> None:
+        batches, self._batches = self._batches, deque()
+        for batch in batches:
+            if not batch.deferred.called:
+                batch.deferred.errback(error)
+
+
+def _only_reply(replies: List[Any]) -> Any:
+    reply = replies[0]
+    if isinstance(reply, Exception):
+        raise reply
+    return reply
