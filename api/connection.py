@@ -22,6 +22,8 @@ from __future__ import annotations
 import email.utils
 import http
 import ipaddress
+import itertools
+import os
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence, Set, Tuple, Union
 
@@ -273,6 +275,10 @@ class JetwayApplication(cyclone.web.Application):
         self.connections: Set[JetwayConnection] = set()
         self.port: Any = None
         self._date: Tuple[int, str] = (0, "")
+        # Request ids: unique per worker by a random prefix, then counted;
+        # a uuid4 per request read /dev/urandom, ~6% of a document read.
+        self._request_id_prefix = os.urandom(8).hex()
+        self._request_count = itertools.count()
         self.accepting = True
         self._paused = False
 
@@ -282,6 +288,10 @@ class JetwayApplication(cyclone.web.Application):
         if self._date[0] != second:
             self._date = (second, email.utils.formatdate(second, usegmt=True))
         return self._date[1]
+
+    def new_request_id(self) -> str:
+        """32 hex digits, unique across workers and restarts, for a request that came without one."""
+        return f"{self._request_id_prefix}{next(self._request_count):016x}"
 
     def listen_on(self, port: Any) -> None:
         self.port = port

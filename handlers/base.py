@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import http
 import re
-import uuid
 from typing import Any, Dict, Optional, Tuple, Type
 from urllib.parse import parse_qs
 
@@ -99,7 +98,8 @@ class JsonHandler(cyclone.web.RequestHandler):
     def set_default_headers(self) -> None:
         # Also runs when an error resets the headers, so errors carry the id too.
         if not self.request_id:
-            self.request_id = request_id_of(self.request.headers.get("X-Request-ID"))
+            given = self.request.headers.get("X-Request-ID")
+            self.request_id = given if given and _REQUEST_ID.match(given) else self.application.new_request_id()
         self._headers["X-Request-ID"] = self.request_id
 
     def compute_etag(self) -> None:
@@ -168,13 +168,6 @@ class JsonHandler(cyclone.web.RequestHandler):
             self.set_header(name, value)
         self.set_header("Content-Type", PROBLEM_TYPE)
         self.finish(codec.dumps(error.as_problem()))
-
-
-def request_id_of(given: Optional[str]) -> str:
-    """The client's ``X-Request-ID`` if it is sane, else a new one."""
-    if given and _REQUEST_ID.match(given):
-        return given
-    return uuid.uuid4().hex
 
 
 class _AnyMethod(tuple):
