@@ -5,11 +5,13 @@
 #
 # Each revision is checked out in a temporary worktree (sharing .venv) and
 # served by one PyPy worker with its own private Redis; wrk reads a ~200 B
-# document with 50 connections (10 s warm-up, then 5 s runs). The runs are
+# document with 64 connections (10 s warm-up, then 5 s runs). The runs are
 # interleaved A, B, A, B, ... and the worker's user+system CPU time per
 # request is read from /proc: on a shared, noisy machine it moves far less
-# than requests per second, which are printed too. Env: AUTH_A / AUTH_B=on
-# (authorization on, with a token; default off), DUR, WARM.
+# than requests per second, which are printed too, with the worker's
+# resident memory at the end. Env: AUTH_A / AUTH_B=on (authorization on,
+# with a token; default off), ENV_A / ENV_B ("NAME=value ..." more
+# environment for that server, e.g. PYPY_GC_NURSERY=8MB), DUR, WARM.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 A=${1:?revision A}; B=${2:?revision B}; ROUNDS=${3:-3}
@@ -25,14 +27,15 @@ for rev in a b; do
   ln -s "$PWD/.venv" "$WORK/$rev/.venv"
 done
 
-run() {  # run TREE LABEL AUTH: one server, warm-up, one measured run
-  local tree=$1 label=$2 auth=$3 dir port pid worker header="" token t0 t1 out n
+run() {  # run TREE LABEL AUTH EXTRA_ENV: one server, warm-up, one measured run
+  local tree=$1 label=$2 auth=$3 extra=$4 dir port pid worker header="" token t0 t1 out n rss
   dir=$(mktemp -d -p "$WORK")
   redis-server --port 0 --unixsocket "$dir/r.sock" --save '' --daemonize yes --pidfile "$dir/r.pid" --logfile "$dir/r.log"
   sleep 0.3
   port=$((20000 + RANDOM % 10000))
-  (cd "$tree" && REDIS_URL="unix://$dir/r.sock" JETWAY_ACCESS_LOG=off JETWAY_AUTH=$auth \
-    exec .venv/bin/python -m api serve --port $port --workers 1 > "$dir/server.log" 2>&1) &
+  # shellcheck disable=SC2086 # EXTRA_ENV is a list of NAME=value words
+  (cd "$tree" && exec env $extra REDIS_URL="unix://$dir/r.sock" JETWAY_ACCESS_LOG=off JETWAY_AUTH=$auth \
+    .venv/bin/python -m api serve --port $port --workers 1 > "$dir/server.log" 2>&1) &
   pid=$!
   worker=""
   for _ in $(seq 100); do  # the master's one worker, once it is serving
@@ -48,20 +51,21 @@ run() {  # run TREE LABEL AUTH: one server, warm-up, one measured run
   curl -s -X PUT -H "$header" -H 'Content-Type: application/json' \
     -d '{"id":"small","name":"Ada Lovelace","email":"ada@example.com","tags":["math","engines"],"score":97.5,"active":true,"address":{"city":"London","zip":"W1"}}' \
     "localhost:$port/v1/bench/small" > /dev/null
-  wrk -t1 -c50 -d"${WARM:-10}"s -H "$header" "http://127.0.0.1:$port/v1/bench/small" > /dev/null
+  wrk -t1 -c64 -d"${WARM:-10}"s -H "$header" "http://127.0.0.1:$port/v1/bench/small" > /dev/null
   t0=$(awk '{print $14+$15}' "/proc/$worker/stat")
-  out=$(wrk -t1 -c50 -d"${DUR:-5}"s --latency -H "$header" "http://127.0.0.1:$port/v1/bench/small")
+  out=$(wrk -t1 -c64 -d"${DUR:-5}"s --latency -H "$header" "http://127.0.0.1:$port/v1/bench/small")
   t1=$(awk '{print $14+$15}' "/proc/$worker/stat")
+  rss=$(awk '/VmRSS/ {print $2}' "/proc/$worker/status")
   n=$(echo "$out" | awk '/requests in/ {print $1}')
-  echo "$out" | awk -v l="$label" -v n="$n" -v c=$((t1 - t0)) -v hz="$(getconf CLK_TCK)" \
-    '/Requests\/sec/ {r=$2} / 99%/ {p=$2} END {printf "%s cpu_us_per_request=%.1f rps=%s p99=%s\n", l, c*1e6/hz/n, r, p}'
+  echo "$out" | awk -v l="$label" -v n="$n" -v c=$((t1 - t0)) -v hz="$(getconf CLK_TCK)" -v rss="$rss" \
+    '/Requests\/sec/ {r=$2} / 99%/ {p=$2} END {printf "%s cpu_us_per_request=%.1f rps=%s p99=%s rss_mb=%.0f\n", l, c*1e6/hz/n, r, p, rss/1024}'
   kill $pid; wait $pid 2>/dev/null || true
   kill "$(cat "$dir/r.pid")"
 }
 
 for _ in $(seq "$ROUNDS"); do
-  run "$WORK/a" "A=$A" "${AUTH_A:-off}"
-  run "$WORK/b" "B=$B" "${AUTH_B:-off}"
+  run "$WORK/a" "A=$A" "${AUTH_A:-off}" "${ENV_A:-}"
+  run "$WORK/b" "B=$B" "${AUTH_B:-off}" "${ENV_B:-}"
 done | tee "$WORK/results"
 for label in "A=$A" "B=$B"; do
   grep -F "$label " "$WORK/results" | sed 's/.*cpu_us_per_request=\([0-9.]*\).*/\1/' | sort -n |
