@@ -19,6 +19,7 @@ from typing import Dict, Iterator, List
 import pytest
 import requests
 
+from api.master import DEFAULT_GC_NURSERY, GC_NURSERY_ENV, worker_environment
 from tests.support import ROOT, JetwayServer, SteadyClient, free_port, stop_process, wait_until
 
 WORKERS = 2
@@ -197,3 +198,12 @@ def test_a_worker_adopts_a_socket_opened_by_another_parent(redis_server, redis_c
         assert worker.wait(10) == 0
     finally:
         stop_process(worker)
+
+
+def test_workers_get_a_gc_nursery_unless_the_environment_names_one(master):
+    expected = os.environ.get(GC_NURSERY_ENV, DEFAULT_GC_NURSERY)
+    for pid in worker_pids(master):
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        assert f"{GC_NURSERY_ENV}={expected}".encode() in environ
+    assert worker_environment({"A": "1"}) == {"A": "1", GC_NURSERY_ENV: DEFAULT_GC_NURSERY}
+    assert worker_environment({GC_NURSERY_ENV: "16MB"})[GC_NURSERY_ENV] == "16MB"
