@@ -207,13 +207,16 @@ class ResourceHandler(JsonHandler):
         self.grant = yield self.gate.admit(authorization, self.path_args[0], not reading, defer_rate)
         self.apply_rate(self.grant.rate)
 
-    @defer.inlineCallbacks
-    def read_document(self, collection: bytes, doc_id: bytes) -> Any:
+    def read_document(self, collection: bytes, doc_id: bytes) -> defer.Deferred:
         """The document (or None), with the pending rate step if there is one."""
         if self.grant.pending_rate is None:
-            document = yield self.store.get(collection, doc_id)
-            return document
-        rate, document = yield self.store.get_along(collection, doc_id, self.grant.pending_rate, RATE_SCRIPTS)
+            return self.store.get(collection, doc_id)
+        return self.store.get_along(collection, doc_id, self.grant.pending_rate, RATE_SCRIPTS).addCallback(
+            self._settle_rate
+        )
+
+    def _settle_rate(self, reply: Tuple[Any, Optional[Document]]) -> Optional[Document]:
+        rate, document = reply
         self.apply_rate(self.grant.settle(rate))
         return document
 

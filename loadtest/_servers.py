@@ -66,6 +66,7 @@ class Processes:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.started: List[subprocess.Popen] = []
+        self.named: Dict[str, subprocess.Popen] = {}
 
     def __enter__(self) -> Processes:
         return self
@@ -94,6 +95,7 @@ class Processes:
         finally:
             log.close()
         self.started.append(process)
+        self.named[name] = process
         return process
 
     def check_alive(self, process: subprocess.Popen, name: str) -> None:
@@ -114,6 +116,17 @@ class Processes:
     def stop_all(self) -> None:
         for process in reversed(list(self.started)):
             self.stop(process)
+
+    def worker_rss_mb(self, name: str) -> List[float]:
+        """The resident memory of each worker of the Jetway master started as ``name``, in MB."""
+        pid = self.named[name].pid
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        sizes = []
+        for child in children:
+            status = Path(f"/proc/{child}/status").read_text()
+            kib = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:"))
+            sizes.append(round(kib / 1024, 1))
+        return sizes
 
     def redis(self, cpus: Optional[Sequence[int]] = None) -> str:
         """A private redis-server on a unix socket; returns its REDIS_URL."""

@@ -183,7 +183,7 @@ def test_a_given_token_is_used_as_is_and_without_a_cli_there_is_none(tmp_path):
     assert resolved.headers() == {}
 
 
-def test_the_bench_pins_wrk_and_servers_apart_when_it_can():
+def test_the_bench_can_pin_wrk_and_servers_apart():
     assert plan_cpus("auto", [0, 1]) == CpuPlan([0], [1], plan_cpus("auto", [0, 1]).description)
     assert plan_cpus("auto", range(8)).loadgen == [0, 1]
     assert plan_cpus("auto", [3]).loadgen is None
@@ -231,6 +231,7 @@ def synthetic_summary() -> Dict[str, Any]:
             | {"rps": 10000, "rps_min": 9000, "rps_max": 11000, "p99_ms": 1}
             | {"p99_min": 1, "p99_max": 1},
         },
+        "worker_rss_mb": {"pypy": [120.5, 151.2]},
         "runs": runs,
     }
 
@@ -240,6 +241,14 @@ def test_bench_table_shows_mean_spread_and_ratio_to_jetway_on_pypy():
     assert "| GET small | 1,000 ±20% | 10,000 ±20% (10.00x) |" in text
     assert "| GET small | 5.00 ±40% | 1.00 ±0% (0.20x) |" in text
     assert "| 4 | 2 | GET small | PyPy | 1,100 | 1.00 | 6.00 | 0 |" in text
+
+
+def test_bench_report_checks_the_targets_it_has_figures_for():
+    text = _report.markdown(synthetic_summary())
+    assert "| 200 B read, 2 workers / nginx | 0.10 | >= 0.5 | **no** |" in text
+    assert "| 200 B read p99, 2 workers (ms) | 5.00 | <= 15 | yes |" in text
+    assert "resident memory per worker after the bench, PyPy (MB, each) | 120, 151 | <= 150 | **no** |" in text
+    assert "10 KB read" not in text  # no such case in this summary
 
 
 # --- the real thing, in the load-test environment ------------------------------------

@@ -13,7 +13,15 @@ Each server first gets ``warmup`` seconds of load spread over its endpoints
 (PyPy's JIT compiles what it runs); then ``rounds`` rounds measure every
 (endpoint, server) case once each, the servers in a rotated order every
 round, so a drift of the machine shows as spread rather than as a ratio.
-wrk and the servers are pinned to separate cores when there are two or more.
+
+By default nothing is pinned: wrk, Redis and the servers share the cores,
+as the targets are stated (a 2-core machine with wrk and Redis on the same
+box), and N workers can use N cores. ``--pin auto`` gives wrk its own core
+instead, which steadies the figures but leaves one core to all the servers'
+workers and Redis.
+
+At the end the resident memory of every Jetway worker is read, after the
+whole bench's load, and the report checks the read path's targets.
 """
 
 from __future__ import annotations
@@ -109,6 +117,7 @@ def servers(workers: int) -> List[Server]:
         Server(REFERENCE, f"Jetway PyPy, {workers} workers", "jetway", PYPY, workers=workers),
         Server("cpython", f"Jetway CPython 3.11, {workers} workers", "jetway", CPYTHON, workers=workers),
         Server("pypy1", "Jetway PyPy, 1 worker", "jetway", PYPY, workers=1),
+        Server("cpython1", "Jetway CPython 3.11, 1 worker", "jetway", CPYTHON, workers=1),
         Server("nginx", f"nginx static file, {workers} workers", "nginx", workers=workers),
         Server(
             "reencode",
@@ -172,6 +181,7 @@ class Bench:
         self.token_source = ""
         self.expected: Dict[str, bytes] = {}
         self.mismatches: List[str] = []
+        self.worker_rss_mb: Dict[str, List[float]] = {}
 
     def run(self, processes: Processes) -> List[Run]:
         redis_url = processes.redis(cpus=self.plan.server)
@@ -192,7 +202,11 @@ class Bench:
             self.bases["nginx"] = processes.nginx(root, workers, self.plan.server)
         self._verify()
         self._warm_up()
-        return self._measure()
+        runs = self._measure()
+        self.worker_rss_mb = {
+            server.key: processes.worker_rss_mb(server.key) for server in self.servers if server.kind == "jetway"
+        }
+        return runs
 
     def _seed(self, base: str) -> None:
         small, large = self.args.small, self.args.large
@@ -367,6 +381,7 @@ def _summary(
         "servers": [asdict(server) | {"python": str(server.python or "")} for server in chosen],
         "endpoints": [asdict(endpoint) for endpoint in points],
         "cases": cases,
+        "worker_rss_mb": bench.worker_rss_mb,
         "runs": [asdict(run) for run in runs],
     }
 
@@ -396,9 +411,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--warmup", type=float, default=env("WARMUP", 25.0), help="s of load per server first (≥15)")
     parser.add_argument("--duration", type=float, default=env("DURATION", 10.0), help="s per measurement")
     parser.add_argument("--rounds", type=int, default=env("ROUNDS", 2), help="measurements of each case (≥2)")
-    parser.add_argument("--connections", type=int, default=env("CONNECTIONS", 32), help="wrk -c")
+    parser.add_argument("--connections", type=int, default=env("CONNECTIONS", 64), help="wrk -c")
     parser.add_argument("--workers", type=int, default=env("WORKERS", os.cpu_count() or 1), help="N")
-    parser.add_argument("--pin", choices=("auto", "off"), default=env("PIN", "auto"))
+    parser.add_argument(
+        "--pin", choices=("auto", "off"), default=env("PIN", "off"), help="auto: wrk and the servers on separate cores"
+    )
     parser.add_argument("--servers", type=_keys, default=env("SERVERS", all_servers), help=all_servers)
     parser.add_argument("--endpoints", type=_keys, default=env("ENDPOINTS", all_endpoints), help=all_endpoints)
     parser.add_argument("--small", type=int, default=env("SMALL_BYTES", 200), help="bytes of the small document")

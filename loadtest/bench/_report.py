@@ -33,6 +33,8 @@ def markdown(summary: Dict[str, Any]) -> str:
     if not summary["trustworthy"]:
         lines.append("- **not trustworthy**: quick mode, or under 15 s of warm-up, or fewer than 2 rounds")
     lines += [f"- **response differs**: {text}" for text in summary["mismatches"]]
+    lines += ["", "## The read path's targets (issue 7)", ""]
+    lines += _targets(summary)
     lines += ["", "## Requests per second (higher is better)", ""]
     lines += _table(summary, "rps", "{:,.0f}")
     lines += ["", "## p99 latency, ms (lower is better)", ""]
@@ -40,6 +42,43 @@ def markdown(summary: Dict[str, Any]) -> str:
     lines += ["", "## Every run, in the order measured", ""]
     lines += _runs(summary)
     return "\n".join(lines) + "\n"
+
+
+# (what, numerator case, denominator case or None, comparison, bound)
+TARGETS = [
+    ("200 B read, 2 workers / nginx", "get-small/pypy", "get-small/nginx", ">=", 0.5),
+    ("10 KB read, 2 workers / nginx", "get-large/pypy", "get-large/nginx", ">=", 0.4),
+    ("200 B read, PyPy / CPython, 1 worker each", "get-small/pypy1", "get-small/cpython1", ">=", 3.0),
+    ("10 KB read, JSON-native / decode+re-encode", "get-large/pypy", "get-large/reencode", ">=", 2.0),
+    ("200 B read p99, 2 workers (ms)", "get-small/pypy", None, "<=", 15.0),
+    ("200 B PUT / 200 B read, 2 workers", "put/pypy", "get-small/pypy", ">=", 0.5),
+]
+RSS_BUDGET_MB = 150.0
+
+
+def _targets(summary: Dict[str, Any]) -> List[str]:
+    """Each target the bench can check: its figure and whether it is met."""
+    cases = summary["cases"]
+    rows = ["| target | figure | bound | met |", "|---|---:|---:|---|"]
+    for what, top, bottom, comparison, bound in TARGETS:
+        if top not in cases or (bottom is not None and bottom not in cases):
+            continue
+        if bottom is None:
+            figure = cases[top]["p99_ms"]
+        else:
+            figure = cases[top]["rps"] / cases[bottom]["rps"] if cases[bottom]["rps"] else 0.0
+        met = figure >= bound if comparison == ">=" else figure <= bound
+        rows.append(f"| {what} | {figure:.2f} | {comparison} {bound:g} | {'yes' if met else '**no**'} |")
+    for server in summary["servers"]:
+        sizes = summary.get("worker_rss_mb", {}).get(server["key"])
+        if sizes and "PyPy" in server["label"]:
+            largest = max(sizes)
+            met = "yes" if largest <= RSS_BUDGET_MB else "**no**"
+            rows.append(
+                f"| resident memory per worker after the bench, {server['label']} (MB, each) | "
+                f"{', '.join(f'{size:.0f}' for size in sizes)} | <= {RSS_BUDGET_MB:g} | {met} |"
+            )
+    return rows
 
 
 def _table(summary: Dict[str, Any], figure: str, number: str) -> List[str]:
