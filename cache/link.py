@@ -29,6 +29,7 @@ from cache.errors import RedisReplyError, RedisTimeout, RedisUnavailable
 from cache.resp import FastRedisProtocol
 from cache.scripts import Script
 from cache.tls import wrap_tls
+from cache.unix_socket import RecvUnixReactor
 
 Arg = Union[bytes, str, int]
 Command = Sequence[Arg]
@@ -191,6 +192,6 @@ def pool_options(address: RedisAddress, timeout: float) -> Dict[str, Any]:
 def endpoint_for(address: RedisAddress, reactor: Any, timeout: float) -> Any:
     """The Twisted client endpoint that dials ``address``."""
     if address.unix_path:
-        return UNIXClientEndpoint(reactor, address.unix_path, timeout=timeout)
+        return UNIXClientEndpoint(RecvUnixReactor(reactor), address.unix_path, timeout=timeout)
     endpoint = HostnameEndpoint(reactor, address.host, address.port, timeout=timeout)
     return wrap_tls(address, endpoint) if address.tls else endpoint
