@@ -40,10 +40,10 @@ from handlers.errors import ApiError
 Network = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
 # Everything a head may hold, plus its blank line: more is a 431 or a 414.
 _MAX_HEAD = MAX_REQUEST_LINE + MAX_HEADER_BYTES + 4
-# Bytes asked of the socket per read. PyPy allocates the whole receive
-# buffer in the GC nursery on every read, and Twisted asks for 64 KiB while
-# a request is typically under 1 KiB: at 64 KiB the reads were over a third
-# of all allocation on a document read (one worker, GC hooks counting minor
+# Bytes asked of the socket per read. Twisted asks for 64 KiB while a
+# request is typically under 1 KiB, and on PyPy every read allocates a
+# buffer of the size asked: at 64 KiB those buffers were about a third of
+# what a document read allocates (one worker, PyPy's GC hooks counting minor
 # collections per request: 0.154 at 64 KiB, 0.103 at 8 KiB).
 READ_SIZE = 8192
 
