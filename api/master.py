@@ -38,14 +38,18 @@ FIRST_BACKOFF = 0.5
 MAX_BACKOFF = 10.0
 READY_TIMEOUT = 60.0
 KILL_AFTER_GRACE = 5.0
-# PyPy sizes its GC nursery from the CPU's cache (1 MB here, other sizes on
-# other CPUs). A document read allocates tens of KB, so with 1 MB a minor
+# PyPy's GC settings for the workers, unless the environment names its own.
+# The nursery: PyPy sizes it from the CPU's cache (1 MB here, other sizes on
+# other CPUs); a document read allocates tens of KB, so with 1 MB a minor
 # collection came every ~10 requests and GC took a third of the worker's
 # CPU. One worker, 60 s of wrk -c64 on a 200 B read (worker CPU per request,
 # RSS after): 1 MB 80 µs, 152 MB; 4 MB 59 µs, 149 MB; 8 MB 52 µs, 158 MB;
-# 16 MB 48 µs, 222 MB. 4 MB keeps a worker within the 150 MB budget.
-GC_NURSERY_ENV = "PYPY_GC_NURSERY"
-DEFAULT_GC_NURSERY = "4MB"
+# 16 MB 48 µs, 222 MB. The major collection threshold (PyPy's default 1.82
+# times the heap that survived the last one): 1.5 kept the worker at
+# 141-143 MB instead of 153-159 MB with authorization on, at no CPU cost
+# the noise let us see (loadtest/ab_cpu.sh, ENV_A/ENV_B, 3 interleaved
+# rounds). Together they keep a worker within a 150 MB budget.
+DEFAULT_GC_ENVIRONMENT = {"PYPY_GC_NURSERY": "4MB", "PYPY_GC_MAJOR_COLLECT": "1.5"}
 
 
 class WorkerProcess(protocol.ProcessProtocol):
@@ -85,8 +89,8 @@ class Slot:
 
 
 def worker_environment(environ: Mapping[str, str]) -> Dict[str, str]:
-    """The master's environment, with PyPy's GC nursery size set unless the operator chose one."""
-    return {GC_NURSERY_ENV: DEFAULT_GC_NURSERY, **environ}
+    """The master's environment, with PyPy's GC settings added where the operator chose none."""
+    return {**DEFAULT_GC_ENVIRONMENT, **environ}
 
 
 class Master:

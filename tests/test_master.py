@@ -19,7 +19,7 @@ from typing import Dict, Iterator, List
 import pytest
 import requests
 
-from api.master import DEFAULT_GC_NURSERY, GC_NURSERY_ENV, worker_environment
+from api.master import DEFAULT_GC_ENVIRONMENT, worker_environment
 from tests.support import ROOT, JetwayServer, SteadyClient, free_port, stop_process, wait_until
 
 WORKERS = 2
@@ -200,10 +200,10 @@ def test_a_worker_adopts_a_socket_opened_by_another_parent(redis_server, redis_c
         stop_process(worker)
 
 
-def test_workers_get_a_gc_nursery_unless_the_environment_names_one(master):
-    expected = os.environ.get(GC_NURSERY_ENV, DEFAULT_GC_NURSERY)
+def test_workers_get_pypy_gc_settings_unless_the_environment_names_its_own(master):
     for pid in worker_pids(master):
         environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-        assert f"{GC_NURSERY_ENV}={expected}".encode() in environ
-    assert worker_environment({"A": "1"}) == {"A": "1", GC_NURSERY_ENV: DEFAULT_GC_NURSERY}
-    assert worker_environment({GC_NURSERY_ENV: "16MB"})[GC_NURSERY_ENV] == "16MB"
+        for name, default in DEFAULT_GC_ENVIRONMENT.items():
+            assert f"{name}={os.environ.get(name, default)}".encode() in environ
+    assert worker_environment({"A": "1"}) == {"A": "1", **DEFAULT_GC_ENVIRONMENT}
+    assert worker_environment({"PYPY_GC_NURSERY": "16MB"})["PYPY_GC_NURSERY"] == "16MB"
