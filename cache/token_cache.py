@@ -76,12 +76,14 @@ class TokenCache:
     def subscribed(self) -> bool:
         return self._live is not None
 
-    @defer.inlineCallbacks
-    def lookup(self, digest: bytes) -> Any:
+    def lookup(self, digest: bytes) -> defer.Deferred:
+        """The token's record (None if unknown): from the cache while subscribed, else from Redis."""
         record = self._records.get(digest)
         if record is not None and self._live is not None:
-            return record
-        record = yield self._tokens.lookup(digest)
+            return defer.succeed(record)  # every authorized request: no generator, no Redis
+        return self._tokens.lookup(digest).addCallback(self._remember, digest)
+
+    def _remember(self, record: Optional[TokenRecord], digest: bytes) -> Optional[TokenRecord]:
         if record is not None and self._live is not None:
             if len(self._records) >= MAX_ENTRIES:
                 self._records.pop(next(iter(self._records)))

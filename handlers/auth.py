@@ -61,16 +61,23 @@ class Gate:
         self.enabled = enabled
         self.clock = clock
 
-    @defer.inlineCallbacks
-    def admit(self, authorization: Optional[str], collection: str, write: bool, defer_rate: bool) -> Any:
-        """The request's grant, or an ``ApiError`` (401, 403, 429)."""
+    def admit(self, authorization: Optional[str], collection: str, write: bool, defer_rate: bool) -> defer.Deferred:
+        """Fires with the request's grant, or fails with an ``ApiError`` (401, 403, 429).
+
+        Plain callbacks rather than a generator: this runs before every
+        ``/v1`` request, and the token is nearly always in the cache.
+        """
         if not self.enabled or self.tokens is None:
-            return Grant(None)
+            return defer.succeed(Grant(None))
         match = _BEARER.match(authorization or "")
         if not match:
-            raise unauthorized("send Authorization: Bearer <token>")
+            return defer.fail(unauthorized("send Authorization: Bearer <token>"))
         digest = digest_of(match.group(1))
-        record = yield self.tokens.lookup(digest)
+        return self.tokens.lookup(digest).addCallback(self._decide, digest, collection, write, defer_rate)
+
+    def _decide(
+        self, record: Optional[TokenRecord], digest: bytes, collection: str, write: bool, defer_rate: bool
+    ) -> Any:
         # Constant-time on the digest, and one answer for unknown, revoked
         # and expired alike: the response never says whether a token exists.
         if record is None or not hmac.compare_digest(record.digest, digest) or record.expired(self.clock()):
@@ -83,8 +90,8 @@ class Gate:
         command = gcra_command(digest, *limit)
         if defer_rate:
             return Grant(record, pending_rate=command)
-        (reply,) = yield self.link.pipeline_scripts([command], RATE_SCRIPTS)
-        return Grant(record, rate=decision(reply, limit[0]))
+        rating = self.link.pipeline_scripts([command], RATE_SCRIPTS)
+        return rating.addCallback(lambda replies: Grant(record, rate=decision(replies[0], limit[0])))
 
 
 def may(scopes: Sequence[str], collection: str, write: bool) -> bool:

@@ -198,14 +198,16 @@ class ResourceHandler(JsonHandler):
         self.gate = gate
         self.grant = Grant(None)
 
-    @defer.inlineCallbacks
-    def prepare(self) -> Any:
+    def prepare(self) -> defer.Deferred:
         reading = self.request.method in ("GET", "HEAD")
         # A document read sends its rate step in one pipeline with the read.
         defer_rate = reading and len(self.path_args) == 2
         authorization = self.request.headers.get("Authorization")
-        self.grant = yield self.gate.admit(authorization, self.path_args[0], not reading, defer_rate)
-        self.apply_rate(self.grant.rate)
+        return self.gate.admit(authorization, self.path_args[0], not reading, defer_rate).addCallback(self._admitted)
+
+    def _admitted(self, grant: Grant) -> None:
+        self.grant = grant
+        self.apply_rate(grant.rate)
 
     def read_document(self, collection: bytes, doc_id: bytes) -> defer.Deferred:
         """The document (or None), with the pending rate step if there is one."""
