@@ -23,6 +23,7 @@ from typing import Any, List, Optional
 
 from api import config
 from api import worker as api_worker
+from api.master import worker_environment
 from api.sockets import bind_listeners
 from cache import codec
 from handlers.collections import CollectionHandler
@@ -90,7 +91,9 @@ def _serve(host: str, port: int, workers: int) -> int:
         for listener in listeners:
             fd = listener.fileno()
             command = [sys.executable, "-m", __spec__.name, "worker", "--fd", str(fd)]
-            children.append(subprocess.Popen(command, pass_fds=(fd,)))
+            # The same GC settings as the master gives Jetway's workers, so
+            # that only the read path differs.
+            children.append(subprocess.Popen(command, pass_fds=(fd,), env=worker_environment(os.environ)))
         print(f"reencode: serving on http://{host}:{port} with {workers} workers", flush=True)
         for child in children:
             child.wait()
