@@ -39,6 +39,10 @@ def _put(server: JetwayServer, doc_id: str) -> requests.Response:
     )
 
 
+def _ready(server: JetwayServer) -> bool:
+    return requests.get(server.url("/readyz"), timeout=10).status_code == 200
+
+
 def test_redis_stopped_gives_503_within_the_timeout_then_recovers(own_redis, own_jetway):
     assert _put(own_jetway, "before").status_code == 201
     own_redis.stop()
@@ -64,6 +68,10 @@ def test_redis_stopped_gives_503_within_the_timeout_then_recovers(own_redis, own
 def test_redis_that_does_not_answer_gives_504(own_redis, own_jetway):
     """A Redis that holds the connection but never replies is a 504, not a hang."""
     assert _put(own_jetway, "x").status_code == 201
+    # Every worker must hold a connection before the pause: one still
+    # connecting then has none, which is a 503 (no connection), not this case.
+    # 20 new connections reach both workers but with odds of 2 in a million.
+    wait_until(lambda: all(_ready(own_jetway) for _ in range(20)), 10, "every worker connected to Redis")
     paused = own_redis.client()
     # CLIENT PAUSE stalls every other client's commands while this one waits.
     paused.execute_command("CLIENT", "PAUSE", int((TIMEOUT + 2) * 1000), "ALL")
