@@ -1,0 +1,121 @@
+"""cache.link and cache.resp on a real Redis: batches, replies in order, the per-connection deadline.
+
+The link runs in a Twisted reactor, so each test runs a short script in the
+app's interpreter against the suite's redis-server and checks what it printed.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from typing import Any, Dict
+
+from tests.support import ROOT
+
+PRELUDE = """
+import json, socket, sys, time
+from twisted.internet import defer, task
+from cache.address import parse_redis_url
+from cache.errors import RedisReplyError, RedisTimeout
+from cache.link import RedisLink
+
+def out(**figures):
+    print(json.dumps(figures), flush=True)
+
+def pause_redis(path, milliseconds):
+    with socket.socket(socket.AF_UNIX) as raw:
+        raw.connect(path)
+        raw.sendall(b"CLIENT PAUSE %d ALL\\r\\n" % milliseconds)
+        assert raw.recv(64).startswith(b"+OK")
+
+def main(reactor, url, path):
+    return defer.ensureDeferred(run(reactor, RedisLink(parse_redis_url(url), reactor, TIMEOUT), path))
+"""
+
+
+def run_script(redis_server: Any, body: str) -> Dict[str, Any]:
+    code = PRELUDE + textwrap.dedent(body) + "\ntask.react(main, [sys.argv[1], sys.argv[2]])\n"
+    result = subprocess.run(
+        [sys.executable, "-c", code, redis_server.url, redis_server.socket_path],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_a_batch_answers_in_order_and_an_error_reply_is_the_batchs_or_its_commands(redis_server, redis_client):
+    figures = run_script(
+        redis_server,
+        """
+        TIMEOUT = 2.0
+        async def run(reactor, link, path):
+            replies = await link.pipeline([(b"SET", b"k", b"1"), (b"INCR", b"k"), (b"GET", b"k"), (b"GET", b"none")])
+            bad = [(b"SET", b"s", b"x"), (b"HGET", b"s", b"f"), (b"GET", b"s")]
+            try:
+                await link.pipeline(bad)
+                failed = None
+            except RedisReplyError as error:
+                failed = str(error)
+            outcomes = await link.send_each(bad)
+            await link.close()
+            out(replies=[r.decode() if isinstance(r, bytes) else r for r in replies], failed=failed,
+                outcomes=[[ok, value.decode() if isinstance(value, bytes) else type(value).__name__]
+                          for ok, value in outcomes])
+        """,
+    )
+    assert figures["replies"] == ["OK", 2, "2", None]
+    assert figures["failed"].startswith("WRONGTYPE")
+    assert figures["outcomes"] == [[True, "str"], [False, "RedisReplyError"], [True, "x"]]
+
+
+def test_many_commands_in_flight_share_one_deadline_timer_per_connection(redis_server, redis_client):
+    figures = run_script(
+        redis_server,
+        """
+        TIMEOUT = 2.0
+        async def run(reactor, link, path):
+            await link.execute(b"PING")  # the pool is up
+            for n in range(300):
+                await link.execute(b"SET", b"key:%d" % n, b"%d" % n)
+            pending = [link.execute(b"GET", b"key:%d" % n) for n in range(300)]
+            timers = len(reactor.getDelayedCalls())
+            replies = await defer.gatherResults(pending)
+            await link.close()
+            out(timers=timers, right=sum(r == b"%d" % n for n, r in enumerate(replies)))
+        """,
+    )
+    assert figures["right"] == 300
+    # txredisapi set a timer per command (300 here); a connection keeps one.
+    assert figures["timers"] <= 10, figures
+
+
+def test_a_reply_overdue_fails_its_batch_with_a_timeout_then_the_link_serves_again(redis_server, redis_client):
+    figures = run_script(
+        redis_server,
+        """
+        TIMEOUT = 0.5
+        async def run(reactor, link, path):
+            await link.execute(b"SET", b"k", b"v")
+            pause_redis(path, 1500)
+            started = time.monotonic()
+            try:
+                await link.execute(b"GET", b"k")
+                outcome = "answered"
+            except RedisTimeout:
+                outcome = "timeout"
+            waited = time.monotonic() - started
+            await task.deferLater(reactor, 1.5, lambda: None)  # the pause is over
+            after = await link.execute(b"GET", b"k")
+            await link.close()
+            out(outcome=outcome, waited=waited, after=after.decode())
+        """,
+    )
+    assert figures["outcome"] == "timeout"
+    assert 0.4 <= figures["waited"] < 1.4, figures  # the deadline, not the pause's end
+    assert figures["after"] == "v"
