@@ -122,6 +122,8 @@ class FastRedisProtocol(txredisapi.RedisProtocol):
         """Write ``commands`` at once; fires with their replies, or fails as a whole (lost, timed out)."""
         if not self.connected:
             return defer.fail(txredisapi.ConnectionError("Not connected"))
+        if not commands:
+            return defer.succeed([])  # a batch awaiting no reply would take the next batch's
         payload = b"".join([encode_command(command) for command in commands])
         timeout = self.replyTimeout or 0
         batch = _Batch(len(commands), self.clock.seconds() + timeout)

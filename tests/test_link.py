@@ -63,15 +63,18 @@ def test_a_batch_answers_in_order_and_an_error_reply_is_the_batchs_or_its_comman
             except RedisReplyError as error:
                 failed = str(error)
             outcomes = await link.send_each(bad)
+            empty = await link.pipeline([])
+            after_empty = await link.execute(b"GET", b"k")
             await link.close()
             out(replies=[r.decode() if isinstance(r, bytes) else r for r in replies], failed=failed,
                 outcomes=[[ok, value.decode() if isinstance(value, bytes) else type(value).__name__]
-                          for ok, value in outcomes])
+                          for ok, value in outcomes], empty=empty, after_empty=after_empty.decode())
         """,
     )
     assert figures["replies"] == ["OK", 2, "2", None]
     assert figures["failed"].startswith("WRONGTYPE")
     assert figures["outcomes"] == [[True, "str"], [False, "RedisReplyError"], [True, "x"]]
+    assert (figures["empty"], figures["after_empty"]) == ([], "2")  # an empty batch takes no reply
 
 
 def test_many_commands_in_flight_share_one_deadline_timer_per_connection(redis_server, redis_client):
