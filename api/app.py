@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Optional
 
 from api.config import Settings
 from api.connection import HttpLimits, JetwayApplication
+from api.logs import AccessLog
 from api.observe import Metrics, Observer, render_metrics
 from cache import codec
 from cache.store import DocumentStore
@@ -49,5 +51,6 @@ def make_app(
         max_connections=settings.max_connections,
         trusted_proxies=settings.trusted_proxies,
     )
-    observer = Observer(metrics, settings.access_log)
+    access_log = AccessLog(sys.stdout, settings.json_logs, reactor) if settings.access_log else None
+    observer = Observer(metrics, access_log)
     return JetwayApplication(routes, reactor, limits, observer, error_handler=NoRouteHandler)

@@ -16,8 +16,8 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
-from twisted.logger import Logger
 
+from api.logs import AccessLog
 from api.metrics_dir import MULTIPROC_ENV
 
 _TOKEN = re.compile(r"jw_[A-Za-z0-9_-]{20,}")
@@ -140,9 +140,7 @@ def render_metrics(fallback: Metrics) -> Callable[[], bytes]:
 class Observer:
     """Called by the application as connections and requests come and go."""
 
-    log = Logger(namespace="jetway.access")
-
-    def __init__(self, metrics: Metrics, access_log: bool) -> None:
+    def __init__(self, metrics: Metrics, access_log: Optional[AccessLog]) -> None:
         self.metrics = metrics
         self.access_log = access_log
 
@@ -159,13 +157,18 @@ class Observer:
         route = getattr(handler, "ROUTE", "unknown")
         status = handler.get_status()
         self.metrics.count_request(route, request.method, status, seconds)
-        if self.access_log:
-            self.log.info(
-                "{method} {path} {status} ({client}) {duration_ms}ms",
-                method=request.method,
-                path=redact(request.uri),
-                status=status,
-                client=request.remote_ip,
-                duration_ms=round(seconds * 1000, 2),
-                request_id=getattr(handler, "request_id", None),
+        if self.access_log is not None:
+            self.access_log.request(
+                request.method,
+                redact(request.uri),
+                status,
+                request.remote_ip,
+                round(seconds * 1000, 2),
+                getattr(handler, "request_id", ""),
             )
+
+    def flush(self) -> None:
+        """Metrics and access lines out now (the worker is stopping)."""
+        self.metrics.flush()
+        if self.access_log is not None:
+            self.access_log.flush()

@@ -66,7 +66,7 @@ def run_worker(
     flushing = task.LoopingCall(metrics.flush)
     flushing.clock = reactor
     flushing.start(METRICS_FLUSH_SECONDS, now=False)
-    reactor.addSystemEventTrigger("before", "shutdown", metrics.flush)
+    reactor.addSystemEventTrigger("before", "shutdown", app.observer.flush)
     reactor.callWhenRunning(on_signals, reactor, drain.start, signal.SIGTERM, signal.SIGINT)
     reactor.addSystemEventTrigger("before", "shutdown", link.close)
     if tokens is not None:

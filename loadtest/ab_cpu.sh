@@ -11,7 +11,8 @@
 # than requests per second, which are printed too, with the worker's
 # resident memory at the end. Env: AUTH_A / AUTH_B=on (authorization on,
 # with a token; default off), ENV_A / ENV_B ("NAME=value ..." more
-# environment for that server, e.g. PYPY_GC_NURSERY=8MB), DUR, WARM.
+# environment for that server, e.g. PYPY_GC_NURSERY=8MB or
+# JETWAY_ACCESS_LOG=on; the access log is off otherwise), DUR, WARM.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 A=${1:?revision A}; B=${2:?revision B}; ROUNDS=${3:-3}
@@ -34,7 +35,7 @@ run() {  # run TREE LABEL AUTH EXTRA_ENV: one server, warm-up, one measured run
   sleep 0.3
   port=$((20000 + RANDOM % 10000))
   # shellcheck disable=SC2086 # EXTRA_ENV is a list of NAME=value words
-  (cd "$tree" && exec env $extra REDIS_URL="unix://$dir/r.sock" JETWAY_ACCESS_LOG=off JETWAY_AUTH=$auth \
+  (cd "$tree" && exec env REDIS_URL="unix://$dir/r.sock" JETWAY_ACCESS_LOG=off JETWAY_AUTH="$auth" $extra \
     .venv/bin/python -m api serve --port $port --workers 1 > "$dir/server.log" 2>&1) &
   pid=$!
   worker=""

@@ -146,3 +146,31 @@ def test_check_exits_2_on_a_bad_setting(redis_server):
     result = check(redis_server.url, JETWAY_PORT="http")
     assert result.returncode == 2
     assert "JETWAY_PORT" in result.stderr
+
+
+def test_every_access_line_is_written_even_when_the_server_stops_right_after(redis_server, redis_client, tmp_path):
+    """Lines are written once per reactor turn; a stop flushes the last ones."""
+    server = JetwayServer(redis_server.url, tmp_path / "burst.log", env={"JETWAY_ACCESS_LOG": "on"})
+    try:
+        server.start(["--workers", "2"])
+        session = requests.Session()
+        for n in range(200):
+            assert session.get(server.url(f"/healthz?burst-{n}"), timeout=10).status_code == 200
+    finally:
+        server.stop()
+    paths = [line["path"] for line in log_lines(server) if line.get("namespace") == "jetway.access"]
+    assert sorted(path for path in paths if "burst-" in path) == sorted(f"/healthz?burst-{n}" for n in range(200))
+
+
+def test_access_lines_in_text_format(redis_server, redis_client, tmp_path):
+    server = JetwayServer(
+        redis_server.url, tmp_path / "text.log", env={"JETWAY_ACCESS_LOG": "on", "JETWAY_LOG_FORMAT": "text"}
+    )
+    try:
+        server.start(["--workers", "1"])
+        requests.get(server.url("/healthz?plain"), timeout=10)
+        wait_until(lambda: "plain" in server.log_path.read_text(), 5, "the access line")
+    finally:
+        server.stop()
+    line = next(line for line in server.log_path.read_text().splitlines() if "plain" in line)
+    assert re.fullmatch(r"\S+ \[jetway\.access#info\] GET /healthz\?plain 200 \(127\.0\.0\.1\) [0-9.]+ms", line), line
