@@ -21,8 +21,6 @@ from typing import Any, Dict, List, Optional, TextIO
 
 from twisted.logger import formatEvent, formatTime, globalLogBeginner, textFileLogObserver
 
-FIELDS = ("request_id", "method", "path", "status", "client", "duration_ms", "pid")
-
 
 def start_logging(stream: TextIO, as_json: bool) -> None:
     observer = json_observer(stream) if as_json else textFileLogObserver(stream)
@@ -32,10 +30,9 @@ def start_logging(stream: TextIO, as_json: bool) -> None:
 def json_observer(stream: TextIO) -> Any:
     def observe(event: Dict[str, Any]) -> None:
         level = event.get("log_level")
-        fields = {name: event[name] for name in FIELDS if event.get(name) is not None}
+        # Access lines (with their own fields) come from ``AccessLog``, not here.
         failure = event.get("log_failure")
-        if failure is not None:
-            fields["error"] = failure.getTraceback()
+        fields = {"error": failure.getTraceback()} if failure is not None else {}
         namespace = event.get("log_namespace", "-")
         stream.write(
             json_line(event.get("log_time", 0), getattr(level, "name", "info"), namespace, formatEvent(event), fields)
