@@ -42,8 +42,8 @@ def wait_until(check: Callable[[], bool], timeout: float, what: str) -> None:
                 return
         except Exception:
             pass
-        time.sleep(0.1)
-    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.05)
+    raise TimeoutError(f"timed out after {timeout:g}s waiting for {what}")
 
 
 def http_ok(url: str) -> bool:

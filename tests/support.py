@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -19,25 +18,10 @@ from typing import Dict, List, Optional, Tuple
 import redis
 import requests
 
+# One copy of these, shared with the load tools (which never import the tests).
+from loadtest._servers import free_port, wait_until
+
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def wait_until(check, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if check():
-                return
-        except Exception:
-            pass
-        time.sleep(0.05)
-    raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
 
 
 def stop_process(process: subprocess.Popen, timeout: float = 10.0) -> None:
