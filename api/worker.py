@@ -20,6 +20,7 @@ from twisted.internet import task
 from api.app import make_app
 from api.config import Settings
 from api.connection import JetwayApplication
+from api.eager_send import adopt_listening_socket
 from api.logs import start_logging
 from api.observe import Metrics
 from api.signals import on_signals
@@ -59,7 +60,7 @@ def run_worker(
     )
     tokens = TokenCache(TokenStore(link), settings.redis, reactor, settings.redis_timeout) if settings.auth else None
     app = app_factory(settings, DocumentStore(link), Gate(tokens, link, settings.auth), reactor, metrics)
-    port = reactor.adoptStreamPort(fd, _nonblocking_family(fd), app)
+    port = adopt_listening_socket(reactor, fd, _nonblocking_family(fd), app)
     os.close(fd)  # adoptStreamPort took a copy
     app.listen_on(port)
     drain = Drain(app, port, reactor, settings.grace)

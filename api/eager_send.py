@@ -1,0 +1,49 @@
+"""Client connections that send a response at once when nothing waits before it.
+
+Twisted's transports never send in ``write``: they queue the bytes, ask
+epoll to report the socket writable (one ``epoll_ctl``), send on the next
+pass of the loop, and then withdraw the interest (a second ``epoll_ctl``).
+A response here is one ``write`` into a socket whose kernel buffer is
+empty, so those two system calls and the extra pass buy nothing. These
+transports try ``send`` first and queue only what the kernel did not take,
+so ordering, back-pressure and error handling stay Twisted's.
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+from twisted.internet import tcp
+
+
+class EagerServer(tcp.Server):
+    """A TCP server connection whose ``write`` sends straight away when its queue is empty."""
+
+    def write(self, data: bytes) -> None:
+        if data and self.connected and not self._writeDisconnected and self._queue_is_empty():
+            try:
+                sent = self.socket.send(data)
+            except OSError:
+                # Would block, or the peer is gone: the queued path below
+                # sends later or reports the loss as Twisted always does.
+                sent = 0
+            data = data[sent:]
+        if data:
+            super().write(data)
+
+    def _queue_is_empty(self) -> bool:
+        return not self.TLS and not self._tempDataLen and self.offset == len(self.dataBuffer)
+
+
+class EagerPort(tcp.Port):
+    transport = EagerServer
+
+
+def adopt_listening_socket(reactor: Any, fd: int, family: socket.AddressFamily, factory: Any) -> Any:
+    """``reactor.adoptStreamPort`` for a TCP socket, with eager-sending connections."""
+    if family not in (socket.AF_INET, socket.AF_INET6):
+        return reactor.adoptStreamPort(fd, family, factory)
+    port = EagerPort._fromListeningDescriptor(reactor, fd, family, factory)
+    port.startListening()
+    return port
