@@ -37,6 +37,8 @@ class EagerServer(tcp.Server):
 
 
 class EagerPort(tcp.Port):
+    """A listening port whose accepted connections are ``EagerServer``s."""
+
     transport = EagerServer
 
 
@@ -44,6 +46,8 @@ def adopt_listening_socket(reactor: Any, fd: int, family: socket.AddressFamily, 
     """``reactor.adoptStreamPort`` for a TCP socket, with eager-sending connections."""
     if family not in (socket.AF_INET, socket.AF_INET6):
         return reactor.adoptStreamPort(fd, family, factory)
+    # What adoptStreamPort does for TCP; it takes no transport class, so
+    # the port class that names one is built the same way here.
     port = EagerPort._fromListeningDescriptor(reactor, fd, family, factory)
     port.startListening()
     return port

@@ -61,7 +61,7 @@ def run_worker(
     tokens = TokenCache(TokenStore(link), settings.redis, reactor, settings.redis_timeout) if settings.auth else None
     app = app_factory(settings, DocumentStore(link), Gate(tokens, link, settings.auth), reactor, metrics)
     port = adopt_listening_socket(reactor, fd, _nonblocking_family(fd), app)
-    os.close(fd)  # adoptStreamPort took a copy
+    os.close(fd)  # the port took a copy
     app.listen_on(port)
     drain = Drain(app, port, reactor, settings.grace)
     flushing = task.LoopingCall(metrics.flush)
