@@ -21,7 +21,7 @@ class EagerServer(tcp.Server):
     """A TCP server connection whose ``write`` sends straight away when its queue is empty."""
 
     def write(self, data: bytes) -> None:
-        if data and self.connected and not self._writeDisconnected and self._queue_is_empty():
+        if data and self._can_send_now():
             try:
                 sent = self.socket.send(data)
             except OSError:
@@ -32,8 +32,10 @@ class EagerServer(tcp.Server):
         if data:
             super().write(data)
 
-    def _queue_is_empty(self) -> bool:
-        return not self.TLS and not self._tempDataLen and self.offset == len(self.dataBuffer)
+    def _can_send_now(self) -> bool:
+        """Open for writing, in plain text, and nothing queued that must go first."""
+        writable = self.connected and not self._writeDisconnected and not self.TLS
+        return writable and not self._tempDataLen and self.offset == len(self.dataBuffer)
 
 
 class EagerPort(tcp.Port):
