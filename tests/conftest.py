@@ -25,6 +25,8 @@ MERGE_PATCH = "application/merge-patch+json"
 TOKEN_KEYS = "jw:{tokens}*"
 TOKEN = re.compile(r"jw_[A-Za-z0-9_-]{43}")
 
+pytest_plugins = ("tests.pypy_gc_guard",)
+
 
 @pytest.fixture(scope="session", autouse=True)
 def no_token_in_any_log(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
