@@ -1,4 +1,4 @@
-"""``python -m api``: the command line of Jetway.
+"""Jetway's command line, run by ``python -m api`` (see ``api/__main__.py``).
 
 ``serve`` runs the master (which binds and runs the workers); ``worker``
 runs one worker on a socket another process opened (supervisor, or the
@@ -76,7 +76,3 @@ def _parser() -> argparse.ArgumentParser:
 def _fail(message: str) -> int:
     print(f"jetway: {message}", file=sys.stderr)
     return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

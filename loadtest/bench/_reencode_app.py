@@ -19,17 +19,13 @@ import os
 import signal
 import subprocess
 import sys
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Tuple
 
-from api import config
-from api import worker as api_worker
+from api import config, event_loop
 from api.master import worker_environment
 from api.sockets import bind_listeners
 from cache import codec
-from handlers.collections import CollectionHandler
-from handlers.documents import DocumentHandler
 
-REENCODED = (DocumentHandler, CollectionHandler)
 _PR_SET_PDEATHSIG = 1
 
 
@@ -42,14 +38,14 @@ class Reencoding:
         super().send_bytes(status, body, *args, **kwargs)  # type: ignore[misc]
 
 
-def reencoding_app(make_app: Any) -> Any:
-    """``make_app`` whose document and collection handlers re-encode."""
+def reencoding_app(make_app: Any, reencoded: Tuple[type, ...]) -> Any:
+    """``make_app`` whose handlers of the ``reencoded`` classes re-encode."""
 
     def make(*args: Any, **kwargs: Any) -> Any:
         app = make_app(*args, **kwargs)
         for _host, specs in app.handlers:
             for spec in specs:
-                if spec.handler_class in REENCODED:
+                if spec.handler_class in reencoded:
                     name = "Reencoding" + spec.handler_class.__name__
                     spec.handler_class = type(name, (Reencoding, spec.handler_class), {})
         return app
@@ -70,10 +66,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     settings = config.from_environment()
     if args.command == "serve":
         return _serve(args.host, args.port, args.workers)
-    from twisted.internet import reactor
+    # The same reactor as Jetway's workers, installed before the app is
+    # imported: txredisapi takes the global reactor when it is imported.
+    reactor = event_loop.install()
+    from api import worker as api_worker
+    from handlers.collections import CollectionHandler
+    from handlers.documents import DocumentHandler
 
     _die_with_parent()
-    return api_worker.run_worker(settings, reactor, args.fd, app_factory=reencoding_app(api_worker.make_app))
+    app_factory = reencoding_app(api_worker.make_app, (DocumentHandler, CollectionHandler))
+    return api_worker.run_worker(settings, reactor, args.fd, app_factory=app_factory)
 
 
 def _die_with_parent() -> None:

@@ -1,0 +1,102 @@
+"""``api.event_loop``: the workers' reactor dispatches epoll events, and is the one installed."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from typing import Any, Dict, Iterator, List
+
+import pytest
+from twisted.internet import abstract, main
+from twisted.logger import globalLogPublisher
+from twisted.python import log
+
+from api.event_loop import DirectEPollReactor
+
+
+class SocketReader(abstract.FileDescriptor):
+    """A readable socket that records what arrives, or fails as told."""
+
+    def __init__(self, sock: socket.socket, reactor: DirectEPollReactor, fail: bool = False) -> None:
+        super().__init__(reactor)
+        self.sock = sock
+        self.fail = fail
+        self.received = b""
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def doRead(self) -> Any:
+        data = self.sock.recv(100)
+        if not data:
+            return main.CONNECTION_DONE  # the reactor then calls connectionLost
+        self.received += data
+        return None
+
+    def connectionLost(self, reason: Any) -> None:
+        if self.fail:
+            raise RuntimeError("a broken connectionLost")
+        super().connectionLost(reason)
+
+
+@pytest.fixture
+def reactor() -> Iterator[DirectEPollReactor]:
+    reactor = DirectEPollReactor()
+    try:
+        yield reactor
+    finally:
+        reactor._poller.close()  # drops every registration with it
+
+
+@pytest.fixture
+def logged() -> Iterator[List[Dict[str, Any]]]:
+    events: List[Dict[str, Any]] = []
+    globalLogPublisher.addObserver(events.append)
+    try:
+        yield events
+    finally:
+        globalLogPublisher.removeObserver(events.append)
+
+
+def test_a_readable_socket_is_read_without_a_log_context_per_event(reactor, monkeypatch):
+    wrapped: List[Any] = []
+    monkeypatch.setattr(log, "callWithLogger", lambda *args, **kwargs: wrapped.append(args))
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        reader = SocketReader(ours, reactor)
+        reactor.addReader(reader)
+        theirs.sendall(b"ping")
+        reactor.doIteration(1.0)
+        assert reader.received == b"ping"
+    assert wrapped == [], "the event went through Twisted's per-event log context"
+
+
+def test_an_error_that_escapes_a_transport_is_logged_and_the_loop_goes_on(reactor, logged):
+    broken_ours, broken_theirs = socket.socketpair()
+    ours, theirs = socket.socketpair()
+    with broken_ours, ours, theirs:
+        broken = SocketReader(broken_ours, reactor, fail=True)
+        healthy = SocketReader(ours, reactor)
+        reactor.addReader(broken)
+        reactor.addReader(healthy)
+        broken_theirs.close()  # hang-up: the reactor calls connectionLost, which raises
+        theirs.sendall(b"still served")
+        reactor.doIteration(1.0)
+        assert healthy.received == b"still served"
+    failures = [event["log_failure"] for event in logged if "log_failure" in event]
+    assert any("a broken connectionLost" in str(failure.value) for failure in failures), logged
+
+
+def test_python_m_api_runs_on_this_reactor_even_though_txredisapi_imports_one():
+    # A fresh interpreter, as ``python -m api`` starts: install, then import
+    # the worker (and with it txredisapi).
+    script = (
+        "from api import event_loop\n"
+        "installed = event_loop.install()\n"
+        "import api.worker, txredisapi\n"
+        "from twisted.internet import reactor\n"
+        "print(type(reactor).__name__, reactor is installed, txredisapi.reactor is installed)\n"
+    )
+    shown = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
+    assert shown.stdout.split() == ["DirectEPollReactor", "True", "True"]
