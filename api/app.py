@@ -31,7 +31,11 @@ def make_app(
 ) -> JetwayApplication:
     metrics = metrics or Metrics()
     documents = {"store": store, "max_body": settings.max_body, "gate": gate}
+    # Cyclone tries the routes in order and no two overlap: the API's come
+    # first, so a document request does not try the operational ones.
     routes = [
+        (rf"/v1/{SEGMENT}/{SEGMENT}", DocumentHandler, documents),
+        (rf"/v1/{SEGMENT}/?", CollectionHandler, documents),
         (r"/healthz", LivenessHandler),
         (
             r"/readyz",
@@ -40,8 +44,6 @@ def make_app(
         ),
         (r"/metrics", MetricsHandler, {"render": render_metrics(metrics)}),
         (r"/openapi\.json", OpenApiHandler, {"body": codec.dumps(openapi_document())}),
-        (rf"/v1/{SEGMENT}/{SEGMENT}", DocumentHandler, documents),
-        (rf"/v1/{SEGMENT}/?", CollectionHandler, documents),
     ]
     limits = HttpLimits(
         max_body=settings.max_body,
