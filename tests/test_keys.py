@@ -1,6 +1,6 @@
-"""cache.keys: a document and its index entry share a hash slot."""
+"""cache.keys: a document and its index entry share a hash slot; stored key layouts stay put."""
 
-from cache import keys
+from cache import keys, tokens
 
 
 def _hash_tag(key: bytes) -> bytes:
@@ -23,3 +23,10 @@ def test_layout_is_stable():
     # crc32(b"u1") == 0x424F9F76, and 0x424F9F76 % 16 == 6
     assert keys.document_key(b"users", b"u1") == b"jw:{users:06}:d:u1"
     assert keys.index_key_for(b"users", b"u1") == b"jw:{users:06}:i"
+
+
+def test_token_key_layout_is_stable():
+    """Tokens are stored under the SHA-256 of the token: a change would revoke every token."""
+    # printf jw_example | sha256sum
+    digest = b"d0a0c4d6a9e7e25ea46764986bcd08ec766ae44f7c1a92098e25fcc92ea51b8e"
+    assert tokens.token_key(tokens.digest_of("jw_example")) == b"jw:{tokens}:t:" + digest
