@@ -122,3 +122,30 @@ def test_a_reply_overdue_fails_its_batch_with_a_timeout_then_the_link_serves_aga
     assert figures["outcome"] == "timeout"
     assert 0.4 <= figures["waited"] < 1.4, figures  # the deadline, not the pause's end
     assert figures["after"] == "v"
+
+
+def test_reads_grow_for_a_large_reply_and_shrink_back_for_small_ones(redis_server, redis_client):
+    redis_client.set(b"big", bytes(range(256)) * 4096)  # 1 MiB
+    figures = run_script(
+        redis_server,
+        """
+        from cache.read_size import MIN_READ
+        TIMEOUT = 5.0
+        async def run(reactor, link, path):
+            await link.execute(b"PING")
+            connections = link._factory.connectionQueue.pending
+            start = {c.transport.bufferSize for c in connections}
+            big = await defer.gatherResults([link.execute(b"GET", b"big") for _ in connections])
+            grown = max(c.transport.bufferSize for c in connections)
+            for _ in range(20):
+                await defer.gatherResults([link.execute(b"PING") for _ in connections])
+            shrunk = {c.transport.bufferSize for c in connections}
+            await link.close()
+            out(start=sorted(start), min_read=MIN_READ, intact=all(b == bytes(range(256)) * 4096 for b in big),
+                grown=grown, shrunk=sorted(shrunk))
+        """,
+    )
+    assert figures["start"] == [figures["min_read"]]
+    assert figures["intact"]
+    assert figures["grown"] > figures["min_read"] * 4, figures
+    assert figures["shrunk"] == [figures["min_read"]]
