@@ -3,9 +3,11 @@
 Twisted asks for 64 KiB per read. The replies to one reactor turn's commands
 are usually a few KiB, and on PyPy each read allocates a buffer of the size
 asked, which feeds the garbage collector: at 64 KiB, one worker under 64
-connections ran 77-78 major collections per 10 s against 66-71 at 16 KiB,
-and used 6% more CPU per document read (PyPy's GC hooks, two interleaved
-pairs). Reads start at 16 KiB; a read that fills its buffer doubles the size,
+connections ran 77-78 major collections per 10 s against 66-71 at 16 KiB
+(PyPy's GC hooks, two interleaved pairs, authorization off; CPU per read
+28.6-31.2 against 27.2-28.5 µs). With authorization on,
+``loadtest/ab_cpu.sh`` put the CPU gain within the noise (median 35.2 ->
+34.4 µs, 4 pairs). Reads start at 16 KiB; a read that fills its buffer doubles the size,
 so a large reply (a page of big documents) still arrives in few reads, and
 one that fills less than a quarter halves it again.
 """
