@@ -49,7 +49,19 @@ KILL_AFTER_GRACE = 5.0
 # 141-143 MB instead of 153-159 MB with authorization on, at no CPU cost
 # the noise let us see (loadtest/ab_cpu.sh, ENV_A/ENV_B, 3 interleaved
 # rounds). Together they keep a worker within a 150 MB budget.
-DEFAULT_GC_ENVIRONMENT = {"PYPY_GC_NURSERY": "4MB", "PYPY_GC_MAJOR_COLLECT": "1.5"}
+# The increment step: how much the incremental major collection marks per
+# step, between two minor collections. PyPy's default (twice the nursery)
+# made steps of 14-16 ms at the 99th percentile, and they were the read
+# path's tail: with 4 MB, steps of ~4 ms and a p99 of 8.4-9.4 ms instead of
+# 22-23 ms, at the same CPU per request (one worker, authorization on, 60 s
+# runs, 3 interleaved pairs of loadtest/ab_cpu.sh with ENV_B); RSS after
+# 60 s 141-145 MB against 135-139. 2 MB gave steps of ~2.5 ms but cost CPU
+# and ~10 MB more.
+DEFAULT_GC_ENVIRONMENT = {
+    "PYPY_GC_NURSERY": "4MB",
+    "PYPY_GC_MAJOR_COLLECT": "1.5",
+    "PYPY_GC_INCREMENT_STEP": "4MB",
+}
 
 
 class WorkerProcess(protocol.ProcessProtocol):

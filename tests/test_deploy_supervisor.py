@@ -28,6 +28,7 @@ from typing import Iterator, List, Optional, Set
 import pytest
 import requests
 
+from api.master import DEFAULT_GC_ENVIRONMENT
 from tests.support import ROOT, SteadyClient, failure_kind, free_port, wait_until
 
 DEPLOY = ROOT / "deploy" / "supervisor"
@@ -273,6 +274,12 @@ class TestFcgiMode:
         assert client.ok > 0
         assert len(client.failures) <= 4, client.failures
         assert (fcgi_mode.directory / "jetway-0.log").exists()
+
+    def test_workers_get_the_gc_settings_the_master_gives_its_own(self, fcgi_mode, redis_client):
+        for name in FCGI_NAMES:
+            environ = Path(f"/proc/{fcgi_mode.pid(name)}/environ").read_bytes().split(b"\0")
+            for setting, value in DEFAULT_GC_ENVIRONMENT.items():
+                assert f"{setting}={value}".encode() in environ, (name, setting)
 
     def test_supervisorctl_restart_one_worker_at_a_time_fails_no_request(self, fcgi_mode, redis_client):
         before = {name: fcgi_mode.pid(name) for name in FCGI_NAMES}
