@@ -32,6 +32,7 @@ import cyclone.httpserver
 import cyclone.web
 from cyclone.httputil import HTTPHeaders
 from twisted.internet import task
+from twisted.logger import Logger
 
 from api.chunked import ChunkedDecoder
 from api.observe import Observer
@@ -53,6 +54,8 @@ READ_SIZE = 8192
 # and cancelled twice per request (its heap work was ~3.6% of a document
 # read's worker CPU, vmprof).
 DEADLINE_TICK = 0.25
+
+_log = Logger()
 
 
 @dataclass(frozen=True)
@@ -323,7 +326,12 @@ class JetwayApplication(cyclone.web.Application):
     def _time_out_connections(self) -> None:
         now = self.clock.seconds()
         for connection in list(self.connections):  # a timeout may close one
-            connection.check_deadline(now)
+            try:
+                connection.check_deadline(now)
+            except Exception:
+                # An error escaping the sweep would stop it, and with it
+                # every timeout of this worker: log it and go on.
+                _log.failure("while timing out a connection")
 
     def stop_accepting(self) -> None:
         self.accepting = False
