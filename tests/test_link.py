@@ -149,3 +149,31 @@ def test_reads_grow_for_a_large_reply_and_shrink_back_for_small_ones(redis_serve
     assert figures["intact"]
     assert figures["grown"] > figures["min_read"] * 4, figures
     assert figures["shrunk"] == [figures["min_read"]]
+
+
+def test_commands_keep_to_one_connection_and_a_standby_takes_over_when_it_is_lost(redis_server, redis_client):
+    figures = run_script(
+        redis_server,
+        """
+        TIMEOUT = 2.0
+        async def run(reactor, link, path):
+            while len(link._factory.pool) < 4:  # the whole pool is up
+                await task.deferLater(reactor, 0.05, lambda: None)
+            pool = sorted([int(await c.execute_command(b"CLIENT", b"ID")) for c in link._factory.pool])
+            used = {int(r) for r in await defer.gatherResults([link.execute(b"CLIENT", b"ID") for _ in range(30)])}
+            used |= {int(await link.execute(b"CLIENT", b"ID")) for _ in range(10)}
+            with socket.socket(socket.AF_UNIX) as raw:  # Redis drops the connection in use
+                raw.connect(path)
+                raw.sendall(b"CLIENT KILL ID %d\\r\\n" % min(used))
+                assert raw.recv(64) == b":1\\r\\n"  # one client killed
+            while len(link._factory.pool) == 4:  # until the link sees the loss
+                await task.deferLater(reactor, 0.01, lambda: None)
+            after = {int(await link.execute(b"CLIENT", b"ID")) for _ in range(10)}
+            await link.close()
+            out(pool=pool, used=sorted(used), after=sorted(after))
+        """,
+    )
+    assert len(figures["used"]) == 1, figures  # not spread over the pool
+    assert len(figures["after"]) == 1 and figures["after"] != figures["used"], figures
+    # A connection of the pool that stood by, not one dialled since.
+    assert set(figures["after"]) <= set(figures["pool"]), figures
