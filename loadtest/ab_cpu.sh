@@ -12,10 +12,14 @@
 # resident memory at the end. Env: AUTH_A / AUTH_B=on (authorization on,
 # with a token; default off), ENV_A / ENV_B ("NAME=value ..." more
 # environment for that server, e.g. PYPY_GC_NURSERY=8MB or
-# JETWAY_ACCESS_LOG=on; the access log is off otherwise), DUR, WARM.
+# JETWAY_ACCESS_LOG=on; the access log is off otherwise), DUR, WARM, and
+# CASE: get (the ~200 B read, default), get10k (a ~10 KB read) or put (a
+# ~200 B PUT, repeated on one document).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 A=${1:?revision A}; B=${2:?revision B}; ROUNDS=${3:-3}
+CASE=${CASE:-get}
+case $CASE in get | get10k | put) ;; *) echo "CASE must be get, get10k or put" >&2; exit 2 ;; esac
 WORK=$(mktemp -d)
 cleanup() {
   for rev in a b; do git worktree remove --force "$WORK/$rev" 2>/dev/null || true; done
@@ -49,14 +53,22 @@ run() {  # run TREE LABEL AUTH EXTRA_ENV: one server, warm-up, one measured run
     token=$(cd "$tree" && REDIS_URL="unix://$dir/r.sock" .venv/bin/python -m api keys create --name ab --scope admin 2>/dev/null)
     header="Authorization: Bearer $token"
   fi
-  curl -s -X PUT -H "$header" -H 'Content-Type: application/json' \
-    -d '{"id":"small","name":"Ada Lovelace","email":"ada@example.com","tags":["math","engines"],"score":97.5,"active":true,"address":{"city":"London","zip":"W1"}}' \
-    "localhost:$port/v1/bench/small" > /dev/null
-  wrk -t1 -c64 -d"${WARM:-10}"s -H "$header" "http://127.0.0.1:$port/v1/bench/small" > /dev/null
+  printf '%s' '{"id":"small","name":"Ada Lovelace","email":"ada@example.com","tags":["math","engines"],"score":97.5,"active":true,"address":{"city":"London","zip":"W1"}}' > "$dir/small.json"
+  printf '{"id":"large","text":"%s"}' "$(head -c 10240 /dev/zero | tr '\0' a)" > "$dir/large.json"
+  for doc in small large; do
+    curl -s -X PUT -H "$header" -H 'Content-Type: application/json' --data-binary "@$dir/$doc.json" \
+      "localhost:$port/v1/bench/$doc" > /dev/null
+  done
+  local target=small method=GET
+  [ "$CASE" = get10k ] && target=large
+  [ "$CASE" = put ] && method=PUT
+  local load=(wrk -t1 -c64 -s loadtest/bench/wrk.lua -H "$header" "http://127.0.0.1:$port/v1/bench/$target")
+  BENCH_METHOD=$method BENCH_BODY_FILE="$dir/small.json" "${load[@]}" -d"${WARM:-10}"s > /dev/null
   t0=$(awk '{print $14+$15}' "/proc/$worker/stat")
-  out=$(wrk -t1 -c64 -d"${DUR:-5}"s --latency -H "$header" "http://127.0.0.1:$port/v1/bench/small")
+  out=$(BENCH_METHOD=$method BENCH_BODY_FILE="$dir/small.json" "${load[@]}" -d"${DUR:-5}"s --latency)
   t1=$(awk '{print $14+$15}' "/proc/$worker/stat")
   rss=$(awk '/VmRSS/ {print $2}' "/proc/$worker/status")
+  [ -n "${VERBOSE:-}" ] && echo "$out" >&2
   n=$(echo "$out" | awk '/requests in/ {print $1}')
   echo "$out" | awk -v l="$label" -v n="$n" -v c=$((t1 - t0)) -v hz="$(getconf CLK_TCK)" -v rss="$rss" \
     '/Requests\/sec/ {r=$2} / 99%/ {p=$2} END {printf "%s cpu_us_per_request=%.1f rps=%s p99=%s rss_mb=%.0f\n", l, c*1e6/hz/n, r, p, rss/1024}'
