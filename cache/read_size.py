@@ -7,9 +7,17 @@ connections ran 77-78 major collections per 10 s against 66-71 at 16 KiB
 (PyPy's GC hooks, two interleaved pairs, authorization off; CPU per read
 28.6-31.2 against 27.2-28.5 µs). With authorization on,
 ``loadtest/ab_cpu.sh`` put the CPU gain within the noise (median 35.2 ->
-34.4 µs, 4 pairs). Reads start at 16 KiB; a read that fills its buffer doubles the size,
-so a large reply (a page of big documents) still arrives in few reads, and
-one that fills less than a quarter halves it again.
+34.4 µs, 4 pairs). Reads start at 16 KiB; a read that fills its buffer
+doubles the size, up to 64 KiB, and one that fills less than a quarter
+halves it again.
+
+Not beyond 64 KiB: PyPy allocates a larger buffer outside its nursery, where
+it counts towards the next major collection. With every command on one
+connection (``cache.link``), the replies to a turn of 10 KB reads are a few
+hundred KiB, and reads that grew up to 1 MiB cost one worker 87.1 -> 103.5 µs
+per read and a p99 of 13-21 -> 31-37 ms; capped at 64 KiB, the same reads
+measured as before (94.3 against 95.3 µs, p99 13-18 against 14-16 ms;
+``CASE=get10k loadtest/ab_cpu.sh``, 3 pairs each).
 """
 
 from __future__ import annotations
@@ -17,7 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 MIN_READ = 16 * 1024
-MAX_READ = 1024 * 1024
+MAX_READ = 64 * 1024
 
 
 def next_read_size(size: int, received: int) -> int:

@@ -129,7 +129,7 @@ def test_reads_grow_for_a_large_reply_and_shrink_back_for_small_ones(redis_serve
     figures = run_script(
         redis_server,
         """
-        from cache.read_size import MIN_READ
+        from cache.read_size import MAX_READ, MIN_READ
         TIMEOUT = 5.0
         async def run(reactor, link, path):
             await link.execute(b"PING")
@@ -141,13 +141,13 @@ def test_reads_grow_for_a_large_reply_and_shrink_back_for_small_ones(redis_serve
                 await defer.gatherResults([link.execute(b"PING") for _ in connections])
             shrunk = {c.transport.bufferSize for c in connections}
             await link.close()
-            out(start=sorted(start), min_read=MIN_READ, intact=all(b == bytes(range(256)) * 4096 for b in big),
+            out(start=sorted(start), min_read=MIN_READ, max_read=MAX_READ, intact=all(b == bytes(range(256)) * 4096 for b in big),
                 grown=grown, shrunk=sorted(shrunk))
         """,
     )
     assert figures["start"] == [figures["min_read"]]
     assert figures["intact"]
-    assert figures["grown"] > figures["min_read"] * 4, figures
+    assert figures["grown"] == figures["max_read"] > figures["min_read"], figures
     assert figures["shrunk"] == [figures["min_read"]]
 
 
