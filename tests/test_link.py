@@ -141,8 +141,8 @@ def test_reads_grow_for_a_large_reply_and_shrink_back_for_small_ones(redis_serve
                 await defer.gatherResults([link.execute(b"PING") for _ in connections])
             shrunk = {c.transport.bufferSize for c in connections}
             await link.close()
-            out(start=sorted(start), min_read=MIN_READ, max_read=MAX_READ, intact=all(b == bytes(range(256)) * 4096 for b in big),
-                grown=grown, shrunk=sorted(shrunk))
+            out(start=sorted(start), min_read=MIN_READ, max_read=MAX_READ,
+                intact=all(b == bytes(range(256)) * 4096 for b in big), grown=grown, shrunk=sorted(shrunk))
         """,
     )
     assert figures["start"] == [figures["min_read"]]
