@@ -147,7 +147,7 @@ def test_reads_grow_for_a_large_reply_and_shrink_back_for_small_ones(redis_serve
     )
     assert figures["start"] == [figures["min_read"]]
     assert figures["intact"]
-    assert figures["grown"] == figures["max_read"] > figures["min_read"], figures
+    assert figures["min_read"] < figures["grown"] <= figures["max_read"], figures
     assert figures["shrunk"] == [figures["min_read"]]
 
 
