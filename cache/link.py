@@ -113,8 +113,9 @@ class RedisLink:
         # back in one read. Spread over 4 connections in turn, a reactor turn
         # cost a send, a read and two epoll_ctl per connection: one worker
         # under wrk made 2.49 syscalls per document read, 2.15 this way
-        # (strace -c), for 67.2 -> 58.3 us of worker CPU (loadtest/ab_cpu.sh,
-        # 4 pairs, lower in 3). The others stand by: a lost or timed-out
+        # (strace -c), for 49.2 -> 39.3 us of worker CPU (loadtest/ab_cpu.sh,
+        # 4 pairs, lower in 3; 10 KB reads the same, once cache.read_size
+        # capped the reads). The others stand by: a lost or timed-out
         # connection is replaced by the next without waiting for a redial.
         self._current = connection
         return connection.send(commands)
