@@ -14,11 +14,13 @@
 # environment for that server, e.g. PYPY_GC_NURSERY=8MB or
 # JETWAY_ACCESS_LOG=on; the access log is off otherwise), DUR, WARM, and
 # CASE: get (the ~200 B read, default), get10k (a ~10 KB read) or put (a
-# ~200 B PUT, repeated on one document).
+# ~200 B PUT, repeated on one document), and WORKERS (default 1; with more,
+# the CPU is their sum and the resident memory the largest).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 A=${1:?revision A}; B=${2:?revision B}; ROUNDS=${3:-3}
 CASE=${CASE:-get}
+WORKERS=${WORKERS:-1}
 case $CASE in get | get10k | put) ;; *) echo "CASE must be get, get10k or put" >&2; exit 2 ;; esac
 WORK=$(mktemp -d)
 cleanup() {
@@ -32,23 +34,28 @@ for rev in a b; do
   ln -s "$PWD/.venv" "$WORK/$rev/.venv"
 done
 
+cpu_ticks() {  # cpu_ticks PID...: their user+system time, in clock ticks
+  for w in "$@"; do awk '{print $14+$15}' "/proc/$w/stat"; done | awk '{t+=$1} END {print t}'
+}
+
 run() {  # run TREE LABEL AUTH EXTRA_ENV: one server, warm-up, one measured run
-  local tree=$1 label=$2 auth=$3 extra=$4 dir port pid worker header="" token t0 t1 out n rss
+  local tree=$1 label=$2 auth=$3 extra=$4 dir port pid workers header="" token t0 t1 out n rss
   dir=$(mktemp -d -p "$WORK")
   redis-server --port 0 --unixsocket "$dir/r.sock" --save '' --daemonize yes --pidfile "$dir/r.pid" --logfile "$dir/r.log"
   sleep 0.3
   port=$((20000 + RANDOM % 10000))
   # shellcheck disable=SC2086 # EXTRA_ENV is a list of NAME=value words
   (cd "$tree" && exec env REDIS_URL="unix://$dir/r.sock" JETWAY_ACCESS_LOG=off JETWAY_AUTH="$auth" $extra \
-    .venv/bin/python -m api serve --port $port --workers 1 > "$dir/server.log" 2>&1) &
+    .venv/bin/python -m api serve --port $port --workers "$WORKERS" > "$dir/server.log" 2>&1) &
   pid=$!
-  worker=""
-  for _ in $(seq 100); do  # the master's one worker, once it is serving
-    worker=$(awk '{print $1}' "/proc/$pid/task/$pid/children" 2>/dev/null || true)
-    [ -n "$worker" ] && curl -sf "localhost:$port/healthz" > /dev/null && break
+  workers=""
+  for _ in $(seq 100); do  # the master's workers, once they are serving
+    workers=$(cat "/proc/$pid/task/$pid/children" 2>/dev/null || true)
+    [ "$(echo "$workers" | wc -w)" = "$WORKERS" ] && curl -sf "localhost:$port/healthz" > /dev/null && break
+    workers=""
     sleep 0.2
   done
-  [ -n "$worker" ] || { echo "$label: the server did not start" >&2; cat "$dir/server.log" >&2; exit 1; }
+  [ -n "$workers" ] || { echo "$label: the server did not start" >&2; cat "$dir/server.log" >&2; exit 1; }
   if [ "$auth" = on ]; then
     token=$(cd "$tree" && REDIS_URL="unix://$dir/r.sock" .venv/bin/python -m api keys create --name ab --scope admin 2>/dev/null)
     header="Authorization: Bearer $token"
@@ -64,10 +71,12 @@ run() {  # run TREE LABEL AUTH EXTRA_ENV: one server, warm-up, one measured run
   [ "$CASE" = put ] && method=PUT
   local load=(wrk -t1 -c64 -s loadtest/bench/wrk.lua -H "$header" "http://127.0.0.1:$port/v1/bench/$target")
   BENCH_METHOD=$method BENCH_BODY_FILE="$dir/small.json" "${load[@]}" -d"${WARM:-10}"s > /dev/null
-  t0=$(awk '{print $14+$15}' "/proc/$worker/stat")
+  local pids
+  read -ra pids <<< "$workers"
+  t0=$(cpu_ticks "${pids[@]}")
   out=$(BENCH_METHOD=$method BENCH_BODY_FILE="$dir/small.json" "${load[@]}" -d"${DUR:-5}"s --latency)
-  t1=$(awk '{print $14+$15}' "/proc/$worker/stat")
-  rss=$(awk '/VmRSS/ {print $2}' "/proc/$worker/status")
+  t1=$(cpu_ticks "${pids[@]}")
+  rss=$(for w in "${pids[@]}"; do awk '/VmRSS/ {print $2}' "/proc/$w/status"; done | sort -n | tail -1)
   [ -n "${VERBOSE:-}" ] && echo "$out" >&2
   n=$(echo "$out" | awk '/requests in/ {print $1}')
   echo "$out" | awk -v l="$label" -v n="$n" -v c=$((t1 - t0)) -v hz="$(getconf CLK_TCK)" -v rss="$rss" \
