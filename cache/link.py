@@ -16,7 +16,7 @@ picks one from the URL).
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple, Union
+from typing import Any, Dict, List, Protocol, Sequence, Tuple, Union
 
 import txredisapi
 from twisted.internet import defer
@@ -51,7 +51,24 @@ class Link(Protocol):
     def close(self) -> defer.Deferred: ...
 
 
-class _Factory(txredisapi.RedisFactory):
+class ForgetsLostConnections:
+    """Mixed into a pool's factory: a lost connection leaves the pool's queue at once.
+
+    txredisapi's ``delConnection`` takes it out of ``pool`` only; the queue
+    kept it until a random ``peek`` happened to land on it. ``RedisLink``
+    sends on the queue's first connection, so a lost one must not stay there,
+    and lost ones must not pile up behind it as connections come and go.
+    """
+
+    connectionQueue: Any
+
+    def delConnection(self, conn: Any) -> None:
+        super().delConnection(conn)  # type: ignore[misc]
+        if conn in self.connectionQueue.pending:
+            self.connectionQueue.remove(conn)
+
+
+class _Factory(ForgetsLostConnections, txredisapi.RedisFactory):
     # Redis coming back should be noticed within a second or so, not after
     # txredisapi's default back-off of up to 10 s.
     maxDelay = 1.0
@@ -66,7 +83,6 @@ class RedisLink:
         self._clock: IReactorTime = reactor
         self._timeout = timeout
         self._factory = self._start(address, reactor, timeout, poolsize)
-        self._current: Optional[FastRedisProtocol] = None
 
     def _start(self, address: RedisAddress, reactor: Any, timeout: float, poolsize: int) -> txredisapi.RedisFactory:
         """Make the pool and start connecting it (``SentinelLink`` finds its server another way)."""
@@ -97,28 +113,24 @@ class RedisLink:
 
     def _send(self, commands: Sequence[Command]) -> defer.Deferred:
         """The raw replies of ``commands`` sent together (error replies as values)."""
-        # The read path's common case, the current connection up, costs no
-        # Deferred and no timer; only finding another one does.
-        current = self._current
-        if current is not None and current.connected:
-            sent = current.send(commands)
+        # Every command goes down the pool's first connection while it is
+        # up, at no cost of a Deferred or a timer; only waiting for one costs
+        # them. Twisted sends what a connection queued once per reactor turn,
+        # so the commands of one turn leave in one write and their replies
+        # come back in one read. Spread over 4 connections in turn, a reactor
+        # turn cost a send, a read and two epoll_ctl per connection: one
+        # worker under wrk made 2.49 syscalls per document read, 2.15 this
+        # way (strace -c), for 49.2 -> 39.3 us of worker CPU
+        # (loadtest/ab_cpu.sh, 4 pairs, lower in 3; 10 KB reads the same,
+        # once cache.read_size capped the reads). The others stand by: a lost
+        # or timed-out connection leaves the queue and the next one is first,
+        # without waiting for a redial.
+        connections = self._factory.connectionQueue.pending
+        if connections and connections[0].connected:
+            sent = connections[0].send(commands)
         else:
-            sent = self._connection().addCallback(self._send_on, commands)
+            sent = self._connection().addCallback(lambda connection: connection.send(commands))
         return sent.addErrback(_as_store_failure)
-
-    def _send_on(self, connection: FastRedisProtocol, commands: Sequence[Command]) -> defer.Deferred:
-        # Every command goes down one connection, kept while it is up.
-        # Twisted sends what a connection queued once per reactor turn, so
-        # the commands of one turn leave in one write and their replies come
-        # back in one read. Spread over 4 connections in turn, a reactor turn
-        # cost a send, a read and two epoll_ctl per connection: one worker
-        # under wrk made 2.49 syscalls per document read, 2.15 this way
-        # (strace -c), for 49.2 -> 39.3 us of worker CPU (loadtest/ab_cpu.sh,
-        # 4 pairs, lower in 3; 10 KB reads the same, once cache.read_size
-        # capped the reads). The others stand by: a lost or timed-out
-        # connection is replaced by the next without waiting for a redial.
-        self._current = connection
-        return connection.send(commands)
 
     def run_script(self, script: Script, keys: Sequence[bytes], args: Sequence[Arg]) -> defer.Deferred:
         """Run a Lua script by its SHA, loading it first if Redis lacks it."""
@@ -144,7 +156,7 @@ class RedisLink:
 
     @defer.inlineCallbacks
     def _connection(self) -> Any:
-        """The pool's first live connection, dropping dead ones; waits up to the timeout for one."""
+        """A live connection of the pool (txredisapi's ``peek``), waiting up to the timeout for one."""
         waiting = self._factory.getConnection(peek=True)
         waiting.addTimeout(self._timeout, self._clock)
         try:

@@ -23,7 +23,7 @@ from twisted.internet.interfaces import IStreamClientEndpoint
 from zope.interface import implementer
 
 from cache.address import RedisAddress
-from cache.link import RedisLink, endpoint_for, pool_options
+from cache.link import ForgetsLostConnections, RedisLink, endpoint_for, pool_options
 from cache.resp import FastRedisProtocol
 
 # txredisapi waits 10 s for a sentinel to name a healthy master before giving
@@ -52,7 +52,7 @@ class _MasterProtocol(FastRedisProtocol):
         return self.role().addCallback(check_role)
 
 
-class _MasterFactory(txredisapi.SentinelConnectionFactory):
+class _MasterFactory(ForgetsLostConnections, txredisapi.SentinelConnectionFactory):
     protocol = _MasterProtocol
     # As for one Redis (cache.link): redial within a second, not after 10 s.
     maxDelay = 1.0

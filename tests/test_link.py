@@ -159,7 +159,8 @@ def test_commands_keep_to_one_connection_and_a_standby_takes_over_when_it_is_los
         async def run(reactor, link, path):
             while len(link._factory.pool) < 4:  # the whole pool is up
                 await task.deferLater(reactor, 0.05, lambda: None)
-            pool = sorted([int(await c.execute_command(b"CLIENT", b"ID")) for c in link._factory.pool])
+            ids = {c: int(await c.execute_command(b"CLIENT", b"ID")) for c in link._factory.pool}
+            pool = sorted(ids.values())
             used = {int(r) for r in await defer.gatherResults([link.execute(b"CLIENT", b"ID") for _ in range(30)])}
             used |= {int(await link.execute(b"CLIENT", b"ID")) for _ in range(10)}
             with socket.socket(socket.AF_UNIX) as raw:  # Redis drops the connection in use
@@ -168,12 +169,14 @@ def test_commands_keep_to_one_connection_and_a_standby_takes_over_when_it_is_los
                 assert raw.recv(64) == b":1\\r\\n"  # one client killed
             while len(link._factory.pool) == 4:  # until the link sees the loss
                 await task.deferLater(reactor, 0.01, lambda: None)
+            queued = [ids.get(c) for c in link._factory.connectionQueue.pending]
             after = {int(await link.execute(b"CLIENT", b"ID")) for _ in range(10)}
             await link.close()
-            out(pool=pool, used=sorted(used), after=sorted(after))
+            out(pool=pool, used=sorted(used), after=sorted(after), queued=queued)
         """,
     )
     assert len(figures["used"]) == 1, figures  # not spread over the pool
     assert len(figures["after"]) == 1 and figures["after"] != figures["used"], figures
     # A connection of the pool that stood by, not one dialled since.
     assert set(figures["after"]) <= set(figures["pool"]), figures
+    assert figures["used"][0] not in figures["queued"], figures  # the lost one left the queue
