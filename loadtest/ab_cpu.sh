@@ -24,6 +24,10 @@ WORKERS=${WORKERS:-1}
 case $CASE in get | get10k | put) ;; *) echo "CASE must be get, get10k or put" >&2; exit 2 ;; esac
 WORK=$(mktemp -d)
 cleanup() {
+  # Servers a failed run left: the master (its workers follow it) and Redis.
+  for pidfile in "$WORK"/*/server.pid "$WORK"/*/r.pid; do
+    [ -f "$pidfile" ] && kill "$(cat "$pidfile")" 2>/dev/null || true
+  done
   for rev in a b; do git worktree remove --force "$WORK/$rev" 2>/dev/null || true; done
   rm -rf "$WORK"
 }
@@ -48,6 +52,7 @@ run() {  # run TREE LABEL AUTH EXTRA_ENV: one server, warm-up, one measured run
   (cd "$tree" && exec env REDIS_URL="unix://$dir/r.sock" JETWAY_ACCESS_LOG=off JETWAY_AUTH="$auth" $extra \
     .venv/bin/python -m api serve --port $port --workers "$WORKERS" > "$dir/server.log" 2>&1) &
   pid=$!
+  echo "$pid" > "$dir/server.pid"
   workers=""
   for _ in $(seq 100); do  # the master's workers, once they are serving
     workers=$(cat "/proc/$pid/task/$pid/children" 2>/dev/null || true)
@@ -83,6 +88,7 @@ run() {  # run TREE LABEL AUTH EXTRA_ENV: one server, warm-up, one measured run
     '/Requests\/sec/ {r=$2} / 99%/ {p=$2} END {printf "%s cpu_us_per_request=%.1f rps=%s p99=%s rss_mb=%.0f\n", l, c*1e6/hz/n, r, p, rss/1024}'
   kill $pid; wait $pid 2>/dev/null || true
   kill "$(cat "$dir/r.pid")"
+  rm -f "$dir/server.pid" "$dir/r.pid"
 }
 
 for _ in $(seq "$ROUNDS"); do
