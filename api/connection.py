@@ -47,7 +47,9 @@ _MAX_HEAD = MAX_REQUEST_LINE + MAX_HEADER_BYTES + 4
 # request is typically under 1 KiB, and on PyPy every read allocates a
 # buffer of the size asked: at 64 KiB those buffers were about a third of
 # what a document read allocates (one worker, PyPy's GC hooks counting minor
-# collections per request: 0.154 at 64 KiB, 0.103 at 8 KiB).
+# collections per request: 0.154 at 64 KiB, 0.103 at 8 KiB). TCP clients
+# now read into the process's shared buffer (api.eager_send), which
+# allocates only what came; this size is for the others (a unix socket).
 READ_SIZE = 8192
 # How often the application looks for connections past their deadline, so a
 # timeout fires at most this late. One sweep replaces a Twisted timer made

@@ -16,9 +16,16 @@ from typing import Any
 
 from twisted.internet import tcp
 
+from cache.shared_reads import read_into_shared_buffer
+
 
 class EagerServer(tcp.Server):
-    """A TCP server connection whose ``write`` sends straight away when its queue is empty."""
+    """A TCP server connection whose ``write`` sends straight away when its queue is empty.
+
+    It reads into the process's shared buffer too (``cache.shared_reads``).
+    """
+
+    doRead = read_into_shared_buffer
 
     def write(self, data: bytes) -> None:
         if data and self._can_send_now():

@@ -29,7 +29,6 @@ from cache.errors import RedisReplyError, RedisTimeout, RedisUnavailable
 from cache.resp import FastRedisProtocol
 from cache.scripts import Script
 from cache.tls import wrap_tls
-from cache.unix_socket import RecvUnixReactor
 
 Arg = Union[bytes, str, int]
 Command = Sequence[Arg]
@@ -122,7 +121,7 @@ class RedisLink:
         # worker under wrk made 2.49 syscalls per document read, 2.15 this
         # way (strace -c), for 49.2 -> 39.3 us of worker CPU
         # (loadtest/ab_cpu.sh, 4 pairs, lower in 3; 10 KB reads the same,
-        # once cache.read_size capped the reads). The others stand by: a lost
+        # with reads capped at 64 KiB: cache.shared_reads). The others stand by: a lost
         # or timed-out connection leaves the queue and the next one is first,
         # without waiting for a redial.
         connections = self._factory.connectionQueue.pending
@@ -211,6 +210,6 @@ def pool_options(address: RedisAddress, timeout: float) -> Dict[str, Any]:
 def endpoint_for(address: RedisAddress, reactor: Any, timeout: float) -> Any:
     """The Twisted client endpoint that dials ``address``."""
     if address.unix_path:
-        return UNIXClientEndpoint(RecvUnixReactor(reactor), address.unix_path, timeout=timeout)
+        return UNIXClientEndpoint(reactor, address.unix_path, timeout=timeout)
     endpoint = HostnameEndpoint(reactor, address.host, address.port, timeout=timeout)
     return wrap_tls(address, endpoint) if address.tls else endpoint

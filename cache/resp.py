@@ -32,7 +32,7 @@ from typing import Any, Deque, List, Optional, Sequence, Tuple
 import txredisapi
 from twisted.internet import defer, reactor
 
-from cache.read_size import AdaptiveReads
+from cache.shared_reads import share_reads
 
 _CRLF = b"\r\n"
 
@@ -119,10 +119,9 @@ class FastRedisProtocol(txredisapi.RedisProtocol):
         self._buffer = b""
         self._batches: Deque[_Batch] = deque()
         self._deadline_check: Optional[Any] = None
-        self._reads: Optional[AdaptiveReads] = None
 
     def connectionMade(self) -> Any:
-        self._reads = AdaptiveReads(self.transport)
+        share_reads(self.transport)
         return super().connectionMade()
 
     def send(self, commands: Sequence[Sequence[Any]]) -> defer.Deferred:
@@ -149,8 +148,6 @@ class FastRedisProtocol(txredisapi.RedisProtocol):
         return result.addCallback(post_proc) if callable(post_proc) else result
 
     def dataReceived(self, data: bytes) -> None:
-        if self._reads is not None:
-            self._reads.received(len(data))
         buffer = self._buffer + data if self._buffer else data
         pos = 0
         while pos < len(buffer):

@@ -124,31 +124,30 @@ def test_a_reply_overdue_fails_its_batch_with_a_timeout_then_the_link_serves_aga
     assert figures["after"] == "v"
 
 
-def test_reads_grow_for_a_large_reply_and_shrink_back_for_small_ones(redis_server, redis_client):
-    redis_client.set(b"big", bytes(range(256)) * 4096)  # 1 MiB
+def test_large_replies_arrive_whole_through_the_shared_read_buffer(redis_server, redis_client):
+    redis_client.set(b"big", bytes(range(256)) * 4096)  # 1 MiB: many reads of the buffer
+    redis_client.set(b"small", b"s")
     figures = run_script(
         redis_server,
         """
-        from cache.read_size import MAX_READ, MIN_READ
+        from cache.shared_reads import read_into_shared_buffer
         TIMEOUT = 5.0
         async def run(reactor, link, path):
-            await link.execute(b"PING")
-            connections = link._factory.connectionQueue.pending
-            start = {c.transport.bufferSize for c in connections}
-            big = await defer.gatherResults([link.execute(b"GET", b"big") for _ in connections])
-            grown = max(c.transport.bufferSize for c in connections)
-            for _ in range(20):
-                await defer.gatherResults([link.execute(b"PING") for _ in connections])
-            shrunk = {c.transport.bufferSize for c in connections}
+            while len(link._factory.pool) < 4:  # the whole pool is up
+                await task.deferLater(reactor, 0.05, lambda: None)
+            shared = [c.transport.doRead.func is read_into_shared_buffer for c in link._factory.pool]
+            # Sent on every connection at once, so that their reads interleave.
+            keys = [b"big", b"small"] * 8
+            replies = await defer.gatherResults(
+                [c.execute_command(b"GET", key) for c, key in zip(list(link._factory.pool) * 4, keys)]
+            )
             await link.close()
-            out(start=sorted(start), min_read=MIN_READ, max_read=MAX_READ,
-                intact=all(b == bytes(range(256)) * 4096 for b in big), grown=grown, shrunk=sorted(shrunk))
+            out(shared=shared, intact=all(r == (bytes(range(256)) * 4096 if k == b"big" else b"s")
+                                          for k, r in zip(keys, replies)))
         """,
     )
-    assert figures["start"] == [figures["min_read"]]
+    assert figures["shared"] == [True] * 4
     assert figures["intact"]
-    assert figures["min_read"] < figures["grown"] <= figures["max_read"], figures
-    assert figures["shrunk"] == [figures["min_read"]]
 
 
 def test_commands_keep_to_one_connection_and_a_standby_takes_over_when_it_is_lost(redis_server, redis_client):
