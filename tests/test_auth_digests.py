@@ -1,0 +1,82 @@
+"""handlers.auth.Gate keeps the digests of valid tokens, and only theirs, within a bound.
+
+A unit test of the gate alone: the token cache in front of it is a table
+of records, because what is checked here is which tokens get hashed, not
+Redis (tests/test_auth.py covers revocation and rotation end to end).
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional
+
+import pytest
+from twisted.internet import defer
+
+from cache.tokens import TokenRecord, digest_of
+from handlers import auth
+from handlers.errors import ApiError
+
+
+class RecordTable:
+    """Answers ``lookup`` from a dict, as the token cache does when it holds the record."""
+
+    def __init__(self, records: Dict[bytes, TokenRecord]) -> None:
+        self.records = records
+
+    def lookup(self, digest: bytes) -> defer.Deferred:
+        return defer.succeed(self.records.get(digest))
+
+
+def record_for(token: str) -> TokenRecord:
+    return TokenRecord(digest=digest_of(token), name=token, scopes=("read:*",), rate="", expires=0, created=0)
+
+
+@pytest.fixture
+def hashed(monkeypatch) -> List[str]:
+    """The tokens the gate hashes, in order."""
+    seen: List[str] = []
+
+    def counting_digest_of(token: str) -> bytes:
+        seen.append(token)
+        return digest_of(token)
+
+    monkeypatch.setattr(auth, "digest_of", counting_digest_of)
+    return seen
+
+
+def admit(gate: auth.Gate, token: str) -> Optional[int]:
+    """The request's error status, or None when it is admitted."""
+    outcome: List[object] = []
+    gate.admit(f"Bearer {token}", "users", False, False).addBoth(outcome.append)
+    result = outcome[0]
+    if hasattr(result, "value"):  # a Failure
+        assert isinstance(result.value, ApiError)
+        return result.value.status_code
+    return None
+
+
+def test_a_valid_token_is_hashed_once_and_an_invalid_one_every_time(hashed):
+    gate = auth.Gate(RecordTable({record_for("jw_good").digest: record_for("jw_good")}), None, enabled=True)
+    assert [admit(gate, "jw_good") for _ in range(3)] == [None, None, None]
+    assert [admit(gate, "jw_guess") for _ in range(3)] == [401, 401, 401]
+    assert hashed == ["jw_good", "jw_guess", "jw_guess", "jw_guess"]
+
+
+def test_a_token_no_longer_valid_is_refused_though_its_digest_is_kept(hashed):
+    records = {record_for("jw_soon_revoked").digest: record_for("jw_soon_revoked")}
+    gate = auth.Gate(RecordTable(records), None, enabled=True)
+    assert admit(gate, "jw_soon_revoked") is None
+    records.clear()  # revoked: the cache no longer has it, Redis neither
+    assert admit(gate, "jw_soon_revoked") == 401
+    assert hashed == ["jw_soon_revoked"]
+
+
+def test_the_kept_digests_are_bounded_and_the_oldest_go_first(hashed, monkeypatch):
+    monkeypatch.setattr(auth, "MAX_REMEMBERED_DIGESTS", 2)
+    tokens = ["jw_a", "jw_b", "jw_c"]
+    gate = auth.Gate(RecordTable({record_for(t).digest: record_for(t) for t in tokens}), None, enabled=True)
+    for token in tokens:
+        assert admit(gate, token) is None
+    hashed.clear()
+    assert [admit(gate, token) for token in ("jw_c", "jw_b", "jw_a")] == [None, None, None]
+    assert hashed == ["jw_a"]  # pushed out by jw_c
