@@ -29,3 +29,47 @@ def test_dumps_is_compact_utf8_without_escaped_slashes():
 def test_dumps_refuses_non_finite_numbers():
     with pytest.raises(codec.JsonError):
         codec.dumps({"a": float("inf")})
+
+
+# Texts where PyPy's hookless parser and the strict one could part: non-finite
+# numbers, hidden deep inside, and malformed texts each refuses in its words.
+EDGE_TEXTS = [
+    b'{"a":[1,{"b":[2.5,NaN]}]}',
+    b'{"a":{"b":{"c":1e400}}}',
+    b"[-1e400]",
+    b'{"a":1e-400}',
+    b'{"a":-0.0,"b":1E+2,"c":2.5e-3}',
+    b'{"a":"\\ud834\\udd1e","b":"\\u00e9"}',
+    b'{"a":"\t"}',
+    b'{"a":"\\x"}',
+    b"[1,]",
+    b'{"a" 1}',
+    b"tru",
+    b"-",
+    b"1.",
+    b".5",
+    b"01",
+    b'{"a":1} x',
+    b"[" * 100_000,
+]
+
+
+@pytest.mark.parametrize("text", EDGE_TEXTS, ids=lambda text: text[:30].decode())
+def test_parsing_agrees_with_the_strict_parser_and_reports_its_error(text):
+    """``loads`` (on PyPy: hookless first) returns or refuses exactly as the strict parser does."""
+    try:
+        expected = ("value", codec._strict_loads(text.decode()))
+    except codec.JsonError as error:
+        expected = ("error", str(error))
+    try:
+        got = ("value", codec.loads(text))
+    except codec.JsonError as error:
+        got = ("error", str(error))
+    assert got == expected
+
+
+def test_non_finite_numbers_are_refused_with_what_they_are():
+    with pytest.raises(codec.JsonError, match="NaN is not a JSON value"):
+        codec.loads(b'{"a":[1,{"b":NaN}]}')
+    with pytest.raises(codec.JsonError, match="1e400 is out of range"):
+        codec.loads(b'{"a":{"b":1e400}}')
