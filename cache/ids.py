@@ -1,7 +1,9 @@
-"""Server-made document ids: ULIDs, sortable by creation time."""
+"""Server-made identifiers: document ids (ULIDs, sortable by creation time) and ETags."""
 
 from __future__ import annotations
 
+import base64
+import itertools
 import os
 import time
 from typing import Callable
@@ -38,3 +40,21 @@ def _encode(value: int) -> str:
         chars.append(_CROCKFORD[value & 31])
         value >>= 5
     return "".join(reversed(chars))
+
+
+class EtagFactory:
+    """Strong ETags, a new one for every write: a random part drawn once, then a counter.
+
+    Random, not a hash of the body: the ETag must change on every write, even
+    one that writes identical bytes. The random part (96 bits) tells
+    processes apart, the counter this process's writes. Drawing 12 random
+    bytes per write instead (``os.urandom``, a system call) was ~8% of a
+    200 B PUT on PyPy (vmprof, one worker).
+    """
+
+    def __init__(self) -> None:
+        self._random = base64.urlsafe_b64encode(os.urandom(12))
+        self._writes = itertools.count()
+
+    def new(self) -> bytes:
+        return b'"%s%x"' % (self._random, next(self._writes))

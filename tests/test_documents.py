@@ -72,6 +72,14 @@ def test_get_sends_last_modified_of_the_write_on_every_read(api):
     assert api.get("/v1/docs/d1").headers["Last-Modified"] == response.headers["Last-Modified"]
 
 
+def test_a_write_in_a_later_second_has_a_later_last_modified(api):
+    first = api.put_json("/v1/docs/d1", b'{"a":1}').headers["Last-Modified"]
+    time.sleep(1.05 - (time.time() % 1))  # into the next second
+    second = api.put_json("/v1/docs/d1", b'{"a":2}').headers["Last-Modified"]
+    parse = email.utils.parsedate_to_datetime
+    assert parse(second).timestamp() - parse(first).timestamp() >= 1
+
+
 @pytest.mark.parametrize(
     "header",
     [

@@ -1,8 +1,8 @@
-"""cache.ids: ULIDs that sort in creation order."""
+"""cache.ids: ULIDs that sort in creation order; ETags unique to every write."""
 
 import re
 
-from cache.ids import UlidFactory
+from cache.ids import EtagFactory, UlidFactory
 
 
 def test_ulids_are_26_crockford_characters():
@@ -22,3 +22,17 @@ def test_ulids_sort_by_time_first():
     first = factory.new()
     now[0] += 0.001
     assert factory.new() > first
+
+
+def test_etags_are_strong_quoted_and_new_for_every_write():
+    factory = EtagFactory()
+    made = [factory.new() for _ in range(10_000)]
+    assert len(set(made)) == len(made)
+    # RFC 9110 entity-tag: DQUOTE *etagc DQUOTE, not weak.
+    assert all(re.fullmatch(rb'"[\x21\x23-\x7e]+"', etag) for etag in made)
+
+
+def test_etags_of_two_processes_differ():
+    # Each worker has its own factory; their random parts keep them apart.
+    first, second = EtagFactory(), EtagFactory()
+    assert {first.new() for _ in range(100)}.isdisjoint({second.new() for _ in range(100)})
