@@ -22,6 +22,13 @@ from cache.topology import subscriber_endpoint
 MAX_ENTRIES = 10_000
 
 
+def keep_bounded(entries: Dict[Any, Any], key: Any, value: Any, limit: int) -> None:
+    """Store ``key``; a new key beyond ``limit`` entries pushes out the oldest (dicts keep order)."""
+    if key not in entries and len(entries) >= limit:
+        entries.pop(next(iter(entries)))
+    entries[key] = value
+
+
 class _Subscriber(txredisapi.SubscriberProtocol):
     cache: TokenCache
 
@@ -85,9 +92,7 @@ class TokenCache:
 
     def _remember(self, record: Optional[TokenRecord], digest: bytes) -> Optional[TokenRecord]:
         if record is not None and self._live is not None:
-            if len(self._records) >= MAX_ENTRIES:
-                self._records.pop(next(iter(self._records)))
-            self._records[digest] = record
+            keep_bounded(self._records, digest, record, MAX_ENTRIES)
         return record
 
     def forget(self, digest: bytes) -> None:

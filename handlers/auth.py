@@ -19,14 +19,14 @@ from twisted.internet import defer
 
 from cache.link import Link
 from cache.ratelimit import GCRA, RateDecision, decision, gcra_command
-from cache.token_cache import TokenCache
+from cache.token_cache import TokenCache, keep_bounded
 from cache.tokens import TokenRecord, digest_of
 from handlers.errors import ApiError
 
 _BEARER = re.compile(r"Bearer +([A-Za-z0-9._~+/-]+=*) *\Z", re.IGNORECASE)
 CHALLENGE = 'Bearer realm="jetway"'
 RATE_SCRIPTS = (GCRA,)
-# How many admitted tokens keep their digest in memory (see Gate._digest_of).
+# How many valid tokens keep their digest in memory (see Gate._remember_digest).
 MAX_REMEMBERED_DIGESTS = 10_000
 
 
@@ -113,11 +113,8 @@ class Gate:
         a token never changes, and whether the token is still valid is asked
         of the token cache on every request all the same.
         """
-        if token in self._digests:
-            return
-        if len(self._digests) >= MAX_REMEMBERED_DIGESTS:
-            self._digests.pop(next(iter(self._digests)))  # the oldest: dicts keep order
-        self._digests[token] = digest
+        if token not in self._digests:  # every request after the first: nothing to write
+            keep_bounded(self._digests, token, digest, MAX_REMEMBERED_DIGESTS)
 
 
 def may(scopes: Sequence[str], collection: str, write: bool) -> bool:

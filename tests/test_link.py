@@ -30,6 +30,10 @@ def pause_redis(path, milliseconds):
         raw.sendall(b"CLIENT PAUSE %d ALL\\r\\n" % milliseconds)
         assert raw.recv(64).startswith(b"+OK")
 
+async def pool_up(reactor, link, size=4):
+    while len(link._factory.pool) < size:
+        await task.deferLater(reactor, 0.05, lambda: None)
+
 def main(reactor, url, path):
     return defer.ensureDeferred(run(reactor, RedisLink(parse_redis_url(url), reactor, TIMEOUT), path))
 """
@@ -133,8 +137,7 @@ def test_large_replies_arrive_whole_through_the_shared_read_buffer(redis_server,
         from cache.shared_reads import read_into_shared_buffer
         TIMEOUT = 5.0
         async def run(reactor, link, path):
-            while len(link._factory.pool) < 4:  # the whole pool is up
-                await task.deferLater(reactor, 0.05, lambda: None)
+            await pool_up(reactor, link)
             shared = [c.transport.doRead.func is read_into_shared_buffer for c in link._factory.pool]
             # Sent on every connection at once, so that their reads interleave.
             keys = [b"big", b"small"] * 8
@@ -156,8 +159,7 @@ def test_commands_keep_to_one_connection_and_a_standby_takes_over_when_it_is_los
         """
         TIMEOUT = 2.0
         async def run(reactor, link, path):
-            while len(link._factory.pool) < 4:  # the whole pool is up
-                await task.deferLater(reactor, 0.05, lambda: None)
+            await pool_up(reactor, link)
             ids = {c: int(await c.execute_command(b"CLIENT", b"ID")) for c in link._factory.pool}
             pool = sorted(ids.values())
             used = {int(r) for r in await defer.gatherResults([link.execute(b"CLIENT", b"ID") for _ in range(30)])}
