@@ -121,7 +121,7 @@ class RedisLink:
         # worker under wrk made 2.49 syscalls per document read, 2.15 this
         # way (strace -c), for 49.2 -> 39.3 us of worker CPU
         # (loadtest/ab_cpu.sh, 4 pairs, lower in 3; 10 KB reads the same,
-        # with reads capped at 64 KiB: cache.shared_reads). The others stand
+        # with reads of at most 64 KiB: cache.reply_buffer). The others stand
         # by: a lost or timed-out connection leaves the queue and the next
         # one is first, without waiting for a redial.
         connections = self._factory.connectionQueue.pending

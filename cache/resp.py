@@ -11,6 +11,8 @@ request path:
 - ``send(commands)`` writes a batch of commands at once and fires one
   Deferred with their replies in order; error replies come back as
   ``ResponseError`` values, so the caller decides what fails;
+- replies are read straight into the connection's ``ReplyBuffer`` and
+  parsed there, so each value is copied once;
 - ``parse_reply`` parses every complete reply in the buffer in one pass,
   with the values txredisapi gives when ``charset=None`` and
   ``convertNumbers=False``: bulk strings as ``bytes``, status replies as
@@ -27,12 +29,12 @@ Jetway uses Lua scripts and ``send`` instead.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Deque, List, Optional, Sequence, Tuple
+from typing import Any, Deque, List, Optional, Sequence, Tuple, Union
 
 import txredisapi
-from twisted.internet import defer, reactor
+from twisted.internet import defer, main, reactor, tcp
 
-from cache.shared_reads import share_reads
+from cache.reply_buffer import ReplyBuffer
 
 _CRLF = b"\r\n"
 
@@ -41,28 +43,34 @@ class Incomplete(Exception):
     """The buffer ends inside a reply; wait for more data."""
 
 
-def parse_reply(buffer: bytes, pos: int) -> Tuple[Any, int]:
-    """The reply starting at ``pos`` and the position after it."""
-    end = buffer.find(_CRLF, pos)
-    if end < 0:
+def parse_reply(buffer: Union[bytes, bytearray], pos: int, end: Optional[int] = None) -> Tuple[Any, int]:
+    """The reply starting at ``pos`` in ``buffer[:end]`` and the position after it.
+
+    Bulk strings come back as ``bytes`` copies, which later reads into
+    ``buffer`` (a connection's ``ReplyBuffer``) leave alone.
+    """
+    if end is None:
+        end = len(buffer)
+    line_end = buffer.find(_CRLF, pos, end)
+    if line_end < 0:
         raise Incomplete()
     kind = buffer[pos]
-    line = buffer[pos + 1 : end]
-    pos = end + 2
+    line = buffer[pos + 1 : line_end]
+    pos = line_end + 2
     if kind == 36:  # $ bulk string
         size = int(line)
         if size < 0:
             return None, pos
-        if len(buffer) < pos + size + 2:
+        if end < pos + size + 2:
             raise Incomplete()
-        return buffer[pos : pos + size], pos + size + 2
+        return memoryview(buffer)[pos : pos + size].tobytes(), pos + size + 2
     if kind == 42:  # * array
         count = int(line)
         if count < 0:
             return None, pos
         items = []
         for _ in range(count):
-            item, pos = parse_reply(buffer, pos)
+            item, pos = parse_reply(buffer, pos, end)
             items.append(item)
         return items, pos
     if kind == 58:  # : integer
@@ -116,12 +124,16 @@ class FastRedisProtocol(txredisapi.RedisProtocol):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._buffer = b""
+        self._inbox = ReplyBuffer()
         self._batches: Deque[_Batch] = deque()
         self._deadline_check: Optional[Any] = None
 
     def connectionMade(self) -> Any:
-        share_reads(self.transport)
+        if isinstance(self.transport, tcp.Connection) and not self.transport.TLS:
+            # A plain socket (TCP or unix) reads straight into the reply
+            # buffer; a TLS transport's socket feeds its TLS engine, which
+            # hands the protocol plain bytes through dataReceived.
+            self.transport.doRead = self._read_replies
         return super().connectionMade()
 
     def send(self, commands: Sequence[Sequence[Any]]) -> defer.Deferred:
@@ -147,22 +159,36 @@ class FastRedisProtocol(txredisapi.RedisProtocol):
         post_proc = kwargs.get("post_proc")
         return result.addCallback(post_proc) if callable(post_proc) else result
 
+    def _read_replies(self) -> Optional[Any]:
+        """The socket transport's ``doRead``: Redis's bytes into the reply buffer, then every whole reply."""
+        try:
+            if not self._inbox.receive(self.transport.socket):
+                return main.CONNECTION_DONE
+        except OSError as error:
+            return None if error.args[0] == tcp.EWOULDBLOCK else main.CONNECTION_LOST
+        self._parse_replies()
+        return None
+
     def dataReceived(self, data: bytes) -> None:
-        buffer = self._buffer + data if self._buffer else data
+        self._inbox.append(data)
+        self._parse_replies()
+
+    def _parse_replies(self) -> None:
+        inbox = self._inbox
         pos = 0
-        while pos < len(buffer):
+        while pos < inbox.end:
             try:
-                reply, pos = parse_reply(buffer, pos)
+                reply, pos = parse_reply(inbox.data, pos, inbox.end)
             except Incomplete:
                 break
             except (ValueError, IndexError, txredisapi.InvalidResponse) as error:
                 # A stream we cannot read is a connection we cannot trust.
-                self._buffer = b""
+                inbox.clear()
                 self._fail_all(txredisapi.InvalidResponse(str(error)))
                 self.transport.loseConnection()
                 return
             self._reply_received(reply)
-        self._buffer = buffer[pos:]
+        inbox.consume(pos)
 
     def connectionLost(self, why: Any) -> None:
         super().connectionLost(why)

@@ -128,28 +128,27 @@ def test_a_reply_overdue_fails_its_batch_with_a_timeout_then_the_link_serves_aga
     assert figures["after"] == "v"
 
 
-def test_large_replies_arrive_whole_through_the_shared_read_buffer(redis_server, redis_client):
+def test_large_replies_arrive_whole_through_each_connections_reply_buffer(redis_server, redis_client):
     redis_client.set(b"big", bytes(range(256)) * 4096)  # 1 MiB: many reads of the buffer
     redis_client.set(b"small", b"s")
     figures = run_script(
         redis_server,
         """
-        from cache.shared_reads import read_into_shared_buffer
         TIMEOUT = 5.0
         async def run(reactor, link, path):
             await pool_up(reactor, link)
-            shared = [c.transport.doRead.func is read_into_shared_buffer for c in link._factory.pool]
+            direct = [c.transport.doRead == c._read_replies for c in link._factory.pool]
             # Sent on every connection at once, so that their reads interleave.
             keys = [b"big", b"small"] * 8
             replies = await defer.gatherResults(
                 [c.execute_command(b"GET", key) for c, key in zip(list(link._factory.pool) * 4, keys)]
             )
             await link.close()
-            out(shared=shared, intact=all(r == (bytes(range(256)) * 4096 if k == b"big" else b"s")
+            out(direct=direct, intact=all(r == (bytes(range(256)) * 4096 if k == b"big" else b"s")
                                           for k, r in zip(keys, replies)))
         """,
     )
-    assert figures["shared"] == [True] * 4
+    assert figures["direct"] == [True] * 4
     assert figures["intact"]
 
 

@@ -1,17 +1,17 @@
-"""cache.shared_reads: reads through one buffer hand each protocol its own bytes, whole and in order."""
+"""cache.shared_reads: reads through one buffer hand each connection's protocol its own bytes, whole and in order."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import socket
 from typing import Iterator, List, Tuple
 
 import pytest
 from twisted.internet import main, reactor, tcp
 from twisted.internet.protocol import Protocol
-from twisted.internet.testing import StringTransport
 
-from cache.shared_reads import READ_SIZE, read_into_shared_buffer, share_reads
+from cache.shared_reads import READ_SIZE, read_into_shared_buffer
 
 
 class Recording(Protocol):
@@ -31,7 +31,7 @@ def connections() -> Iterator[List[Tuple[socket.socket, tcp.Connection, Recordin
         ours.setblocking(False)
         protocol = Recording()
         connection = tcp.Connection(ours, protocol, reactor)
-        share_reads(connection)
+        connection.doRead = functools.partial(read_into_shared_buffer, connection)  # as EagerServer's
         made.append((peer, connection, protocol))
     yield made
     for peer, connection, _ in made:
@@ -69,11 +69,3 @@ def test_nothing_to_read_is_no_event_and_a_closed_peer_is_the_end(connections):
     peer.close()
     assert connection.doRead() is main.CONNECTION_DONE
     assert protocol.received == []
-
-
-def test_only_plain_socket_transports_are_changed(connections):
-    _, connection, _ = connections[0]
-    assert connection.doRead.func is read_into_shared_buffer
-    other = StringTransport()
-    share_reads(other)
-    assert "doRead" not in vars(other)
