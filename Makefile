@@ -126,7 +126,7 @@ loadtest-record: setup setup-loadtest
 	$(LT_PY) -m loadtest._run record
 
 # Side by side, interleaved: Jetway PyPy/CPython/1 worker, nginx, re-encoding.
-# BENCH_WARMUP, _DURATION, _ROUNDS, _CONNECTIONS, _WORKERS, _PIN, _SERVERS, _ENDPOINTS.
+# BENCH_WARMUP, _DURATION, _ROUNDS, _CONNECTIONS, _WORKERS, _PIN, _SERVERS, _ENDPOINTS, _RSS_SECONDS.
 bench: setup setup-cpython setup-loadtest loadtest-packages
 	$(LT_PY) -m loadtest.bench
 

@@ -21,7 +21,9 @@ instead, which steadies the figures but leaves one core to all the servers'
 workers and Redis.
 
 At the end the resident memory of every Jetway worker is read, after the
-whole bench's load, and the report checks the read path's targets.
+whole bench's load. Then, as the target is stated, a fresh reference server
+(PyPy, N workers) serves ``--rss-seconds`` (60) of the small read, and its
+workers' resident memory is read; the report checks the read path's targets.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 from urllib.parse import urlsplit
@@ -50,6 +52,7 @@ HERE = Path(__file__).resolve().parent
 WRK_SCRIPT = HERE / "wrk.lua"
 RESULTS = ROOT / "loadtest" / "results"
 REFERENCE = "pypy"
+FRESH = "pypy-fresh"  # the reference, started anew for the memory run
 LIST_DOCS = 200
 MULTI_GET = 20
 PAGE = 100
@@ -145,6 +148,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = _parser().parse_args(argv)
     if args.quick:
         args.warmup, args.duration = min(args.warmup, 2.0), min(args.duration, 2.0)
+        args.rss_seconds = min(args.rss_seconds, 2.0)
     stop_on_sigterm()
     plan = plan_cpus(args.pin, os.sched_getaffinity(0))
     chosen = [server for server in servers(args.workers) if server.key in args.servers]
@@ -182,6 +186,7 @@ class Bench:
         self.expected: Dict[str, bytes] = {}
         self.mismatches: List[str] = []
         self.worker_rss_mb: Dict[str, List[float]] = {}
+        self.fresh_rss_mb: List[float] = []
 
     def run(self, processes: Processes) -> List[Run]:
         redis_url = processes.redis(cpus=self.plan.server)
@@ -206,7 +211,22 @@ class Bench:
         self.worker_rss_mb = {
             server.key: processes.worker_rss_mb(server.key) for server in self.servers if server.kind == "jetway"
         }
+        small_read = next((endpoint for endpoint in self.endpoints if endpoint.key == "get-small"), None)
+        if self.args.rss_seconds > 0 and small_read is not None:
+            self.fresh_rss_mb = self._fresh_run_rss(processes, redis_url, small_read)
         return runs
+
+    def _fresh_run_rss(self, processes: Processes, redis_url: str, endpoint: Endpoint) -> List[float]:
+        """Resident memory of a fresh reference server's workers after ``--rss-seconds`` of ``endpoint``."""
+        reference = next(server for server in self.servers if server.key == REFERENCE)
+        fresh = replace(reference, key=FRESH, label=f"{reference.label}, fresh")
+        print(f"bench: {fresh.label}: {self.args.rss_seconds:g} s of {endpoint.label}, then its memory", flush=True)
+        cpus = self.plan.server
+        self.bases[FRESH] = processes.jetway(FRESH, fresh.python, redis_url, fresh.workers, cpus, fresh.module)
+        run = self.wrk(fresh, endpoint, self.args.rss_seconds, 0, 0)
+        if run.errors:
+            raise RuntimeError(f"{fresh.label}: {run.errors} errors in the memory run")
+        return processes.worker_rss_mb(FRESH)
 
     def _seed(self, base: str) -> None:
         small, large = self.args.small, self.args.large
@@ -382,6 +402,8 @@ def _summary(
         "endpoints": [asdict(endpoint) for endpoint in points],
         "cases": cases,
         "worker_rss_mb": bench.worker_rss_mb,
+        "fresh_rss_mb": bench.fresh_rss_mb,
+        "rss_seconds": args.rss_seconds,
         "runs": [asdict(run) for run in runs],
     }
 
@@ -420,6 +442,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--endpoints", type=_keys, default=env("ENDPOINTS", all_endpoints), help=all_endpoints)
     parser.add_argument("--small", type=int, default=env("SMALL_BYTES", 200), help="bytes of the small document")
     parser.add_argument("--large", type=int, default=env("LARGE_BYTES", 10240), help="bytes of the large document")
+    parser.add_argument(
+        "--rss-seconds", type=float, default=env("RSS_SECONDS", 60.0), help="s of the memory run (0: none)"
+    )
     parser.add_argument("--pause", type=float, default=env("PAUSE", 0.5), help="s between measurements")
     parser.add_argument("--server-env", default=env("SERVER_ENV", ""), help="K=V … for the Jetway servers")
     parser.add_argument("--results", type=Path, default=RESULTS)

@@ -68,17 +68,32 @@ def _targets(summary: Dict[str, Any]) -> List[str]:
         else:
             figure = cases[top]["rps"] / cases[bottom]["rps"] if cases[bottom]["rps"] else 0.0
         met = figure >= bound if comparison == ">=" else figure <= bound
-        rows.append(f"| {what} | {figure:.2f} | {comparison} {bound:g} | {'yes' if met else '**no**'} |")
+        rows.append(f"| {what} | {figure:.2f} | {comparison} {bound:g} | {_met(met)} |")
+    fresh = summary.get("fresh_rss_mb")
+    if fresh:
+        rows.append(
+            f"| resident memory per worker after a {summary['rss_seconds']:g} s run of the 200 B read, "
+            f"fresh Jetway PyPy, {len(fresh)} workers (MB, each) | {_sizes(fresh)} | <= {RSS_BUDGET_MB:g} | "
+            f"{_met(max(fresh) <= RSS_BUDGET_MB)} |"
+        )
     for server in summary["servers"]:
         sizes = summary.get("worker_rss_mb", {}).get(server["key"])
         if sizes and "PyPy" in server["label"]:
-            largest = max(sizes)
-            met = "yes" if largest <= RSS_BUDGET_MB else "**no**"
+            # Not the target (a 60 s run), but what a long mixed load leaves.
             rows.append(
-                f"| resident memory per worker after the bench, {server['label']} (MB, each) | "
-                f"{', '.join(f'{size:.0f}' for size in sizes)} | <= {RSS_BUDGET_MB:g} | {met} |"
+                f"| resident memory per worker after the whole bench, {server['label']} (MB, each; "
+                f"beyond the target) | {_sizes(sizes)} | <= {RSS_BUDGET_MB:g} | "
+                f"{_met(max(sizes) <= RSS_BUDGET_MB)} |"
             )
     return rows
+
+
+def _met(met: bool) -> str:
+    return "yes" if met else "**no**"
+
+
+def _sizes(sizes: List[float]) -> str:
+    return ", ".join(f"{size:.0f}" for size in sizes)
 
 
 def _table(summary: Dict[str, Any], figure: str, number: str) -> List[str]:
