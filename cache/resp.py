@@ -111,7 +111,8 @@ class _Batch:
     def __init__(self, expected: int, deadline: float) -> None:
         self.deferred: defer.Deferred = defer.Deferred()
         self.expected = expected
-        self.replies: List[Any] = []
+        # Made when the first reply comes, not now: see _reply_received.
+        self.replies: Optional[List[Any]] = None
         self.deadline = deadline
 
 
@@ -200,12 +201,25 @@ class FastRedisProtocol(txredisapi.RedisProtocol):
     def _reply_received(self, reply: Any) -> None:
         if not self._batches:
             return  # a late reply to a batch already failed; the connection is closing
+        # A batch waiting for Redis is usually moved to PyPy's old generation
+        # by a minor collection, and an old object that is given a young one
+        # keeps it alive through the next minor collection even when both
+        # are garbage by then. So the replies go in a list made now, which
+        # the batch lets go of before they are handed on: a 10 KB value is
+        # not copied to the old generation for nothing.
         batch = self._batches[0]
-        batch.replies.append(reply)
-        if len(batch.replies) == batch.expected:
-            self._batches.popleft()
-            if not batch.deferred.called:  # the caller may have cancelled it
-                batch.deferred.callback(batch.replies)
+        replies = batch.replies
+        if replies is None:
+            replies = [reply]
+        else:
+            replies.append(reply)
+        if len(replies) < batch.expected:
+            batch.replies = replies  # the rest come in a later read
+            return
+        self._batches.popleft()
+        batch.replies = None
+        if not batch.deferred.called:  # the caller may have cancelled it
+            batch.deferred.callback(replies)
 
     def _check_deadline(self) -> None:
         """Fail everything if the oldest batch is overdue, else look again when it would be."""

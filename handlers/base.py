@@ -106,6 +106,18 @@ class JsonHandler(cyclone.web.RequestHandler):
         # ETags are stored with each document; never hash a body per read.
         return None
 
+    def write(self, chunk: Any) -> None:
+        """Cyclone's ``write``, into a list made now rather than the one made with the handler.
+
+        The handler is usually in PyPy's old generation by the time it
+        answers (a minor collection came while it waited for Redis), and a
+        body appended to a list as old as the handler would be kept through
+        the next minor collection, sent or not (``cache.resp._reply_received``
+        says more).
+        """
+        self._write_buffer = list(self._write_buffer)
+        super().write(chunk)
+
     def send_bytes(self, status: int, body: bytes, content_type: str = JSON_TYPE) -> None:
         """Answer with ``body`` verbatim."""
         self.set_status(status)

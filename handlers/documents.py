@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 from twisted.internet import defer
 
-from cache.store import Conditions
+from cache.store import Conditions, Document
 from handlers import validation
 from handlers.base import ResourceHandler
 from handlers.errors import not_found
@@ -16,9 +16,17 @@ class DocumentHandler(ResourceHandler):
     ROUTE = "document"
     SUPPORTED_METHODS = ("GET", "HEAD", "PUT", "PATCH", "DELETE")
 
-    @defer.inlineCallbacks
-    def get(self, collection: str, doc_id: str) -> Any:
-        document = yield self.read_document(validation.collection_name(collection), validation.document_id(doc_id))
+    def get(self, collection: str, doc_id: str) -> defer.Deferred:
+        # Plain callbacks, not a generator: a request waiting for Redis is
+        # usually moved to PyPy's old generation by a minor collection, its
+        # generator's frame with it, and a document bound to that frame's
+        # locals would then be kept through the next minor collection and
+        # copied to the old generation, though the response has long been
+        # sent (README, "The read path").
+        read = self.read_document(validation.collection_name(collection), validation.document_id(doc_id))
+        return read.addCallback(self._answer_read)
+
+    def _answer_read(self, document: Optional[Document]) -> None:
         if document is None:
             raise not_found()
         inm = validation.entity_tags(self.request.headers.get("If-None-Match"), weak=True)
