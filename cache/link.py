@@ -135,8 +135,7 @@ class RedisLink:
         """Run a Lua script by its SHA, loading it first if Redis lacks it."""
         return self.pipeline_scripts([script.call(keys, args)], [script]).addCallback(lambda replies: replies[0])
 
-    @defer.inlineCallbacks
-    def pipeline_scripts(self, commands: Sequence[Command], scripts: Sequence[Script]) -> Any:
+    def pipeline_scripts(self, commands: Sequence[Command], scripts: Sequence[Script]) -> defer.Deferred:
         """``pipeline``, where commands may call ``scripts`` by SHA.
 
         A Redis that lacks a script (it restarted) refuses the call with
@@ -144,14 +143,19 @@ class RedisLink:
         batch sent once more, so a batch must be safe to repeat when a
         script call in it failed.
         """
-        try:
-            replies = yield self.pipeline(commands)
-        except RedisReplyError as error:
-            if not str(error).startswith("NOSCRIPT"):
-                raise
-            yield self.pipeline([(b"SCRIPT", b"LOAD", script.source) for script in scripts])
-            replies = yield self.pipeline(commands)
-        return replies
+        # Plain callbacks, not a generator: a document read goes through
+        # here, and its replies bound to the locals of a generator frame
+        # that PyPy moved to the old generation while it waited would be
+        # kept through the next minor collection (handlers/documents.py).
+        return self.pipeline(commands).addErrback(self._load_scripts_and_resend, commands, scripts)
+
+    def _load_scripts_and_resend(
+        self, failure: Failure, commands: Sequence[Command], scripts: Sequence[Script]
+    ) -> Union[Failure, defer.Deferred]:
+        if not (failure.check(RedisReplyError) and str(failure.value).startswith("NOSCRIPT")):
+            return failure
+        loading = self.pipeline([(b"SCRIPT", b"LOAD", script.source) for script in scripts])
+        return loading.addCallback(lambda _: self.pipeline(commands))
 
     @defer.inlineCallbacks
     def _connection(self) -> Any:

@@ -81,6 +81,32 @@ def test_a_batch_answers_in_order_and_an_error_reply_is_the_batchs_or_its_comman
     assert (figures["empty"], figures["after_empty"]) == ([], "2")  # an empty batch takes no reply
 
 
+def test_scripts_redis_lacks_are_loaded_and_the_batch_sent_again_other_errors_are_the_callers(
+    redis_server, redis_client
+):
+    redis_client.script_flush()
+    figures = run_script(
+        redis_server,
+        """
+        from cache.scripts import Script
+        TIMEOUT = 2.0
+        async def run(reactor, link, path):
+            echo = Script(b"return ARGV[1]")
+            fails = Script(b"return redis.error_reply('ERR refused by the script')")
+            replies = await link.pipeline_scripts([(b"SET", b"k", b"v"), echo.call([], [b"hi"])], [echo])
+            try:
+                await link.pipeline_scripts([fails.call([], [])], [fails])
+                error = None
+            except RedisReplyError as failure:
+                error = str(failure)
+            await link.close()
+            out(replies=[r if isinstance(r, str) else r.decode() for r in replies], error=error)
+        """,
+    )
+    assert figures["replies"] == ["OK", "hi"]  # NOSCRIPT, then loaded and sent again
+    assert "refused by the script" in figures["error"]
+
+
 def test_many_commands_in_flight_share_one_deadline_timer_per_connection(redis_server, redis_client):
     figures = run_script(
         redis_server,
