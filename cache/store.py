@@ -147,22 +147,30 @@ class DocumentStore:
         if result == _DELETE_MISSING:
             raise DocumentNotFound()
 
-    @defer.inlineCallbacks
-    def page(self, collection: bytes, limit: int, after: Optional[bytes]) -> Any:
+    def page(self, collection: bytes, limit: int, after: Optional[bytes]) -> defer.Deferred:
         """Up to ``limit`` bodies in id order, starting after the id ``after``."""
+        # Plain callbacks, as the document reads: bodies bound to a generator
+        # frame that waited for Redis would be kept by it (README, "The read path").
         start = b"(" + after if after else b"-"
-        shards = yield self._link.pipeline(
+        ranges = self._link.pipeline(
             [
                 (b"ZRANGEBYLEX", keys.index_key(collection, shard), start, b"+", b"LIMIT", 0, limit + 1)
                 for shard in range(keys.INDEX_SHARDS)
             ]
         )
+        return ranges.addCallback(self._read_page, collection, limit)
+
+    def _read_page(self, shards: List[List[bytes]], collection: bytes, limit: int) -> defer.Deferred:
         ids = list(heapq.merge(*shards))[: limit + 1]
-        more = len(ids) > limit
+        last_id = ids[limit - 1] if len(ids) > limit else None
         ids = ids[:limit]
-        bodies = yield self.get_many(collection, ids)
+        return self.get_many(collection, ids).addCallback(self._page_of, collection, ids, last_id)
+
+    def _page_of(
+        self, bodies: List[Optional[bytes]], collection: bytes, ids: List[bytes], last_id: Optional[bytes]
+    ) -> Page:
         self._prune(collection, [doc_id for doc_id, body in zip(ids, bodies) if body is None])
-        return Page([body for body in bodies if body is not None], ids[-1] if more else None)
+        return Page([body for body in bodies if body is not None], last_id)
 
     def get_many(self, collection: bytes, doc_ids: Sequence[bytes]) -> defer.Deferred:
         """The bodies of ``doc_ids`` in order, None where missing: one round trip."""

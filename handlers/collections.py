@@ -10,6 +10,7 @@ from typing import Any, List, Optional
 
 from twisted.internet import defer
 
+from cache.store import Page
 from handlers import validation
 from handlers.base import ResourceHandler
 from handlers.errors import bad_request
@@ -29,19 +30,22 @@ class CollectionHandler(ResourceHandler):
     ROUTE = "collection"
     SUPPORTED_METHODS = ("GET", "HEAD", "POST")
 
-    @defer.inlineCallbacks
-    def get(self, collection: str) -> Any:
+    def get(self, collection: str) -> defer.Deferred:
+        # Plain callbacks, as the document GET (handlers/documents.py).
         name = validation.collection_name(collection)
         ids = self.query_argument("ids")
         if ids is not None:
             if self.query_argument("limit") is not None or self.query_argument("cursor") is not None:
                 raise bad_request("ids cannot be combined with limit or cursor", "invalid-ids")
-            bodies = yield self.store.get_many(name, validation.id_list(ids))
-            self.send_bytes(200, items_envelope(bodies, None, with_next=False))
-            return
+            return self.store.get_many(name, validation.id_list(ids)).addCallback(self._send_many)
         limit = validation.limit(self.query_argument("limit"))
         after = validation.decode_cursor(self.query_argument("cursor"))
-        page = yield self.store.page(name, limit, after)
+        return self.store.page(name, limit, after).addCallback(self._send_page)
+
+    def _send_many(self, bodies: List[Optional[bytes]]) -> None:
+        self.send_bytes(200, items_envelope(bodies, None, with_next=False))
+
+    def _send_page(self, page: Page) -> None:
         cursor = validation.encode_cursor(page.last_id) if page.last_id else None
         self.send_bytes(200, items_envelope(page.bodies, cursor, with_next=True))
 
