@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import socket
 
-READ_SIZE = 64 * 1024
+from cache.shared_reads import READ_SIZE
 
 
 class ReplyBuffer:

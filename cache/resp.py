@@ -35,6 +35,7 @@ import txredisapi
 from twisted.internet import defer, main, reactor, tcp
 
 from cache.reply_buffer import ReplyBuffer
+from cache.shared_reads import read_failed
 
 _CRLF = b"\r\n"
 
@@ -166,7 +167,7 @@ class FastRedisProtocol(txredisapi.RedisProtocol):
             if not self._inbox.receive(self.transport.socket):
                 return main.CONNECTION_DONE
         except OSError as error:
-            return None if error.args[0] == tcp.EWOULDBLOCK else main.CONNECTION_LOST
+            return read_failed(error)
         self._parse_replies()
         return None
 

@@ -19,7 +19,8 @@ from typing import Any, Optional
 
 from twisted.internet import main, tcp
 
-# The most one read brings (what Twisted asks by default).
+# The most one read brings (what Twisted asks by default); Redis connections'
+# buffers start at this size too (cache.reply_buffer says why it suits them).
 READ_SIZE = 64 * 1024
 
 _buffer = memoryview(bytearray(READ_SIZE))
@@ -30,7 +31,10 @@ def read_into_shared_buffer(transport: tcp.Connection) -> Optional[Any]:
     try:
         count = transport.socket.recv_into(_buffer)
     except OSError as error:
-        if error.args[0] == tcp.EWOULDBLOCK:
-            return None
-        return main.CONNECTION_LOST
+        return read_failed(error)
     return transport._dataReceived(_buffer[:count].tobytes())
+
+
+def read_failed(error: OSError) -> Optional[Any]:
+    """What a ``doRead`` returns when its read raised: nothing yet, or the connection lost (as Twisted's)."""
+    return None if error.args[0] == tcp.EWOULDBLOCK else main.CONNECTION_LOST
