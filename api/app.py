@@ -50,6 +50,8 @@ def make_app(
         header_timeout=settings.header_timeout,
         body_timeout=settings.body_timeout,
         keepalive_timeout=settings.keepalive_timeout,
+        send_timeout=settings.send_timeout,
+        body_budget=settings.body_budget,
         max_connections=settings.max_connections,
         trusted_proxies=settings.trusted_proxies,
     )

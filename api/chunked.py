@@ -28,6 +28,11 @@ class ChunkedDecoder:
         self._trailers = 0
 
     @property
+    def announced(self) -> int:
+        """The sum of the chunk sizes read so far: what the body will be at least."""
+        return self._size
+
+    @property
     def body(self) -> bytes:
         return b"".join(self._parts)
 

@@ -44,6 +44,11 @@ class Settings:
     # balancer, not Jetway, closes an idle connection: otherwise it may send a
     # request on a connection Jetway is closing, and answer the client 502.
     keepalive_timeout: float = 75.0
+    # Queued output that a client does not read for this long aborts its
+    # connection (nginx's send_timeout is 60 s; a response here is small).
+    send_timeout: float = 30.0
+    # Bytes of request bodies a worker holds at once (README, "Hostile clients").
+    body_budget: int = 64 * 1024 * 1024
     max_connections: int = field(default_factory=lambda: _default_max_connections())
     trusted_proxies: Tuple[Network, ...] = ()
     auth: bool = True
@@ -65,6 +70,11 @@ def from_environment(environ: Optional[Mapping[str, str]] = None) -> Settings:
             raise ConfigError(f"{name}={text!r}: {error}") from None
 
     redis_url = env.get("REDIS_URL") or DEFAULT_REDIS_URL
+    max_body = read("JETWAY_MAX_BODY", _positive_int, defaults.max_body)
+    # Room for at least one body of the largest size, whatever the budget.
+    body_budget = read("JETWAY_BODY_BUDGET", _positive_int, max(defaults.body_budget, max_body))
+    if body_budget < max_body:
+        raise ConfigError(f"JETWAY_BODY_BUDGET={body_budget}: must be at least JETWAY_MAX_BODY ({max_body})")
     return Settings(
         host=read("JETWAY_HOST", str, defaults.host),
         port=read("JETWAY_PORT", _port, defaults.port),
@@ -72,13 +82,15 @@ def from_environment(environ: Optional[Mapping[str, str]] = None) -> Settings:
         redis=read("REDIS_URL", parse_redis_url, parse_redis_url(DEFAULT_REDIS_URL)),
         redis_timeout=read("JETWAY_REDIS_TIMEOUT", _positive_float, defaults.redis_timeout),
         redis_pool=read("JETWAY_REDIS_POOL", _positive_int, defaults.redis_pool),
-        max_body=read("JETWAY_MAX_BODY", _positive_int, defaults.max_body),
+        max_body=max_body,
         access_log=read("JETWAY_ACCESS_LOG", _flag, defaults.access_log),
         workers=read("JETWAY_WORKERS", _positive_int, defaults.workers),
         grace=read("JETWAY_GRACE", _positive_float, defaults.grace),
         header_timeout=read("JETWAY_HEADER_TIMEOUT", _positive_float, defaults.header_timeout),
         body_timeout=read("JETWAY_BODY_TIMEOUT", _positive_float, defaults.body_timeout),
         keepalive_timeout=read("JETWAY_KEEPALIVE_TIMEOUT", _positive_float, defaults.keepalive_timeout),
+        send_timeout=read("JETWAY_SEND_TIMEOUT", _positive_float, defaults.send_timeout),
+        body_budget=body_budget,
         max_connections=read("JETWAY_MAX_CONNECTIONS", _positive_int, defaults.max_connections),
         trusted_proxies=read("JETWAY_TRUSTED_PROXIES", _networks, defaults.trusted_proxies),
         auth=read("JETWAY_AUTH", _flag, defaults.auth),

@@ -7,26 +7,33 @@ overlap. This subclass replaces how requests are read and keeps the rest of
 Cyclone (``HTTPRequest``, handlers, writing responses):
 
 - the head is parsed strictly (``api.request_head``); a body over the limit
-  is refused from its announced length, before it is read;
-- one request at a time: while a request is being answered the transport
-  is paused and later pipelined bytes wait in the buffer, so responses go
-  out in order and a client cannot queue unbounded work;
+  is refused from its announced length, before it is read, and a body that
+  does not fit the worker's budget (``api.body_budget``) with 503;
+- one request at a time, with back-pressure both ways: bytes that arrive
+  while a request is answered pause reading until the buffer holds no
+  complete request (so the input held is at most one read beyond a partial
+  request), and a response the client does not read (the transport queues
+  it: the connection is its producer) stops the next pipelined request and
+  all reading until it is sent;
 - a header timeout counted from the first byte of a request (trickling
-  bytes do not reset it), a body timeout, and an idle keep-alive timeout,
-  all checked by one sweep of the open connections every quarter second;
+  bytes do not reset it), a body timeout, an idle keep-alive timeout, and a
+  send timeout (queued output that makes no progress for that long aborts
+  the connection), all checked by one sweep of the open connections every
+  quarter second;
 - the client address comes from ``X-Forwarded-For`` only when the peer is a
-  trusted proxy, and then it is the right-most hop that is not one.
+  trusted proxy (``api.client_address``).
+
+README, "Hostile clients", states what this bounds a connection's memory to.
 """
 
 from __future__ import annotations
 
 import email.utils
 import http
-import ipaddress
 import itertools
 import os
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Optional, Set, Tuple
 
 import cyclone.httpserver
 import cyclone.web
@@ -34,13 +41,14 @@ from cyclone.httputil import HTTPHeaders
 from twisted.internet import task
 from twisted.logger import Logger
 
+from api.body_budget import BodyBudget
 from api.chunked import ChunkedDecoder
+from api.client_address import Network, client_address
 from api.observe import Observer
 from api.request_head import MAX_HEADER_BYTES, MAX_REQUEST_LINE, ProtocolError, RequestHead, parse_head
 from cache import codec
 from handlers.errors import ApiError
 
-Network = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
 # Everything a head may hold, plus its blank line: more is a 431 or a 414.
 _MAX_HEAD = MAX_REQUEST_LINE + MAX_HEADER_BYTES + 4
 # Bytes asked of the socket per read. Twisted asks for 64 KiB while a
@@ -50,12 +58,21 @@ _MAX_HEAD = MAX_REQUEST_LINE + MAX_HEADER_BYTES + 4
 # collections per request: 0.154 at 64 KiB, 0.103 at 8 KiB). TCP clients
 # now read into the process's shared buffer (api.eager_send), which
 # allocates only what came; this size is for the others (a unix socket).
+# It is also the transport's high-water mark: a response it cannot hand to
+# the kernel whole pauses the connection (Twisted's ``bufferSize``).
 READ_SIZE = 8192
 # How often the application looks for connections past their deadline, so a
 # timeout fires at most this late. One sweep replaces a Twisted timer made
 # and cancelled twice per request (its heap work was ~3.6% of a document
 # read's worker CPU, vmprof).
 DEADLINE_TICK = 0.25
+# What a deadline does besides answering a status: close an idle
+# connection quietly, or abort one whose queued output is not being read.
+_CLOSE: Optional[int] = None
+_ABORT = -1
+# How long a client should wait before sending a body again when the
+# worker's body budget is spent.
+BUSY_RETRY_AFTER = "1"
 
 _log = Logger()
 
@@ -66,6 +83,8 @@ class HttpLimits:
     header_timeout: float = 10.0
     body_timeout: float = 30.0
     keepalive_timeout: float = 75.0
+    send_timeout: float = 30.0
+    body_budget: int = 64 * 1024 * 1024
     max_connections: int = 10000
     trusted_proxies: Tuple[Network, ...] = ()
 
@@ -78,29 +97,52 @@ class JetwayConnection(cyclone.httpserver.HTTPConnection):
     def connectionMade(self) -> None:
         super().connectionMade()
         self.transport.bufferSize = READ_SIZE
+        self.transport.registerProducer(self, True)
         self.limits = self.factory.limits
         self.closing = False
         self.keep_alive = True
         self._buffer = bytearray()
         self._head: Optional[RequestHead] = None
         self._chunks: Optional[ChunkedDecoder] = None
-        # When the connection times out, and the status to answer then (None:
-        # close quietly); the application's sweep checks it.
+        # When the connection times out, and what it does then (a status to
+        # answer, _CLOSE or _ABORT); the application's sweep checks it.
         self._deadline: Optional[float] = None
-        self._deadline_status: Optional[int] = None
+        self._deadline_action: Optional[int] = None
+        self._unsent_seen = 0
         self._processing = False
+        self._output_blocked = False
+        self._lost = False
+        self._body_reserved = 0
         self.idle_since = self.factory.clock.seconds()
-        self._arm(self.limits.keepalive_timeout, None)
+        self._arm(self.limits.keepalive_timeout, _CLOSE)
         self.factory.connection_opened(self)
 
     def connectionLost(self, reason: Any) -> None:
+        self._lost = True
         self._disarm()
+        self._drop_input()
         self.factory.connection_closed(self)
         super().connectionLost(reason)
 
     def busy(self) -> bool:
         """A request is being received or answered on this connection."""
         return self._request is not None or bool(self._buffer) or self._head is not None
+
+    # The transport's producer (IPushProducer): it pauses the connection
+    # when it queues output the kernel did not take, resumes it when all of
+    # that is sent, and stops it when the connection is lost.
+
+    def pauseProducing(self) -> None:
+        self._output_blocked = True
+        self.transport.pauseProducing()
+
+    def resumeProducing(self) -> None:
+        self._output_blocked = False
+        if self._request is None and not self._lost:
+            self._await_next()
+
+    def stopProducing(self) -> None:
+        self._drop_input()
 
     def dataReceived(self, data: bytes) -> None:
         if not self.busy():
@@ -109,21 +151,41 @@ class JetwayConnection(cyclone.httpserver.HTTPConnection):
             self._arm(self.limits.header_timeout, 408)
         self._buffer += data
         if self._request is not None:
+            # A pipelined request: it waits in the buffer, and nothing more
+            # is read until the buffer holds no complete request.
             self.transport.pauseProducing()
             return
         self._process()
+
+    def _await_next(self) -> None:
+        """Between requests: wait for the client to read, or serve what is buffered, or read on."""
+        if self._output_blocked:
+            self._arm(self.limits.send_timeout, _ABORT)
+            return
+        if self._buffer:
+            self._arm(self.limits.header_timeout, 408)
+            self._process()
+        else:
+            self._arm(self.limits.keepalive_timeout, _CLOSE)
+        if self._request is None and not self._output_blocked:
+            self.transport.resumeProducing()
 
     def _process(self) -> None:
         if self._processing:
             return  # a handler finished inside the loop below; it goes on
         self._processing = True
         try:
-            while self._request is None and not self.transport.disconnecting and self._next_request():
+            while self._can_start_request() and self._next_request():
                 pass
         except ProtocolError as error:
             self._reject(error)
         finally:
             self._processing = False
+
+    def _can_start_request(self) -> bool:
+        return (
+            self._request is None and not self._output_blocked and not self._lost and not self.transport.disconnecting
+        )
 
     def _next_request(self) -> bool:
         """Read on from the buffer; True when a request was dispatched."""
@@ -160,13 +222,17 @@ class JetwayConnection(cyclone.httpserver.HTTPConnection):
             raise ProtocolError(413, f"the body is larger than {self.limits.max_body} bytes")
         if head.chunked:
             self._chunks = ChunkedDecoder(self.limits.max_body)
+        self._reserve_body(head.content_length)
         self._arm(self.limits.body_timeout, 408)
         if head.expects_continue:
             self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def _read_body(self, head: RequestHead) -> Optional[bytes]:
         if self._chunks is not None:
-            if not self._chunks.feed(self._buffer):
+            done = self._chunks.feed(self._buffer)
+            # A chunked body reserves the chunk sizes it has announced.
+            self._reserve_body(self._chunks.announced)
+            if not done:
                 return None
             body, self._chunks = self._chunks.body, None
             return body
@@ -175,6 +241,27 @@ class JetwayConnection(cyclone.httpserver.HTTPConnection):
         body = bytes(self._buffer[: head.content_length])
         del self._buffer[: head.content_length]
         return body
+
+    def _reserve_body(self, size: int) -> None:
+        """Hold ``size`` bytes of the worker's body budget for this request's body."""
+        extra = size - self._body_reserved
+        if extra <= 0:
+            return
+        if not self.factory.body_budget.reserve(extra):
+            raise ProtocolError(
+                503, "the server is receiving too many request bodies; retry shortly", {"Retry-After": BUSY_RETRY_AFTER}
+            )
+        self._body_reserved = size
+
+    def _release_body(self) -> None:
+        self.factory.body_budget.release(self._body_reserved)
+        self._body_reserved = 0
+
+    def _drop_input(self) -> None:
+        """Forget what the client sent and no request took: it will never be answered."""
+        self._buffer = bytearray()
+        self._head = self._chunks = None
+        self._release_body()
 
     def _dispatch(self, head: RequestHead, body: bytes) -> None:
         self._disarm()
@@ -199,86 +286,75 @@ class JetwayConnection(cyclone.httpserver.HTTPConnection):
             self._finish_callback = None
         self._request = None
         self._request_finished = False
+        self._release_body()
         self.idle_since = self.factory.clock.seconds()
+        if self._lost:
+            return  # what the client pipelined went with the connection
         if self.no_keep_alive or self.closing or not self.keep_alive:
-            self.transport.loseConnection()
+            self.close()
             return
-        self.transport.resumeProducing()
-        if self._buffer:
-            self._arm(self.limits.header_timeout, 408)
-            self._process()
-        else:
-            self._arm(self.limits.keepalive_timeout, None)
+        self._await_next()
+
+    def close(self) -> None:
+        """Close once the queued output is sent; abort if it is not read within the send timeout."""
+        # A registered producer would be resumed instead of the connection
+        # closed when the output drains (Twisted's doWrite).
+        self.transport.unregisterProducer()
+        self.transport.loseConnection()
+        self._arm(self.limits.send_timeout, _ABORT)
 
     def _reject(self, error: ProtocolError) -> None:
         """Answer a request that cannot be served, and close."""
         self._disarm()
-        self._buffer.clear()
-        self._head = self._chunks = None
+        self._drop_input()
         body = codec.dumps(ApiError(error.status, error.problem, error.detail).as_problem())
         phrase = http.HTTPStatus(error.status).phrase.encode()
+        extra = b"".join(b"%s: %s\r\n" % (name.encode(), value.encode()) for name, value in error.headers.items())
         self.transport.write(
             b"HTTP/1.1 %d %s\r\nContent-Type: application/problem+json\r\nContent-Length: %d\r\n"
-            b"Connection: close\r\n\r\n%s" % (error.status, phrase, len(body), body)
+            b"%sConnection: close\r\n\r\n%s" % (error.status, phrase, len(body), extra, body)
         )
-        self.transport.loseConnection()
+        self.close()
 
-    def _arm(self, seconds: float, status: Optional[int]) -> None:
+    def _arm(self, seconds: float, action: Optional[int]) -> None:
         self._deadline = self.factory.clock.seconds() + seconds
-        self._deadline_status = status
+        self._deadline_action = action
+        if action == _ABORT:
+            self._unsent_seen = self._unsent()
 
     def _disarm(self) -> None:
         self._deadline = None
 
+    def _unsent(self) -> int:
+        """Bytes the transport holds that the kernel has not taken."""
+        transport = self.transport
+        return len(transport.dataBuffer) - transport.offset + transport._tempDataLen
+
     def check_deadline(self, now: float) -> None:
         """Time out if the armed deadline has passed (called by the application's sweep)."""
-        if self._deadline is not None and now >= self._deadline:
+        if self._deadline is None:
+            return
+        if self._deadline_action == _ABORT and self._unsent() < self._unsent_seen:
+            # The client is reading, however slowly: the send timeout counts
+            # from its last progress, as nginx's send_timeout does.
+            self._arm(self.limits.send_timeout, _ABORT)
+            return
+        if now >= self._deadline:
             self._deadline = None
-            self._expire(self._deadline_status)
+            self._expire(self._deadline_action)
 
-    def _expire(self, status: Optional[int]) -> None:
-        if status is None:
-            self.transport.loseConnection()  # idle keep-alive: close quietly
+    def _expire(self, action: Optional[int]) -> None:
+        if action is _CLOSE:
+            self.close()  # idle keep-alive: close quietly
+        elif action == _ABORT:
+            self.transport.abortConnection()
         else:
-            self._reject(ProtocolError(status, "the request did not arrive in time"))
+            self._reject(ProtocolError(action, "the request did not arrive in time"))
 
     def _client_address(self, headers: HTTPHeaders) -> str:
         peer = self.transport.getPeer()
         address = getattr(peer, "host", "unix")
         return client_address(address, headers.get_list("X-Forwarded-For"), self.limits.trusted_proxies)
-
-
-def client_address(peer: str, forwarded_for: Sequence[str], trusted: Tuple[Network, ...]) -> str:
-    """The client's address: the right-most hop that is not a trusted proxy."""
-    if not trusted or not forwarded_for or not _is_trusted(peer, trusted):
-        return peer
-    hops = [hop.strip() for line in forwarded_for for hop in line.split(",") if hop.strip()]
-    address = peer
-    for hop in reversed(hops):
-        if not _is_address(hop):
-            break  # garbage from beyond the trusted hops: do not believe it
-        address = hop
-        if not _is_trusted(hop, trusted):
-            break
-    return address
-
-
-def _is_address(text: str) -> bool:
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    return True
-
-
-def _is_trusted(text: str, trusted: Tuple[Network, ...]) -> bool:
-    try:
-        address = ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
-        address = address.ipv4_mapped
-    return any(address in network for network in trusted)
 
 
 class JetwayApplication(cyclone.web.Application):
@@ -297,6 +373,7 @@ class JetwayApplication(cyclone.web.Application):
         self.clock = clock
         self.limits = limits
         self.observer = observer
+        self.body_budget = BodyBudget(limits.body_budget)
         self.connections: Set[JetwayConnection] = set()
         self.port: Any = None
         self._date: Tuple[int, str] = (0, "")

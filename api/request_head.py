@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from cyclone.httputil import HTTPHeaders
 
@@ -30,6 +30,7 @@ _PROBLEMS = {
     414: "request-line-too-long",
     431: "headers-too-large",
     501: "unsupported-transfer-coding",
+    503: "server-busy",
     505: "unsupported-http-version",
 }
 
@@ -37,11 +38,12 @@ _PROBLEMS = {
 class ProtocolError(Exception):
     """The request cannot be served; the connection answers and closes."""
 
-    def __init__(self, status: int, detail: str) -> None:
+    def __init__(self, status: int, detail: str, headers: Optional[Dict[str, str]] = None) -> None:
         super().__init__(detail)
         self.status = status
         self.detail = detail
         self.problem = _PROBLEMS[status]
+        self.headers = headers or {}
 
 
 @dataclass(frozen=True)

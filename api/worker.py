@@ -109,7 +109,7 @@ class Drain:
             if overdue:
                 connection.transport.abortConnection()
             elif not connection.busy() and now - connection.idle_since >= DRAIN_IDLE_CLOSE:
-                connection.transport.loseConnection()
+                connection.close()
         if not self.app.connections or overdue:
             self.ticking.stop()
             self.reactor.stop()

@@ -11,9 +11,10 @@ from typing import List
 
 import pytest
 
+from tests.proc_sockets import established_by_pid
 from tests.support import JetwayServer, wait_until
 from tests.test_front_door import Conn, request
-from tests.test_master import established_by_pid, worker_pids
+from tests.test_master import worker_pids
 
 HELD = 10_000
 

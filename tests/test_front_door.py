@@ -17,7 +17,7 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 import pytest
 
-from api.connection import client_address
+from api.client_address import client_address
 from tests.support import JetwayServer
 
 MAX_BODY = 1000

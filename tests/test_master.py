@@ -6,7 +6,6 @@ Everything runs through real HTTP against a real master with 2 workers.
 from __future__ import annotations
 
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -14,12 +13,13 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Dict, Iterator, List
+from typing import Iterator, List
 
 import pytest
 import requests
 
 from api.master import DEFAULT_GC_ENVIRONMENT, worker_environment
+from tests.proc_sockets import established_by_pid
 from tests.support import ROOT, JetwayServer, SteadyClient, free_port, stop_process, wait_until
 
 WORKERS = 2
@@ -65,17 +65,6 @@ def test_every_request_of_a_burst_is_answered(master):
     assert statuses == [201] * 300
     listed = requests.get(master.url("/v1/burst?limit=1000"), timeout=10).json()["items"]
     assert len(listed) == 300
-
-
-def established_by_pid(port: int) -> Dict[int, int]:
-    """How many established connections on ``port`` each process holds (from ss)."""
-    listing = subprocess.run(
-        ["ss", "-Htnp", "state", "established", f"( sport = :{port} )"], capture_output=True, text=True, check=True
-    ).stdout
-    counts: Dict[int, int] = {}
-    for pid in re.findall(r"pid=(\d+)", listing):
-        counts[int(pid)] = counts.get(int(pid), 0) + 1
-    return counts
 
 
 def test_connections_spread_over_the_workers(master):
