@@ -29,9 +29,12 @@ README, "Hostile clients", states what this bounds a connection's memory to.
 from __future__ import annotations
 
 import email.utils
+import fcntl
 import http
 import itertools
 import os
+import struct
+import termios
 from dataclasses import dataclass
 from typing import Any, Optional, Set, Tuple
 
@@ -326,9 +329,20 @@ class JetwayConnection(cyclone.httpserver.HTTPConnection):
         self._deadline = None
 
     def _unsent(self) -> int:
-        """Bytes the transport holds that the kernel has not taken."""
+        """Bytes of output the client has not taken: queued by the transport, and in the kernel.
+
+        The kernel's part matters: its send buffer grows to megabytes, and
+        a socket is reported writable only once much of it is free, so the
+        transport's queue can stand still for seconds while a slow client
+        reads steadily.
+        """
         transport = self.transport
-        return len(transport.dataBuffer) - transport.offset + transport._tempDataLen
+        queued = len(transport.dataBuffer) - transport.offset + transport._tempDataLen
+        try:
+            in_kernel = struct.unpack("i", fcntl.ioctl(transport.socket.fileno(), termios.TIOCOUTQ, b"\0\0\0\0"))[0]
+        except (OSError, AttributeError):
+            in_kernel = 0  # closed meanwhile, or not a socket
+        return queued + in_kernel
 
     def check_deadline(self, now: float) -> None:
         """Time out if the armed deadline has passed (called by the application's sweep)."""

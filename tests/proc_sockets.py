@@ -13,8 +13,8 @@ from typing import Dict, List, Set
 _ESTABLISHED = "01"
 
 
-def established_inodes(port: int) -> Set[str]:
-    """Socket inodes of the established TCP connections whose local port is ``port``."""
+def established_inodes(port: int, peer_port: int = 0) -> Set[str]:
+    """Socket inodes of the established TCP connections whose local port is ``port`` (and peer's ``peer_port``)."""
     inodes: Set[str] = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
@@ -23,10 +23,13 @@ def established_inodes(port: int) -> Set[str]:
             continue
         for line in lines:
             fields = line.split()
-            local_port = int(fields[1].rsplit(":", 1)[1], 16)
-            if local_port == port and fields[3] == _ESTABLISHED:
+            if fields[3] == _ESTABLISHED and _port(fields[1]) == port and peer_port in (0, _port(fields[2])):
                 inodes.add(fields[9])
     return inodes
+
+
+def _port(address: str) -> int:
+    return int(address.rsplit(":", 1)[1], 16)
 
 
 def established_by_pid(port: int) -> Dict[int, int]:
