@@ -25,6 +25,8 @@ def test_defaults():
         ("JETWAY_MAX_BODY", "0"),
         ("JETWAY_REDIS_TIMEOUT", "-1"),
         ("JETWAY_ACCESS_LOG", "maybe"),
+        ("JETWAY_SEND_TIMEOUT", "0"),
+        ("JETWAY_BODY_BUDGET", "1000"),
         ("REDIS_URL", "http://x"),
         ("REDIS_URL", "redis://h:port/0"),
     ],
@@ -41,3 +43,10 @@ def test_redis_urls():
     unix = parse_redis_url("unix:///run/redis.sock?db=3")
     assert (unix.unix_path, unix.db) == ("/run/redis.sock", 3)
     assert "s3cret" not in parse_redis_url("redis://:s3cret@h/0").describe()
+
+
+def test_the_body_budget_holds_at_least_one_body_of_the_largest_size():
+    assert from_environment({}).body_budget == 64 * 1024 * 1024
+    assert from_environment({"JETWAY_MAX_BODY": str(100 * 1024 * 1024)}).body_budget == 100 * 1024 * 1024
+    with pytest.raises(ConfigError, match="JETWAY_BODY_BUDGET=.*at least JETWAY_MAX_BODY"):
+        from_environment({"JETWAY_MAX_BODY": "2000", "JETWAY_BODY_BUDGET": "1000"})
