@@ -257,8 +257,9 @@ class JetwayConnection(cyclone.httpserver.HTTPConnection):
         self._body_reserved = size
 
     def _release_body(self) -> None:
-        self.factory.body_budget.release(self._body_reserved)
-        self._body_reserved = 0
+        if self._body_reserved:
+            self.factory.body_budget.release(self._body_reserved)
+            self._body_reserved = 0
 
     def _drop_input(self) -> None:
         """Forget what the client sent and no request took: it will never be answered."""
