@@ -15,15 +15,13 @@ from handlers.auth import Gate
 from handlers.base import NoRouteHandler
 from handlers.collections import CollectionHandler
 from handlers.documents import DocumentHandler
-from handlers.health import LivenessHandler, ReadinessHandler
+from handlers.health import PING_TIMEOUT, LivenessHandler, ReadinessHandler, ReadinessProbe
 from handlers.metrics import MetricsHandler
 from handlers.openapi import OpenApiHandler, openapi_document
 
 # Path segments are matched loosely and checked by the handlers, so that a
 # bad collection name or id is a 400 that says why, not a 404.
 SEGMENT = r"([^/]+)"
-# How long /readyz waits for Redis: well under a load balancer's check timeout.
-READY_TIMEOUT = 1.0
 
 
 def make_app(
@@ -31,17 +29,14 @@ def make_app(
 ) -> JetwayApplication:
     metrics = metrics or Metrics()
     documents = {"store": store, "max_body": settings.max_body, "gate": gate}
+    readiness = ReadinessProbe(store, reactor, min(PING_TIMEOUT, settings.redis_timeout))
     # Cyclone tries the routes in order and no two overlap: the API's come
     # first, so a document request does not try the operational ones.
     routes = [
         (rf"/v1/{SEGMENT}/{SEGMENT}", DocumentHandler, documents),
         (rf"/v1/{SEGMENT}/?", CollectionHandler, documents),
         (r"/healthz", LivenessHandler),
-        (
-            r"/readyz",
-            ReadinessHandler,
-            {"store": store, "reactor": reactor, "timeout": min(READY_TIMEOUT, settings.redis_timeout)},
-        ),
+        (r"/readyz", ReadinessHandler, {"probe": readiness}),
         (r"/metrics", MetricsHandler, {"render": render_metrics(metrics)}),
         (r"/openapi\.json", OpenApiHandler, {"body": codec.dumps(openapi_document())}),
     ]

@@ -25,7 +25,7 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.python.failure import Failure
 
 from cache.address import RedisAddress
-from cache.errors import RedisReplyError, RedisTimeout, RedisUnavailable
+from cache.errors import RedisReplyError, RedisTimeout, RedisUnavailable, reply_error
 from cache.resp import FastRedisProtocol
 from cache.scripts import Script
 from cache.tls import wrap_tls
@@ -195,7 +195,7 @@ def store_error(error: BaseException) -> BaseException:
     if isinstance(error, txredisapi.ConnectionError):
         return RedisUnavailable(str(error))
     if isinstance(error, txredisapi.ResponseError):
-        return RedisReplyError(str(error))
+        return reply_error(str(error))
     return error
 
 

@@ -13,6 +13,7 @@ from urllib.parse import parse_qs
 
 import cyclone.web
 from twisted.internet import defer
+from twisted.logger import Logger
 from twisted.python import log
 from twisted.python.failure import Failure
 
@@ -21,6 +22,8 @@ from cache.errors import (
     DocumentNotFound,
     DocumentTooLarge,
     PreconditionFailed,
+    RedisNotReady,
+    RedisOutOfMemory,
     RedisReplyError,
     RedisTimeout,
     RedisUnavailable,
@@ -35,6 +38,7 @@ JSON_TYPE = "application/json"
 PROBLEM_TYPE = "application/problem+json"
 # How long a client should wait before retrying while Redis is unreachable.
 RETRY_AFTER_SECONDS = "1"
+_log = Logger()
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}\Z")
 
 _STORE_ERRORS: Dict[Type[Exception], Any] = {
@@ -42,6 +46,15 @@ _STORE_ERRORS: Dict[Type[Exception], Any] = {
         503, "redis-unavailable", "Redis cannot be reached", {"Retry-After": RETRY_AFTER_SECONDS}
     ),
     RedisTimeout: lambda e: ApiError(504, "redis-timeout", "Redis did not answer in time"),
+    RedisOutOfMemory: lambda e: ApiError(
+        507, "redis-out-of-memory", "Redis is out of memory and refuses writes; free space before writing again"
+    ),
+    RedisNotReady: lambda e: ApiError(
+        503,
+        "redis-not-ready",
+        "Redis is failing over, loading or busy; retry shortly",
+        {"Retry-After": RETRY_AFTER_SECONDS},
+    ),
     RedisReplyError: lambda e: ApiError(502, "redis-error", "Redis answered with an error"),
     DocumentNotFound: lambda e: not_found(),
     PreconditionFailed: lambda e: precondition_failed(),
@@ -167,6 +180,14 @@ class JsonHandler(cyclone.web.RequestHandler):
     def _handle_request_exception(self, e: Any) -> None:
         error = e.value if isinstance(e, Failure) else e
         api_error = as_api_error(error)
+        if isinstance(error, RedisReplyError):
+            # The class tells an operator what happened; the client's body never carries it.
+            _log.warn(
+                "Redis answered {method} {path} with {redis_error}",
+                method=self.request.method,
+                path=self.request.path,
+                redis_error=error.error_class,
+            )
         if api_error is None:
             log.err(e, f"unhandled error in {self.request.method} {self.request.path}")
             api_error = ApiError(500, "internal", "the server failed to handle the request")

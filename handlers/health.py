@@ -1,14 +1,56 @@
-"""``/healthz`` (the process is up) and ``/readyz`` (and Redis answers)."""
+"""``/healthz`` (the process is up) and ``/readyz`` (and Redis answers).
+
+Readiness is Redis's last answer to a PING, kept for ``READY_FOR`` seconds
+per worker and shared by the checks that arrive while a PING is out: a
+fleet of load-balancer health checkers then costs Redis at most a couple of
+PINGs a second per worker, and a Redis that goes away turns ``/readyz`` to
+503 within ``READY_FOR`` plus the PING's timeout (a second in all).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, List, Optional
 
 from twisted.internet import defer
 
 from cache.store import DocumentStore
 from handlers.base import RETRY_AFTER_SECONDS, JsonHandler
 from handlers.errors import ApiError
+
+# How long a successful PING vouches for Redis, and how long one may take.
+READY_FOR = 0.5
+PING_TIMEOUT = 0.5
+
+
+class ReadinessProbe:
+    """Whether Redis answers, asked at most once per ``READY_FOR`` seconds."""
+
+    def __init__(self, store: DocumentStore, clock: Any, timeout: float = PING_TIMEOUT) -> None:
+        self.store = store
+        self.clock = clock
+        self.timeout = timeout
+        self._ready_until = float("-inf")
+        self._waiting: Optional[List[defer.Deferred]] = None
+
+    def check(self) -> defer.Deferred:
+        """Fires True when Redis answered a PING recently or answers one now, else False."""
+        if self.clock.seconds() < self._ready_until:
+            return defer.succeed(True)
+        answer: defer.Deferred = defer.Deferred()
+        if self._waiting is None:
+            self._waiting = []
+            ping = self.store.ping().addTimeout(self.timeout, self.clock)
+            ping.addCallbacks(lambda _: True, lambda _: False).addCallback(self._answered)
+        self._waiting.append(answer)
+        return answer
+
+    def _answered(self, ready: bool) -> None:
+        # Only a success is kept: a Redis that comes back is seen at the next check.
+        if ready:
+            self._ready_until = self.clock.seconds() + READY_FOR
+        waiting, self._waiting = self._waiting or [], None
+        for answer in waiting:
+            answer.callback(ready)
 
 
 class LivenessHandler(JsonHandler):
@@ -23,19 +65,15 @@ class LivenessHandler(JsonHandler):
 class ReadinessHandler(JsonHandler):
     ROUTE = "readyz"
 
-    def initialize(self, store: DocumentStore, reactor: Any, timeout: float) -> None:
-        self.store = store
-        self.reactor = reactor
-        self.timeout = timeout
+    def initialize(self, probe: ReadinessProbe) -> None:
+        self.probe = probe
 
     @defer.inlineCallbacks
     def get(self) -> Any:
-        try:
-            yield self.store.ping().addTimeout(self.timeout, self.reactor)
-        except Exception:
-            # Any failure to answer means "not ready"; the reason is not the
-            # load balancer's business.
-            raise ApiError(503, "not-ready", "Redis does not answer", {"Retry-After": RETRY_AFTER_SECONDS}) from None
+        ready = yield self.probe.check()
+        if not ready:
+            # Why Redis does not answer is not the load balancer's business.
+            raise ApiError(503, "not-ready", "Redis does not answer", {"Retry-After": RETRY_AFTER_SECONDS})
         self.send_bytes(200, b'{"status":"ready"}')
 
     head = get

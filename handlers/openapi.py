@@ -50,6 +50,8 @@ PROBLEM_TYPES: Tuple[Tuple[str, str], ...] = (
     ("rate-limited", "429: over the token's rate"),
     ("redis-error", "502: Redis answered with an error"),
     ("redis-unavailable", "503: Redis cannot be reached; retry after `Retry-After` seconds"),
+    ("redis-not-ready", "503: Redis is a replica, loading, busy with a script or its cluster is in flux; retry"),
+    ("redis-out-of-memory", "507: Redis is at maxmemory and refuses writes"),
     ("not-ready", "503 (`/readyz` only): Redis does not answer"),
     ("redis-timeout", "504: Redis did not answer in time"),
     # Refused by the connection before any handler runs; the connection closes.
@@ -59,6 +61,7 @@ PROBLEM_TYPES: Tuple[Tuple[str, str], ...] = (
     ("headers-too-large", "431: more than 100 header lines or 64 KiB of them"),
     ("unsupported-transfer-coding", "501: a transfer coding other than chunked"),
     ("unsupported-http-version", "505: not HTTP/1.0 or HTTP/1.1"),
+    ("server-busy", "503: the worker holds its budget of request bodies; retry after `Retry-After` seconds"),
 )
 
 _ERRORS: Dict[int, str] = {
@@ -76,8 +79,10 @@ _ERRORS: Dict[int, str] = {
     422: "The merged document cannot be serialized as JSON.",
     500: "A bug: the server failed to handle the request.",
     502: "Redis answered with an error.",
-    503: "Redis cannot be reached; retry after `Retry-After` seconds.",
+    503: "Redis cannot be reached, or is failing over, loading or busy (`redis-not-ready`);"
+    " or the worker is receiving too many request bodies (`server-busy`): retry after `Retry-After` seconds.",
     504: "Redis did not answer in time.",
+    507: "Redis is out of memory and refuses writes: free space before writing again.",
 }
 _ERROR_HEADERS: Dict[int, Tuple[str, ...]] = {
     401: ("WWW-Authenticate",),
@@ -231,7 +236,7 @@ def _document_operations() -> Json:
             "200": _stored("Replaced; the body is the document as stored."),
             "201": _stored("Created; the body is the document as stored."),
             **_errors(
-                (400, 412, 413, 415, *_REDIS),
+                (400, 412, 413, 415, 507, *_REDIS),
                 e400="Invalid collection name, document id or `ttl`; malformed JSON; or not an object.",
                 e412="`If-Match` does not match, or `If-None-Match` matches (`*`: the document exists).",
             ),
@@ -246,7 +251,7 @@ def _document_operations() -> Json:
         {
             "200": _stored("Patched; the body is the compact serialization of the merged document."),
             **_errors(
-                (400, 404, 409, 412, 413, 415, 422, *_REDIS),
+                (400, 404, 409, 412, 413, 415, 422, 507, *_REDIS),
                 e400="Invalid collection name or document id; malformed JSON; or the patch is not an object.",
                 e412="`If-Match` does not match the current ETag.",
                 e413="The patch, or the merged document, is larger than `JETWAY_MAX_BODY` bytes (default 1 MiB).",
@@ -297,7 +302,8 @@ def _collection_operations() -> Json:
                 ("Location", "ETag", "Last-Modified"),
             ),
             **_errors(
-                (400, 413, 415, *_REDIS), e400="Invalid collection name or `ttl`; malformed JSON; or not an object."
+                (400, 413, 415, 507, *_REDIS),
+                e400="Invalid collection name or `ttl`; malformed JSON; or not an object.",
             ),
         },
         parameters=_parameters_named("ttl"),
