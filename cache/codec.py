@@ -21,7 +21,9 @@ from __future__ import annotations
 import json
 import math
 import platform
-from typing import Any, Callable, NoReturn
+from typing import Any, Callable, NoReturn, Optional, Tuple
+
+from cache import i_json
 
 
 class JsonError(ValueError):
@@ -68,34 +70,54 @@ _TRY_HOOKLESS_PARSE = platform.python_implementation() == "PyPy"
 
 
 def loads(data: bytes) -> Any:
-    """Parse UTF-8 JSON bytes strictly, or raise ``JsonError``."""
+    """Parse UTF-8 I-JSON bytes strictly, or raise ``JsonError``."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
         raise JsonError(f"body is not valid UTF-8: {error.reason}") from None
+    value, members = _parse(text)
+    try:
+        i_json.require(text, value, members)
+    except i_json.NotIJson as error:
+        raise JsonError(str(error)) from None
+    return value
+
+
+def _parse_bytes(data: bytes) -> Tuple[Any, int]:
+    """``loads`` without the I-JSON checks (``loadtest/bench_codec.py`` measures what they add)."""
+    return _parse(data.decode("utf-8"))
+
+
+def _parse(text: str) -> Tuple[Any, int]:
+    """The value, and how many object members it holds in all."""
     if _TRY_HOOKLESS_PARSE:
         try:
             value = json.loads(text)
         except (json.JSONDecodeError, RecursionError):
             pass  # the strict parse below says what is wrong
         else:
-            if _all_numbers_finite(value):
-                return value
-    return _strict_loads(text)
+            members = _members_if_finite(value)
+            if members is not None:
+                return value, members
+    value = _strict_loads(text)
+    return value, _members_if_finite(value) or 0
 
 
-def _all_numbers_finite(value: Any) -> bool:
+def _members_if_finite(value: Any) -> Optional[int]:
+    """How many object members ``value`` holds, or None if a number in it is not finite (one walk for both)."""
+    members = 0
     pending = [value]
     while pending:
         item = pending.pop()
         if isinstance(item, float):
             if not math.isfinite(item):
-                return False
+                return None
         elif isinstance(item, dict):
+            members += len(item)
             pending.extend(item.values())
         elif isinstance(item, list):
             pending.extend(item)
-    return True
+    return members
 
 
 def _strict_loads(text: str) -> Any:

@@ -73,3 +73,57 @@ def test_non_finite_numbers_are_refused_with_what_they_are():
         codec.loads(b'{"a":[1,{"b":NaN}]}')
     with pytest.raises(codec.JsonError, match="1e400 is out of range"):
         codec.loads(b'{"a":{"b":1e400}}')
+
+
+# I-JSON (RFC 7493): names repeated at any depth, however escaped, and lone
+# surrogates, high or low, in values or names.
+DUPLICATES = [
+    (b'{"a":1,"a":2}', "a"),
+    (b'{"x":{"b":1,"c":{"d":[{"e":1,"e":1}]}}}', "e"),
+    (b'{"a":1,"\\u0061":2}', "a"),
+    (b'[{"k":"v:w","k":"z"}]', "k"),
+    (b'{"":1,"":2}', ""),
+]
+
+
+@pytest.mark.parametrize(("text", "name"), DUPLICATES)
+def test_refuses_a_repeated_member_name_and_names_it(text, name):
+    with pytest.raises(codec.JsonError, match=f"duplicate member name {name!r}"):
+        codec.loads(text)
+
+
+LONE_SURROGATES = [
+    b'{"a":"\\ud800"}',
+    b'{"a":"x\\uDFFFy"}',
+    b'{"\\udbff":1}',
+    b'{"a":["\\ude00\\ud83d"]}',  # a low then a high: not a pair
+    b'{"a":"\\ud83d\\u0041"}',
+]
+
+
+@pytest.mark.parametrize("text", LONE_SURROGATES)
+def test_refuses_a_lone_surrogate(text):
+    with pytest.raises(codec.JsonError, match="lone surrogate"):
+        codec.loads(text)
+
+
+ACCEPTED = [
+    (b'{"a":"\\ud83d\\ude00"}', {"a": "\U0001f600"}),
+    (b'{"a":"\\\\ud800"}', {"a": "\\ud800"}),  # an escaped backslash, then text
+    (b'{"t":"12:30","u":"http://x/y","q":"\\":","n":{"a":":"},"a:b":1}', None),
+    (b'{"a":"\\"","b":"\\\\","c":{"a":1},"d":[{"a":1},{"a":2}]}', None),
+    ('{"ünï":"çödé:"}'.encode(), {"ünï": "çödé:"}),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), ACCEPTED)
+def test_accepts_pairs_and_names_that_only_look_alike(text, expected):
+    value = codec.loads(text)
+    if expected is not None:
+        assert value == expected
+
+
+def test_a_colon_written_as_an_escape_does_not_hide_a_repeated_name():
+    with pytest.raises(codec.JsonError, match="duplicate member name 'a'"):
+        codec.loads(b'{"a":1,"a":2,"\\u003a":3}')
+    assert codec.loads(b'{"\\u003A":"\\u003a:"}') == {":": "::"}

@@ -92,6 +92,11 @@ BAD_BODIES = [
     pytest.param(b'{"a":Infinity}', id="Infinity"),
     pytest.param(b'{"a":-Infinity}', id="minus-Infinity"),
     pytest.param(b'{"a":' + b"[" * 100_000 + b"]" * 100_000 + b"}", id="nested-too-deep"),
+    # I-JSON (RFC 7493): parsers disagree on which of two equal names wins.
+    pytest.param(b'{"a":1,"a":2}', id="duplicate-name"),
+    pytest.param(b'{"b":{"a":1,"\\u0061":2}}', id="duplicate-name-escaped"),
+    pytest.param(b'{"a":"\\ud800"}', id="lone-surrogate"),
+    pytest.param(b'{"\\udc00":1}', id="lone-surrogate-in-name"),
 ]
 
 
@@ -246,3 +251,11 @@ def test_failed_preconditions_are_412_problems_and_change_nothing(api, seeded):
     assert_problem(api.put_json("/v1/docs/d1", b'{"a":1}', headers={"If-None-Match": "*"}), 412)
     assert_problem(api.patch_merge("/v1/docs/d1", b'{"a":1}', headers=stale), 412)
     assert_problem(api.delete("/v1/docs/d1", headers=stale), 412)
+
+
+def test_a_repeated_name_is_named_in_the_problem_and_a_surrogate_pair_is_stored(api, redis_client):
+    response = api.put_json("/v1/docs/d1", b'{"x":{"k":1,"k":2}}')
+    assert_problem(response, 400)
+    assert response.json()["detail"] == "duplicate member name 'k'"
+    assert api.put_json("/v1/docs/smile", b'{"a":"\\ud83d\\ude00"}').status_code == 201
+    assert api.get("/v1/docs/smile").json() == {"a": "\U0001f600"}
