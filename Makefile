@@ -150,5 +150,5 @@ clean-loadtest:
 API_TESTS := tests/test_documents.py tests/test_collections.py tests/test_errors.py tests/test_auth.py
 
 test-cluster: setup
-	JETWAY_TEST_TOPOLOGY=cluster $(PY) -m pytest -rP $(API_TESTS) tests/test_cluster.py tests/test_sentinel.py
+	JETWAY_TEST_TOPOLOGY=cluster $(PY) -m pytest -rP $(API_TESTS) tests/test_cluster.py tests/test_cluster_failover.py tests/test_sentinel.py
 	JETWAY_TEST_TOPOLOGY=sentinel $(PY) -m pytest $(filter-out tests/test_errors.py,$(API_TESTS))

@@ -90,16 +90,17 @@ def data_args(directory: Path, port: int) -> List[str]:
 
 
 class ClusterServers:
-    """A Redis Cluster of ``masters`` masters (no replicas), made with ``redis-cli --cluster create``.
+    """A Redis Cluster of ``masters`` masters with ``replicas`` each, made with ``redis-cli --cluster create``.
 
     With ``tls``, clients and the cluster bus speak TLS only (``rediss-cluster://``).
     """
 
-    def __init__(self, directory: Path, masters: int = 3, tls: Optional[TlsFiles] = None) -> None:
+    def __init__(self, directory: Path, masters: int = 3, tls: Optional[TlsFiles] = None, replicas: int = 0) -> None:
         self.directory = directory
         self.tls = tls
+        self.replicas = replicas
         self.nodes: List[RedisProcess] = []
-        for _ in range(masters):
+        for _ in range(masters * (1 + replicas)):
             port = free_port()
             home = directory / f"node-{port}"
             args = data_args(home, port)
@@ -127,8 +128,10 @@ class ClusterServers:
     def start(self) -> ClusterServers:
         for node in self.nodes:
             node.start()
-        self.cli("--cluster", "create", *(f"127.0.0.1:{node.port}" for node in self.nodes), "--cluster-yes")
+        replicas = ["--cluster-replicas", str(self.replicas)] if self.replicas else []
+        self.cli("--cluster", "create", *(f"127.0.0.1:{node.port}" for node in self.nodes), *replicas, "--cluster-yes")
         wait_until(self.settled, 30, "every node to agree on the slot map")
+        wait_until(self.replicas_in_sync, 30, "every replica to sync with its master")
         return self
 
     def stop(self) -> None:
@@ -144,13 +147,35 @@ class ClusterServers:
     def settled(self) -> bool:
         """Every node says the cluster is ok and sees the same owners of all slots."""
         views = []
-        for node in self.nodes:
+        for node in self.live_nodes():
             with node.client() as client:
                 if b"cluster_state:ok" not in client.execute_command("CLUSTER", "INFO"):
                     return False
                 slots = client.execute_command("CLUSTER SLOTS")
                 views.append(sorted((start, end, owner[1]) for start, end, owner, *_ in slots))
         return all(view == views[0] for view in views)
+
+    def live_nodes(self) -> List[RedisProcess]:
+        return [node for node in self.nodes if node.process is not None and node.process.poll() is None]
+
+    def role(self, node: RedisProcess) -> str:
+        with node.client() as client:
+            return client.execute_command("ROLE")[0].decode()
+
+    def replicas_in_sync(self) -> bool:
+        """Every live replica's link to its master is up."""
+        for node in self.live_nodes():
+            with node.client() as client:
+                info = client.info("replication")
+            if info["role"] == "slave" and info.get("master_link_status") != "up":
+                return False
+        return True
+
+    def replica_of(self, master: RedisProcess) -> RedisProcess:
+        """The node that replicates ``master``."""
+        with master.client() as client:
+            replica_port = int(client.info("replication")["slave0"]["port"])
+        return next(node for node in self.nodes if node.port == replica_port)
 
     def node_ids(self) -> Dict[int, str]:
         """Node id by port."""
