@@ -37,11 +37,15 @@ class ReadinessProbe:
         if self.clock.seconds() < self._ready_until:
             return defer.succeed(True)
         answer: defer.Deferred = defer.Deferred()
-        if self._waiting is None:
-            self._waiting = []
-            ping = self.store.ping().addTimeout(self.timeout, self.clock)
-            ping.addCallbacks(lambda _: True, lambda _: False).addCallback(self._answered)
-        self._waiting.append(answer)
+        if self._waiting is not None:
+            self._waiting.append(answer)  # a PING is out: share its answer
+            return answer
+        self._waiting = [answer]
+        # maybeDeferred: a link that fails at once (a certificate it cannot
+        # trust) raises rather than returning a failed Deferred. Either way
+        # the answer may come before this returns.
+        ping = defer.maybeDeferred(self.store.ping).addTimeout(self.timeout, self.clock)
+        ping.addCallbacks(lambda _: True, lambda _: False).addCallback(self._answered)
         return answer
 
     def _answered(self, ready: bool) -> None:

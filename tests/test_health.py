@@ -107,3 +107,12 @@ def test_readyz_turns_503_within_a_second_of_redis_going_away(own_redis, own_jet
         assert time.monotonic() - stopped < 3.0, "still ready 3 s after Redis stopped"
         time.sleep(0.02)
     print(f"\n/readyz answered 503 {time.monotonic() - stopped:.2f} s after Redis stopped")
+
+
+def test_a_ping_that_fails_at_once_is_not_ready():
+    class Refusing:
+        def ping(self) -> defer.Deferred:
+            raise ConnectionError("the certificate does not verify")
+
+    probe = ReadinessProbe(Refusing(), task.Clock())  # type: ignore[arg-type]
+    assert results([probe.check(), probe.check()]) == [False, False]
