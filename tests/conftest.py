@@ -46,6 +46,16 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
         server.stop()
 
 
+@pytest.fixture
+def own_redis(tmp_path) -> Iterator[RedisServer]:
+    """A redis-server of the test's own, for tests that stop or break it."""
+    server = RedisServer(tmp_path / "redis")
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+
+
 @pytest.fixture(scope="session")
 def jetway(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[JetwayServer]:
     """The session's server, with authorization on, and its all-scopes token."""

@@ -58,15 +58,6 @@ def test_a_failed_or_late_ping_is_not_ready_and_is_not_kept():
 
 
 @pytest.fixture
-def own_redis(tmp_path) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path / "redis")
-    try:
-        yield server.start()
-    finally:
-        server.stop()
-
-
-@pytest.fixture
 def own_jetway(own_redis, tmp_path) -> Iterator[JetwayServer]:
     server = JetwayServer(own_redis.url, tmp_path / "jetway.log")
     try:

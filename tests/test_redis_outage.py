@@ -16,15 +16,6 @@ SLACK = 2.0
 
 
 @pytest.fixture
-def own_redis(tmp_path) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path / "redis")
-    try:
-        yield server.start()
-    finally:
-        server.stop()
-
-
-@pytest.fixture
 def own_jetway(own_redis: RedisServer, tmp_path) -> Iterator[JetwayServer]:
     server = JetwayServer(own_redis.url, tmp_path / "jetway.log", env={"JETWAY_REDIS_TIMEOUT": str(TIMEOUT)})
     try:
