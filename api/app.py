@@ -5,8 +5,9 @@ from __future__ import annotations
 import sys
 from typing import Any, Optional
 
+from api.application import JetwayApplication
 from api.config import Settings
-from api.connection import HttpLimits, JetwayApplication
+from api.connection import HttpLimits
 from api.logs import AccessLog
 from api.observe import Metrics, Observer, render_metrics
 from cache import codec

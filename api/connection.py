@@ -19,7 +19,7 @@ Cyclone (``HTTPRequest``, handlers, writing responses):
   bytes do not reset it), a body timeout, an idle keep-alive timeout, and a
   send timeout (queued output that makes no progress for that long aborts
   the connection), all checked by one sweep of the open connections every
-  quarter second;
+  quarter second (``api.application``);
 - the client address comes from ``X-Forwarded-For`` only when the peer is a
   trusted proxy (``api.client_address``).
 
@@ -28,29 +28,25 @@ README, "Hostile clients", states what this bounds a connection's memory to.
 
 from __future__ import annotations
 
-import email.utils
 import fcntl
 import http
-import itertools
-import os
 import struct
 import termios
 from dataclasses import dataclass
-from typing import Any, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Optional, Tuple
 
 import cyclone.httpserver
 import cyclone.web
 from cyclone.httputil import HTTPHeaders
-from twisted.internet import task
-from twisted.logger import Logger
 
-from api.body_budget import BodyBudget
 from api.chunked import ChunkedDecoder
 from api.client_address import Network, client_address
-from api.observe import Observer
 from api.request_head import MAX_HEADER_BYTES, MAX_REQUEST_LINE, ProtocolError, RequestHead, parse_head
 from cache import codec
 from handlers.errors import ApiError
+
+if TYPE_CHECKING:  # the application imports this module
+    from api.application import JetwayApplication
 
 # Everything a head may hold, plus its blank line: more is a 431 or a 414.
 _MAX_HEAD = MAX_REQUEST_LINE + MAX_HEADER_BYTES + 4
@@ -64,11 +60,6 @@ _MAX_HEAD = MAX_REQUEST_LINE + MAX_HEADER_BYTES + 4
 # It is also the transport's high-water mark: a response it cannot hand to
 # the kernel whole pauses the connection (Twisted's ``bufferSize``).
 READ_SIZE = 8192
-# How often the application looks for connections past their deadline, so a
-# timeout fires at most this late. One sweep replaces a Twisted timer made
-# and cancelled twice per request (its heap work was ~3.6% of a document
-# read's worker CPU, vmprof).
-DEADLINE_TICK = 0.25
 # What a deadline does besides answering a status: close an idle
 # connection quietly, or abort one whose queued output is not being read.
 _CLOSE: Optional[int] = None
@@ -76,8 +67,6 @@ _ABORT = -1
 # How long a client should wait before sending a body again when the
 # worker's body budget is spent.
 BUSY_RETRY_AFTER = "1"
-
-_log = Logger()
 
 
 @dataclass(frozen=True)
@@ -370,77 +359,3 @@ class JetwayConnection(cyclone.httpserver.HTTPConnection):
         peer = self.transport.getPeer()
         address = getattr(peer, "host", "unix")
         return client_address(address, headers.get_list("X-Forwarded-For"), self.limits.trusted_proxies)
-
-
-class JetwayApplication(cyclone.web.Application):
-    """Cyclone's application, speaking through ``JetwayConnection``.
-
-    It keeps the open connections (for draining) and stops accepting while
-    ``max_connections`` are open, instead of running out of descriptors.
-    """
-
-    protocol = JetwayConnection
-
-    def __init__(self, handlers: Any, clock: Any, limits: HttpLimits, observer: Observer, **settings: Any) -> None:
-        # No output transforms: every response has a Content-Length, so
-        # Cyclone's chunking transform (made anew per request) never applies.
-        super().__init__(handlers, transforms=[], log_function=observer.request_finished, **settings)
-        self.clock = clock
-        self.limits = limits
-        self.observer = observer
-        self.body_budget = BodyBudget(limits.body_budget)
-        self.connections: Set[JetwayConnection] = set()
-        self.port: Any = None
-        self._date: Tuple[int, str] = (0, "")
-        # Request ids: unique per worker by a random prefix, then counted;
-        # a uuid4 per request read /dev/urandom, ~6% of a document read.
-        self._request_id_prefix = os.urandom(8).hex()
-        self._request_count = itertools.count()
-        self.accepting = True
-        self._paused = False
-        self._sweeping = task.LoopingCall(self._time_out_connections)
-        self._sweeping.clock = clock
-
-    def http_date(self) -> str:
-        """The current HTTP date, formatted once per second rather than per response."""
-        second = int(self.clock.seconds())
-        if self._date[0] != second:
-            self._date = (second, email.utils.formatdate(second, usegmt=True))
-        return self._date[1]
-
-    def new_request_id(self) -> str:
-        """32 hex digits, unique across workers and restarts, for a request that came without one."""
-        return f"{self._request_id_prefix}{next(self._request_count):016x}"
-
-    def listen_on(self, port: Any) -> None:
-        self.port = port
-        if not self._sweeping.running:
-            self._sweeping.start(DEADLINE_TICK, now=False)
-
-    def _time_out_connections(self) -> None:
-        now = self.clock.seconds()
-        for connection in list(self.connections):  # a timeout may close one
-            try:
-                connection.check_deadline(now)
-            except Exception:
-                # An error escaping the sweep would stop it, and with it
-                # every timeout of this worker: log it and go on.
-                _log.failure("while timing out a connection")
-
-    def stop_accepting(self) -> None:
-        self.accepting = False
-
-    def connection_opened(self, connection: JetwayConnection) -> None:
-        self.connections.add(connection)
-        self.observer.connection_opened()
-        if len(self.connections) >= self.limits.max_connections and self.port is not None and not self._paused:
-            self._paused = True
-            self.port.stopReading()
-
-    def connection_closed(self, connection: JetwayConnection) -> None:
-        self.connections.discard(connection)
-        self.observer.connection_closed()
-        if self._paused and len(self.connections) < self.limits.max_connections:
-            self._paused = False
-            if self.accepting:
-                self.port.startReading()

@@ -18,8 +18,8 @@ from typing import Any, Callable, Optional
 from twisted.internet import task
 
 from api.app import make_app
+from api.application import JetwayApplication
 from api.config import Settings
-from api.connection import JetwayApplication
 from api.eager_send import adopt_listening_socket
 from api.logs import start_logging
 from api.observe import Metrics

@@ -7,7 +7,8 @@ from typing import Any, Dict, List
 from twisted.internet import task
 from twisted.logger import globalLogPublisher
 
-from api.connection import DEADLINE_TICK, HttpLimits, JetwayApplication
+from api.application import DEADLINE_TICK, JetwayApplication
+from api.connection import HttpLimits
 from api.observe import Metrics, Observer
 
 
