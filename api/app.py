@@ -18,6 +18,7 @@ from handlers.collections import CollectionHandler
 from handlers.documents import DocumentHandler
 from handlers.health import PING_TIMEOUT, LivenessHandler, ReadinessHandler, ReadinessProbe
 from handlers.metrics import MetricsHandler
+from handlers.multi_get import MultiGetHandler
 from handlers.openapi import OpenApiHandler, openapi_document
 
 # Path segments are matched loosely and checked by the handlers, so that a
@@ -29,17 +30,19 @@ def make_app(
     settings: Settings, store: DocumentStore, gate: Gate, reactor: Any, metrics: Optional[Metrics] = None
 ) -> JetwayApplication:
     metrics = metrics or Metrics()
-    documents = {"store": store, "max_body": settings.max_body, "gate": gate}
+    documents = {"store": store, "max_body": settings.max_body, "gate": gate, "max_ids": settings.max_ids}
     readiness = ReadinessProbe(store, reactor, min(PING_TIMEOUT, settings.redis_timeout))
     # Cyclone tries the routes in order and no two overlap: the API's come
     # first, so a document request does not try the operational ones.
     routes = [
+        # Jetway's own /v1/_… before the document route, which would take "_get" for a collection.
+        (rf"/v1/_get/{SEGMENT}", MultiGetHandler, documents),
         (rf"/v1/{SEGMENT}/{SEGMENT}", DocumentHandler, documents),
         (rf"/v1/{SEGMENT}/?", CollectionHandler, documents),
         (r"/healthz", LivenessHandler),
         (r"/readyz", ReadinessHandler, {"probe": readiness}),
         (r"/metrics", MetricsHandler, {"render": render_metrics(metrics)}),
-        (r"/openapi\.json", OpenApiHandler, {"body": codec.dumps(openapi_document())}),
+        (r"/openapi\.json", OpenApiHandler, {"body": codec.dumps(openapi_document(settings.max_ids))}),
     ]
     limits = HttpLimits(
         max_body=settings.max_body,

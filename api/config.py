@@ -35,6 +35,8 @@ class Settings:
     redis_timeout: float = 2.0
     redis_pool: int = 4
     max_body: int = 1024 * 1024
+    # Ids one multi-get may ask for (by GET, the request line bounds it first).
+    max_ids: int = 1000
     access_log: bool = True
     workers: int = field(default_factory=lambda: os.cpu_count() or 1)
     grace: float = 10.0
@@ -83,6 +85,7 @@ def from_environment(environ: Optional[Mapping[str, str]] = None) -> Settings:
         redis_timeout=read("JETWAY_REDIS_TIMEOUT", _positive_float, defaults.redis_timeout),
         redis_pool=read("JETWAY_REDIS_POOL", _positive_int, defaults.redis_pool),
         max_body=max_body,
+        max_ids=read("JETWAY_MAX_IDS", _positive_int, defaults.max_ids),
         access_log=read("JETWAY_ACCESS_LOG", _flag, defaults.access_log),
         workers=read("JETWAY_WORKERS", _positive_int, defaults.workers),
         grace=read("JETWAY_GRACE", _positive_float, defaults.grace),

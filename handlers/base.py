@@ -225,14 +225,19 @@ class NoRouteHandler(JsonHandler):
 class ResourceHandler(JsonHandler):
     """A ``/v1`` handler: the request is authorized before its method runs."""
 
-    def initialize(self, store: DocumentStore, max_body: int, gate: Gate) -> None:
+    def initialize(self, store: DocumentStore, max_body: int, gate: Gate, max_ids: int) -> None:
         self.store = store
         self.max_body = max_body
+        self.max_ids = max_ids
         self.gate = gate
         self.grant = Grant(None)
 
+    def writes(self) -> bool:
+        """Whether the request needs write scope (a multi-get by POST does not)."""
+        return self.request.method not in ("GET", "HEAD")
+
     def prepare(self) -> defer.Deferred:
-        reading = self.request.method in ("GET", "HEAD")
+        reading = not self.writes()
         # A document read sends its rate step in one pipeline with the read.
         defer_rate = reading and len(self.path_args) == 2
         authorization = self.request.headers.get("Authorization")

@@ -26,6 +26,11 @@ def items_envelope(bodies: List[Optional[bytes]], next_cursor: Optional[bytes], 
     return b'{"items":[' + items + b'],"next":' + following + b"}"
 
 
+def send_items(handler: ResourceHandler, bodies: List[Optional[bytes]]) -> None:
+    """A multi-get's answer, by GET or by POST: the same bytes."""
+    handler.send_bytes(200, items_envelope(bodies, None, with_next=False))
+
+
 class CollectionHandler(ResourceHandler):
     ROUTE = "collection"
     SUPPORTED_METHODS = ("GET", "HEAD", "POST")
@@ -37,13 +42,13 @@ class CollectionHandler(ResourceHandler):
         if ids is not None:
             if self.query_argument("limit") is not None or self.query_argument("cursor") is not None:
                 raise bad_request("ids cannot be combined with limit or cursor", "invalid-ids")
-            return self.store.get_many(name, validation.id_list(ids)).addCallback(self._send_many)
+            return self.store.get_many(name, validation.id_list(ids, self.max_ids)).addCallback(self._send_many)
         limit = validation.limit(self.query_argument("limit"))
         after = validation.decode_cursor(self.query_argument("cursor"))
         return self.store.page(name, limit, after).addCallback(self._send_page)
 
     def _send_many(self, bodies: List[Optional[bytes]]) -> None:
-        self.send_bytes(200, items_envelope(bodies, None, with_next=False))
+        send_items(self, bodies)
 
     def _send_page(self, page: Page) -> None:
         cursor = validation.encode_cursor(page.last_id) if page.last_id else None

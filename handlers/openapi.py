@@ -25,6 +25,7 @@ OPENAPI = "/openapi.json"
 METRICS = "/metrics"
 DOCUMENT = "/v1/{collection}/{id}"
 COLLECTION = "/v1/{collection}"
+MULTI_GET = "/v1/_get/{collection}"
 
 # Every problem type the handlers raise, and when.
 PROBLEM_TYPES: Tuple[Tuple[str, str], ...] = (
@@ -312,6 +313,23 @@ def _collection_operations() -> Json:
     return {**_with_head(get, "headCollection"), "post": post}
 
 
+def _multi_get_operations() -> Json:
+    post = _operation(
+        "getDocuments",
+        "Many documents by id, the ids in the body: any list the GET form's request line cannot hold",
+        "collections",
+        {
+            "200": _response("The documents in the order asked, null where missing.", _ref("schemas", "Items")),
+            **_errors(
+                (400, 413, 415, *_REDIS),
+                e400='Invalid collection name or id (named), too many ids, malformed JSON, or not `{"ids": [...]}`.',
+            ),
+        },
+        requestBody=_body(JSON_TYPE, "The ids to fetch; duplicates are answered in place.", "IdList"),
+    )
+    return {"post": post}
+
+
 def _parameters_named(*names: str) -> List[Json]:
     return [_ref("parameters", name) for name in names]
 
@@ -320,7 +338,7 @@ def _parameter(name: str, where: str, description: str, schema: Json, **extra: A
     return {"name": name, "in": where, "description": description, "schema": schema, **extra}
 
 
-def _parameters() -> Json:
+def _parameters(max_ids: int) -> Json:
     def integer(low: int, high: int, **extra: Any) -> Json:
         return {"type": "integer", "minimum": low, "maximum": high, **extra}
 
@@ -346,8 +364,10 @@ def _parameters() -> Json:
         "ids": _parameter(
             "ids",
             "query",
-            "Comma-separated document ids to fetch in one round trip; not with `limit` or `cursor`.",
-            {"type": "array", "items": _ref("schemas", "DocumentId"), "minItems": 1, "maxItems": validation.MAX_IDS},
+            "Comma-separated document ids to fetch in one round trip; not with `limit` or `cursor`. The request"
+            " line (8 KiB, and often less through proxies) bounds how many fit: about 60 ids of 128 characters,"
+            f" 700 of 10; `POST {MULTI_GET}` takes up to {max_ids} in a body.",
+            {"type": "array", "items": _ref("schemas", "DocumentId"), "minItems": 1, "maxItems": max_ids},
             style="form",
             explode=False,
         ),
@@ -395,7 +415,7 @@ def _problem_schema() -> Json:
     )
 
 
-def _schemas() -> Json:
+def _schemas(max_ids: int) -> Json:
     document = {"type": "object", "description": "A JSON object; stored and returned as the exact bytes written."}
     nullable_document = {"oneOf": [_ref("schemas", "Document"), {"type": "null"}]}
     return {
@@ -406,6 +426,11 @@ def _schemas() -> Json:
             "not": {"enum": [".", ".."]},
         },
         "Document": document,
+        "IdList": _object(
+            {"ids": {"type": "array", "items": _ref("schemas", "DocumentId"), "maxItems": max_ids}},
+            ["ids"],
+            "Document ids to fetch in one round trip.",
+        ),
         "MergePatch": {"type": "object", "description": "An RFC 7396 merge patch; it must be an object here."},
         "Page": _object(
             {
@@ -424,7 +449,7 @@ def _schemas() -> Json:
     }
 
 
-def openapi_document() -> Json:
+def openapi_document(max_ids: int = validation.MAX_IDS) -> Json:
     """The whole OpenAPI 3.1.0 document, as plain JSON values."""
     return {
         "openapi": "3.1.0",
@@ -440,10 +465,11 @@ def openapi_document() -> Json:
             COLLECTION: _path_item(
                 "A collection (a trailing slash is accepted).", _secured(_collection_operations()), ("collection",)
             ),
+            MULTI_GET: _path_item("A multi-get by POST.", _secured(_multi_get_operations()), ("collection",)),
         },
         "components": {
-            "schemas": _schemas(),
-            "parameters": _parameters(),
+            "schemas": _schemas(max_ids),
+            "parameters": _parameters(max_ids),
             "headers": _headers(),
             "responses": {"MethodNotAllowed": _errors((405,))["405"]},
             "securitySchemes": {

@@ -102,10 +102,26 @@ def decode_cursor(text: Optional[str]) -> Optional[bytes]:
     return raw
 
 
-def id_list(text: str) -> List[bytes]:
-    ids = text.split(",")
-    if len(ids) > MAX_IDS:
-        raise bad_request(f"at most {MAX_IDS} ids may be asked at once, not {len(ids)}", "invalid-ids")
+def id_list(text: str, max_ids: int = MAX_IDS) -> List[bytes]:
+    """The ids of ``?ids=a,b,c``."""
+    return _checked_ids(text.split(","), max_ids)
+
+
+def id_array(body: Any, max_ids: int = MAX_IDS) -> List[bytes]:
+    """The ids of a multi-get body, ``{"ids": ["a", "b", ...]}`` and nothing else."""
+    ids = body.get("ids")
+    if set(body) != {"ids"} or not isinstance(ids, list):
+        detail = 'the body must be {"ids": [...]}: an array of document ids, and no other member'
+        raise bad_request(detail, "invalid-ids")
+    for doc_id in ids:
+        if not isinstance(doc_id, str):
+            raise bad_request(f"every id must be a string, not {codec.dumps(doc_id)[:64].decode()}", "invalid-id")
+    return _checked_ids(ids, max_ids)
+
+
+def _checked_ids(ids: List[str], max_ids: int) -> List[bytes]:
+    if len(ids) > max_ids:
+        raise bad_request(f"at most {max_ids} ids may be asked at once, not {len(ids)}", "invalid-ids")
     return [document_id(doc_id) for doc_id in ids]
 
 
