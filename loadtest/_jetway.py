@@ -57,6 +57,8 @@ def add_options(parser: Any) -> None:
     option("--max-pages", int, 3, "pages a lister follows with the cursor before starting over")
     option("--multi-get", int, 20, "ids per multi-get")
     option("--multi-get-share", float, 0.5, "share of lister visits that multi-get instead of paging")
+    option("--multi-get-post", int, 500, "ids per multi-get by POST /v1/_get/{coll} (the ids in a body)")
+    option("--multi-get-post-share", float, 0.2, "share of multi-gets sent by POST, with --multi-get-post ids")
     option("--collection-prefix", str, "loadtest", "collections are PREFIX-small, PREFIX-large, PREFIX-write")
     option("--warmup", float, 0.0, "seconds of load, after seeding, whose figures are dropped (PyPy's JIT warms up)")
     option("--measure-time", float, 0.0, "seconds measured after seeding and warm-up, then quit (0: locust's -t)")

@@ -2,12 +2,16 @@
 
 A lister either pages through the small documents (``list first page``,
 then ``list next page`` while ``next`` is set, up to ``--max-pages``), or
-asks for ``--multi-get`` random ids in one request (``multi-get``).
+asks for ``--multi-get`` random ids in one request (``multi-get``), or, for
+``--multi-get-post-share`` of those, ``--multi-get-post`` ids in the body of
+``POST /v1/_get/{coll}`` (``multi-get 500 in body``).
 """
 
 from __future__ import annotations
 
+import json
 import random
+from typing import Any
 from urllib.parse import quote
 
 from _jetway import SMALL, JetwayUser
@@ -49,11 +53,28 @@ class ListerUser(JetwayUser):
                 return
 
     def multi_get(self) -> None:
+        if self.rng.random() < self.scenario.multi_get_post_share:
+            self.multi_get_by_post()
+            return
         count = min(self.scenario.multi_get, len(self.ids))
         wanted = self.rng.sample(self.ids, count)
         path = f"{self.base}?ids={','.join(wanted)}"
         with self.client.get(path, name="multi-get", headers=self.auth, catch_response=True) as response:
-            if response.status_code != 200:
-                response.failure(f"expected 200, got {response.status_code}")
-            elif len(response.json().get("items", ())) != count or None in response.json()["items"]:
-                response.failure(f"expected {count} documents")
+            self._check_items(response, count)
+
+    def multi_get_by_post(self) -> None:
+        """As many ids as asked (duplicates when there are fewer documents), in a body."""
+        count = self.scenario.multi_get_post
+        wanted = [self.rng.choice(self.ids) for _ in range(count)]
+        path = f"/v1/_get/{self.scenario.collection(SMALL)}"
+        name = f"multi-get {count} in body"
+        headers = self.headers(**{"Content-Type": "application/json"})
+        body = json.dumps({"ids": wanted})
+        with self.client.post(path, data=body, name=name, headers=headers, catch_response=True) as response:
+            self._check_items(response, count)
+
+    def _check_items(self, response: Any, count: int) -> None:
+        if response.status_code != 200:
+            response.failure(f"expected 200, got {response.status_code}")
+        elif len(response.json().get("items", ())) != count or None in response.json()["items"]:
+            response.failure(f"expected {count} documents")

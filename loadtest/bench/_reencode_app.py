@@ -72,9 +72,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     from api import worker as api_worker
     from handlers.collections import CollectionHandler
     from handlers.documents import DocumentHandler
+    from handlers.multi_get import MultiGetHandler
 
     _die_with_parent()
-    app_factory = reencoding_app(api_worker.make_app, (DocumentHandler, CollectionHandler))
+    app_factory = reencoding_app(api_worker.make_app, (DocumentHandler, CollectionHandler, MultiGetHandler))
     return api_worker.run_worker(settings, reactor, args.fd, app_factory=app_factory)
 
 

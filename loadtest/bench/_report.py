@@ -52,6 +52,7 @@ TARGETS = [
     ("10 KB read, JSON-native / decode+re-encode", "get-large/pypy", "get-large/reencode", ">=", 2.0),
     ("200 B read p99, 2 workers (ms)", "get-small/pypy", None, "<=", 15.0),
     ("200 B PUT / 200 B read, 2 workers", "put/pypy", "get-small/pypy", ">=", 0.5),
+    ("500-id multi-get, POST form / GET form, 2 workers", "mget-500-post/pypy", "mget-500/pypy", ">=", 0.9),
 ]
 RSS_BUDGET_MB = 150.0
 
