@@ -5,6 +5,8 @@ PY := $(VENV)/bin/python
 CPY_VENV := .venv-cpython
 CPY := $(CPY_VENV)/bin/python
 LINT_VENV := .venv-lint
+CLIENTS_VENV := .venv-clients
+NODE_CLIENTS := tests/clients
 VAR := $(CURDIR)/var
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PACKAGES := pypy3 pypy3-venv pypy3-dev redis-server python3-venv
@@ -12,7 +14,7 @@ REQUIREMENTS := requirements.txt requirements-nodeps.txt requirements-dev.txt
 HOST ?= 127.0.0.1
 PORT ?= 8080
 
-.PHONY: setup setup-cpython system-packages run stop-redis test lint clean
+.PHONY: setup setup-cpython setup-clients system-packages run stop-redis test lint clean
 
 setup: $(VENV)/.installed
 
@@ -25,6 +27,7 @@ system-packages:
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
 	command -v supervisord >/dev/null || missing="$$missing supervisor"; \
 	python3 -c 'import ensurepip' 2>/dev/null || missing="$$missing python3-venv"; \
+	command -v npm >/dev/null || missing="$$missing nodejs npm"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
@@ -83,11 +86,25 @@ lint: setup $(LINT_VENV)/.installed
 	$(LINT_VENV)/bin/shellcheck deploy/ec2/user-data.sh
 	$(LINT_VENV)/bin/cfn-lint deploy/ec2/jetway.yaml
 
-test: setup setup-cpython lint
+# Client generators for tests/test_generated_clients.py: openapi-python-client
+# on CPython, and openapi-typescript, openapi-fetch and tsc from npm (the
+# versions in tests/clients/package-lock.json).
+setup-clients: $(CLIENTS_VENV)/.installed $(NODE_CLIENTS)/node_modules/.installed
+
+$(CLIENTS_VENV)/.installed: requirements-clients.txt | system-packages
+	python3 -m venv $(CLIENTS_VENV)
+	$(CLIENTS_VENV)/bin/pip install -q --disable-pip-version-check -r requirements-clients.txt
+	touch $@
+
+$(NODE_CLIENTS)/node_modules/.installed: $(NODE_CLIENTS)/package.json $(NODE_CLIENTS)/package-lock.json | system-packages
+	cd $(NODE_CLIENTS) && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+test: setup setup-cpython setup-clients lint
 	$(PY) -m pytest
 
 clean:
-	rm -rf $(VENV) $(CPY_VENV) $(LINT_VENV) $(VAR) .pytest_cache
+	rm -rf $(VENV) $(CPY_VENV) $(LINT_VENV) $(CLIENTS_VENV) $(NODE_CLIENTS)/node_modules $(VAR) .pytest_cache
 
 # --- Load testing: loadtest/, see README "Load testing" -----------------------
 LT_VENV := .venv-loadtest

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import http
 import re
-from typing import Any, Dict, Optional, Tuple, Type
+from typing import Any, Dict, List, Optional, Tuple, Type
 from urllib.parse import parse_qs
 
 import cyclone.web
@@ -170,12 +170,16 @@ class JsonHandler(cyclone.web.RequestHandler):
 
     def query_argument(self, name: str) -> Optional[str]:
         """A query parameter given at most once (blank counts as given)."""
-        values = parse_qs(self.request.query, keep_blank_values=True).get(name)
+        values = self.query_arguments(name)
         if not values:
             return None
         if len(values) > 1:
             raise bad_request(f"{name} may be given only once", f"invalid-{name}")
         return values[0]
+
+    def query_arguments(self, name: str) -> List[str]:
+        """Every value of a query parameter, in order (blank counts as given)."""
+        return parse_qs(self.request.query, keep_blank_values=True).get(name, [])
 
     def _handle_request_exception(self, e: Any) -> None:
         error = e.value if isinstance(e, Failure) else e

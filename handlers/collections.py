@@ -38,11 +38,13 @@ class CollectionHandler(ResourceHandler):
     def get(self, collection: str) -> defer.Deferred:
         # Plain callbacks, as the document GET (handlers/documents.py).
         name = validation.collection_name(collection)
-        ids = self.query_argument("ids")
-        if ids is not None:
-            if self.query_argument("limit") is not None or self.query_argument("cursor") is not None:
-                raise bad_request("ids cannot be combined with limit or cursor", "invalid-ids")
-            return self.store.get_many(name, validation.id_list(ids, self.max_ids)).addCallback(self._send_many)
+        ids = self.query_arguments("ids")
+        if ids:
+            if self.query_argument("cursor") is not None:
+                raise bad_request("ids cannot be combined with cursor", "invalid-ids")
+            wanted = validation.id_list(ids, self.max_ids)
+            validation.limit_beside_ids(self.query_argument("limit"), len(wanted))
+            return self.store.get_many(name, wanted).addCallback(self._send_many)
         limit = validation.limit(self.query_argument("limit"))
         after = validation.decode_cursor(self.query_argument("cursor"))
         return self.store.page(name, limit, after).addCallback(self._send_page)

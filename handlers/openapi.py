@@ -34,7 +34,7 @@ PROBLEM_TYPES: Tuple[Tuple[str, str], ...] = (
     ("invalid-ttl", "400: `ttl` is not a whole number in range, or is given twice"),
     ("invalid-limit", "400: `limit` is not a whole number in range, or is given twice"),
     ("invalid-cursor", "400: `cursor` is not one this API made, or is given twice"),
-    ("invalid-ids", "400: too many `ids`, `ids` given twice, or combined with `limit`/`cursor`"),
+    ("invalid-ids", "400: too many `ids`, `ids` with `cursor`, or with a `limit` less than their number"),
     ("malformed-json", "400: the body is not UTF-8 RFC 8259 JSON"),
     ("not-an-object", "400: the body is JSON but not an object"),
     ("unauthorized", "401: no valid bearer token"),
@@ -183,7 +183,7 @@ def _health_paths() -> Json:
     ok = _object({"status": {"const": "ok"}}, ["status"], "The process is up.")
     ready = _object({"status": {"const": "ready"}}, ["status"], "Redis answers.")
     not_ready = _errors((503,), e503="Redis does not answer in time (problem type `not-ready`).")
-    spec = {"type": "object", "description": "This document."}
+    spec = {"type": "object", "additionalProperties": True, "description": "This document."}
     return {
         HEALTHZ: _path_item(
             "Liveness: answers without touching Redis.",
@@ -287,7 +287,8 @@ def _collection_operations() -> Json:
             "200": _response("A `Page` without `ids`, `Items` with `ids`.", listing),
             **_errors(
                 (400, *_REDIS),
-                e400="Invalid collection name, `limit`, `cursor` or `ids`, or `ids` with `limit`/`cursor`.",
+                e400="Invalid collection name, `limit`, `cursor` or `ids`; `ids` with `cursor`, or with a `limit`"
+                " less than their number.",
             ),
         },
         parameters=_parameters_named("limit", "cursor", "ids"),
@@ -355,8 +356,14 @@ def _parameters(max_ids: int) -> Json:
             "(a PUT removes any earlier expiry).",
             integer(1, validation.MAX_TTL),
         ),
+        # No `default` in the schema: generated clients would send it with every
+        # request, `ids` or not; the description says what absence means.
         "limit": _parameter(
-            "limit", "query", "Page size.", integer(1, validation.MAX_LIMIT, default=validation.DEFAULT_LIMIT)
+            "limit",
+            "query",
+            f"Page size; {validation.DEFAULT_LIMIT} when absent. Beside `ids` it is ignored, unless it is less than"
+            " the number of ids (a 400: a multi-get answers every id).",
+            integer(1, validation.MAX_LIMIT),
         ),
         "cursor": _parameter(
             "cursor", "query", "Where to continue: the `next` of the previous page.", {"type": "string"}
@@ -364,9 +371,10 @@ def _parameters(max_ids: int) -> Json:
         "ids": _parameter(
             "ids",
             "query",
-            "Comma-separated document ids to fetch in one round trip; not with `limit` or `cursor`. The request"
-            " line (8 KiB, and often less through proxies) bounds how many fit: about 60 ids of 128 characters,"
-            f" 700 of 10; `POST {MULTI_GET}` takes up to {max_ids} in a body.",
+            "Document ids to fetch in one round trip, comma-separated (`ids=a,b`), repeated (`ids=a&ids=b`) or"
+            f" both, up to {max_ids} in all; not with `cursor`. The request line (8 KiB, and often less through"
+            " proxies) bounds how many fit: about 60 ids of 128 characters, 700 of 10;"
+            f" `POST {MULTI_GET}` takes up to {max_ids} in a body.",
             {"type": "array", "items": _ref("schemas", "DocumentId"), "minItems": 1, "maxItems": max_ids},
             style="form",
             explode=False,
@@ -416,7 +424,13 @@ def _problem_schema() -> Json:
 
 
 def _schemas(max_ids: int) -> Json:
-    document = {"type": "object", "description": "A JSON object; stored and returned as the exact bytes written."}
+    # additionalProperties spelled out: JSON Schema's default, but generators
+    # read its absence as "no members" (openapi-typescript: Record<string, never>).
+    document = {
+        "type": "object",
+        "additionalProperties": True,
+        "description": "A JSON object; stored and returned as the exact bytes written.",
+    }
     nullable_document = {"oneOf": [_ref("schemas", "Document"), {"type": "null"}]}
     return {
         "CollectionName": {"type": "string", "pattern": _anchored(validation.COLLECTION_PATTERN)},
@@ -431,7 +445,11 @@ def _schemas(max_ids: int) -> Json:
             ["ids"],
             "Document ids to fetch in one round trip.",
         ),
-        "MergePatch": {"type": "object", "description": "An RFC 7396 merge patch; it must be an object here."},
+        "MergePatch": {
+            "type": "object",
+            "additionalProperties": True,
+            "description": "An RFC 7396 merge patch; it must be an object here.",
+        },
         "Page": _object(
             {
                 "items": {"type": "array", "items": _ref("schemas", "Document")},

@@ -102,9 +102,25 @@ def decode_cursor(text: Optional[str]) -> Optional[bytes]:
     return raw
 
 
-def id_list(text: str, max_ids: int = MAX_IDS) -> List[bytes]:
-    """The ids of ``?ids=a,b,c``."""
-    return _checked_ids(text.split(","), max_ids)
+def id_list(values: List[str], max_ids: int = MAX_IDS) -> List[bytes]:
+    """The ids of ``?ids=a,b&ids=c``: comma-separated, repeated, or both, in order.
+
+    Repeated parameters are what most generated clients and query-string
+    libraries send for an array, whatever the document's ``explode: false``.
+    """
+    return _checked_ids([doc_id for value in values for doc_id in value.split(",")], max_ids)
+
+
+def limit_beside_ids(text: Optional[str], count: int) -> None:
+    """A ``limit`` sent with ``ids`` is ignored unless it would cut the answer.
+
+    Clients that fill in every parameter send one with each multi-get; only a
+    limit smaller than the number of ids contradicts the request.
+    """
+    if text is not None and limit(text) < count:
+        raise bad_request(
+            f"limit {text} is less than the {count} ids asked; a multi-get answers every id", "invalid-ids"
+        )
 
 
 def id_array(body: Any, max_ids: int = MAX_IDS) -> List[bytes]:

@@ -224,3 +224,27 @@ def test_get_many_accepts_one_to_1000_ids(api, count):
     put_all(api, "many", ["a"])
     items = json.loads(api.get("/v1/many", params={"ids": ",".join(["a"] * count)}).content)["items"]
     assert len(items) == count
+
+
+@pytest.mark.parametrize("query", ["ids=c&ids=zz&ids=a&ids=c", "ids=c,zz&ids=a,c", "ids=c&ids=zz,a&ids=c"])
+def test_get_many_takes_repeated_ids_as_one_list(api, query):
+    """``ids=a&ids=b`` is what most generated clients send for an array."""
+    put_all(api, "many", ["a", "c"])
+    expected = api.get("/v1/many?ids=c,zz,a,c")
+    response = api.get(f"/v1/many?{query}")
+    assert response.status_code == 200
+    assert response.content == expected.content
+
+
+@pytest.mark.parametrize("limit", [2, 100, 1000])
+def test_get_many_ignores_a_limit_that_would_not_cut_it(api, limit):
+    put_all(api, "many", ["a", "b"])
+    response = api.get(f"/v1/many?ids=b,a&limit={limit}")
+    assert response.status_code == 200
+    assert json.loads(response.content) == {"items": [json.loads(doc("b")), json.loads(doc("a"))]}
+
+
+def test_get_many_counts_repeated_ids_towards_the_limit_of_1000(api):
+    put_all(api, "many", ["a"])
+    query = "ids=" + ",".join(["a"] * 600) + "&ids=" + ",".join(["a"] * 400)
+    assert len(json.loads(api.get(f"/v1/many?{query}").content)["items"]) == 1000

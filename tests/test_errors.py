@@ -227,9 +227,15 @@ def test_bad_cursor_is_400(api, seeded, cursor):
         "ids=a,b%2Fc",
         "ids=" + "i" * 129,
         "ids=" + ",".join(["a"] * 1001),
-        "ids=a&limit=5",
+        "ids=a,b&limit=1",
+        "ids=a&ids=b&limit=1",
+        "ids=a&limit=0",
+        "ids=a&limit=x",
+        "ids=a&limit=1&limit=2",
         "ids=a&cursor=YQ",
-        "ids=a&ids=b",
+        "ids=a&ids=",
+        "ids=a&ids=..",
+        "ids=" + ",".join(["a"] * 600) + "&ids=" + ",".join(["a"] * 401),
     ],
 )
 def test_bad_ids_query_is_400(api, seeded, query):

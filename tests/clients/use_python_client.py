@@ -1,0 +1,151 @@
+"""Every operation through the Python client generated from /openapi.json.
+
+Run by ``tests/test_generated_clients.py`` on CPython, with the package that
+``openapi-python-client`` made from the running server's own document on
+``PYTHONPATH`` as ``jetway_client``; no line of it is edited by hand. Usage:
+``use_python_client.py BASE_URL TOKEN``. Exits non-zero at the first call
+whose answer is not what the API documents.
+"""
+
+from __future__ import annotations
+
+import sys
+from http import HTTPStatus
+from typing import Any, List
+
+from jetway_client import AuthenticatedClient, Client
+from jetway_client.api.collections import create_document, get_documents, head_collection, list_documents
+from jetway_client.api.documents import (
+    delete_document,
+    get_document,
+    head_document,
+    patch_document,
+    put_document,
+)
+from jetway_client.api.health import get_health, get_readiness, head_health, head_readiness
+from jetway_client.api.meta import get_metrics, get_open_api, head_metrics, head_open_api
+from jetway_client.models import Document, IdList, Items, MergePatch, Page, Problem
+from jetway_client.types import Response
+
+COLLECTION = "genpy"
+PROBLEM = "urn:jetway:problem:"
+
+
+def expect(response: Response[Any], status: int) -> Any:
+    if response.status_code != status:
+        raise AssertionError(f"expected {status}, got {response.status_code}: {response.content[:300]!r}")
+    return response.parsed
+
+
+def problem(response: Response[Any], status: int, slug: str) -> Problem:
+    parsed = expect(response, status)
+    assert isinstance(parsed, Problem), parsed
+    assert parsed.status == status and parsed.type_ == PROBLEM + slug, parsed
+    return parsed
+
+
+def document(values: dict) -> Document:
+    made = Document()
+    made.additional_properties = dict(values)
+    return made
+
+
+def health(anonymous: Client) -> None:
+    assert expect(get_health.sync_detailed(client=anonymous), 200).status == "ok"
+    assert expect(get_readiness.sync_detailed(client=anonymous), 200).status == "ready"
+    assert "# TYPE" in expect(get_metrics.sync_detailed(client=anonymous), 200)
+    assert expect(get_open_api.sync_detailed(client=anonymous), 200)["openapi"] == "3.1.0"
+    for head in (head_health, head_readiness, head_metrics, head_open_api):
+        response = head.sync_detailed(client=anonymous)
+        assert response.status_code == 200 and response.content == b"", head.__name__
+
+
+def documents(client: AuthenticatedClient, anonymous: Client) -> None:
+    created = put_document.sync_detailed(COLLECTION, "d1", client=client, body=document({"n": 1, "s": "é"}))
+    assert expect(created, 201).additional_properties == {"n": 1, "s": "é"}
+    etag = created.headers["ETag"]
+    problem(
+        put_document.sync_detailed(COLLECTION, "d1", client=client, body=document({}), if_none_match="*"),
+        412,
+        "precondition-failed",
+    )
+    problem(
+        put_document.sync_detailed(COLLECTION, "d1", client=client, body=document({}), if_match='"stale"'),
+        412,
+        "precondition-failed",
+    )
+    replaced = put_document.sync_detailed(COLLECTION, "d1", client=client, body=document({"n": 2}), if_match=etag)
+    assert expect(replaced, 200)["n"] == 2
+    etag = replaced.headers["ETag"]
+
+    got = get_document.sync_detailed(COLLECTION, "d1", client=client)
+    assert expect(got, 200).additional_properties == {"n": 2}
+    assert got.headers["ETag"] == etag and got.headers["Last-Modified"]
+    assert get_document.sync_detailed(COLLECTION, "d1", client=client, if_none_match=etag).status_code == 304
+    headed = head_document.sync_detailed(COLLECTION, "d1", client=client)
+    assert headed.status_code == 200 and headed.headers["ETag"] == etag and headed.content == b""
+
+    patch = MergePatch()
+    patch.additional_properties = {"n": None, "tags": ["a"]}
+    patched = patch_document.sync_detailed(COLLECTION, "d1", client=client, body=patch, if_match=etag)
+    assert expect(patched, 200).additional_properties == {"tags": ["a"]}
+    problem(
+        patch_document.sync_detailed(COLLECTION, "d1", client=client, body=patch, if_match=etag),
+        412,
+        "precondition-failed",
+    )
+
+    expect(delete_document.sync_detailed(COLLECTION, "d1", client=client), 204)
+    problem(get_document.sync_detailed(COLLECTION, "d1", client=client), 404, "not-found")
+    problem(delete_document.sync_detailed(COLLECTION, "d1", client=client), 404, "not-found")
+    problem(get_document.sync_detailed(COLLECTION, "a b", client=client), 400, "invalid-id")
+    problem(get_document.sync_detailed(COLLECTION, "d1", client=anonymous), 401, "unauthorized")
+
+
+def collections(client: AuthenticatedClient) -> None:
+    made: List[str] = []
+    for n in range(7):
+        response = create_document.sync_detailed(COLLECTION, client=client, body=document({"n": n}), ttl=3600)
+        assert expect(response, 201)["n"] == n
+        made.append(response.headers["Location"].rsplit("/", 1)[1])
+    assert made == sorted(made), "ids are made in sequence"
+
+    seen: List[int] = []
+    cursor: Any = None
+    pages = 0
+    while True:
+        kwargs = {"cursor": cursor} if cursor else {}
+        page = expect(list_documents.sync_detailed(COLLECTION, client=client, limit=3, **kwargs), 200)
+        assert isinstance(page, Page), page
+        seen += [item["n"] for item in page.items]
+        pages += 1
+        if page.next_ is None:
+            break
+        cursor = page.next_
+    assert seen == list(range(7)) and pages == 3, (seen, pages)
+    headed = head_collection.sync_detailed(COLLECTION, client=client)
+    assert headed.status_code == 200 and headed.content == b""
+
+    # The multi-get both ways; the GET form goes out as ids=a&ids=b, as this generator sends arrays.
+    wanted = [made[2], "missing", made[0], made[2]]
+    expected = [{"n": 2}, None, {"n": 0}, {"n": 2}]
+    by_get = expect(list_documents.sync_detailed(COLLECTION, client=client, ids=wanted), 200)
+    assert isinstance(by_get, Items), by_get
+    assert [item and item.additional_properties for item in by_get.items] == expected
+    by_post = expect(get_documents.sync_detailed(COLLECTION, client=client, body=IdList(ids=wanted)), 200)
+    assert [item and item.additional_properties for item in by_post.items] == expected
+    problem(get_documents.sync_detailed(COLLECTION, client=client, body=IdList(ids=["ok", ".."])), 400, "invalid-id")
+    problem(list_documents.sync_detailed(COLLECTION, client=client, limit=0), 400, "invalid-limit")
+
+
+def main(base_url: str, token: str) -> None:
+    anonymous = Client(base_url=base_url, raise_on_unexpected_status=True)
+    client = AuthenticatedClient(base_url=base_url, token=token, raise_on_unexpected_status=True)
+    health(anonymous)
+    documents(client, anonymous)
+    collections(client)
+    print(f"python client: every operation answered as documented ({HTTPStatus.OK.phrase})")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:3])
