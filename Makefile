@@ -14,7 +14,7 @@ REQUIREMENTS := requirements.txt requirements-nodeps.txt requirements-dev.txt
 HOST ?= 127.0.0.1
 PORT ?= 8080
 
-.PHONY: setup setup-cpython setup-clients system-packages run stop-redis test lint clean
+.PHONY: setup setup-cpython setup-clients system-packages run private-redis stop-redis test lint clean
 
 setup: $(VENV)/.installed
 
@@ -53,13 +53,7 @@ $(CPY_VENV)/.installed: $(REQUIREMENTS) | system-packages
 # `make stop-redis` ends it).
 run: setup
 	@if [ -z "$$REDIS_URL" ]; then \
-	  mkdir -p $(VAR); \
-	  if ! redis-cli -s $(VAR)/redis.sock ping >/dev/null 2>&1; then \
-	    redis-server --port 0 --unixsocket $(VAR)/redis.sock --unixsocketperm 700 \
-	      --dir $(VAR) --daemonize yes --pidfile $(VAR)/redis.pid --logfile $(VAR)/redis.log; \
-	    for i in $$(seq 50); do redis-cli -s $(VAR)/redis.sock ping >/dev/null 2>&1 && break; sleep 0.1; done; \
-	  fi; \
-	  echo "private Redis on unix:$(VAR)/redis.sock"; \
+	  $(MAKE) --no-print-directory private-redis || exit 1; \
 	  export REDIS_URL=unix://$(VAR)/redis.sock; \
 	fi; \
 	if [ "$${JETWAY_AUTH:-on}" != off ]; then \
@@ -69,6 +63,24 @@ run: setup
 	  echo "  curl -H 'Authorization: Bearer $$token' http://$(HOST):$(PORT)/v1/users/u1"; \
 	fi; \
 	exec $(PY) -m api serve --host $(HOST) --port $(PORT)
+
+# The private Redis: its files in $(VAR), and an append-only file written
+# before each reply and fsynced every second, so a crash of Redis loses no
+# acknowledged write and one of the machine at most a second of them. One
+# already running from before gets the append-only file turned on live.
+private-redis: system-packages
+	@mkdir -p $(VAR); \
+	if ! redis-cli -s $(VAR)/redis.sock ping >/dev/null 2>&1; then \
+	  redis-server --port 0 --unixsocket $(VAR)/redis.sock --unixsocketperm 700 \
+	    --dir $(VAR) --appendonly yes --appendfsync everysec \
+	    --daemonize yes --pidfile $(VAR)/redis.pid --logfile $(VAR)/redis.log; \
+	  for i in $$(seq 50); do redis-cli -s $(VAR)/redis.sock ping >/dev/null 2>&1 && break; sleep 0.1; done; \
+	fi; \
+	redis-cli -s $(VAR)/redis.sock config set appendonly yes >/dev/null || { echo "the private Redis does not answer"; exit 1; }; \
+	for i in $$(seq 100); do \
+	  redis-cli -s $(VAR)/redis.sock info persistence | grep -Eq '^aof_rewrite_(in_progress|scheduled):1' || break; sleep 0.1; \
+	done; \
+	echo "private Redis on unix:$(VAR)/redis.sock (append-only file in $(VAR))"
 
 stop-redis:
 	@if [ -f $(VAR)/redis.pid ]; then kill $$(cat $(VAR)/redis.pid) && echo "stopped the private Redis"; fi
@@ -167,5 +179,5 @@ clean-loadtest:
 API_TESTS := tests/test_documents.py tests/test_collections.py tests/test_multi_get.py tests/test_errors.py tests/test_auth.py
 
 test-cluster: setup
-	JETWAY_TEST_TOPOLOGY=cluster $(PY) -m pytest -rP $(API_TESTS) tests/test_cluster.py tests/test_cluster_failover.py tests/test_sentinel.py
+	JETWAY_TEST_TOPOLOGY=cluster $(PY) -m pytest -rP $(API_TESTS) tests/test_cluster.py tests/test_cluster_failover.py tests/test_sentinel.py tests/test_write_concern_failover.py
 	JETWAY_TEST_TOPOLOGY=sentinel $(PY) -m pytest $(filter-out tests/test_errors.py,$(API_TESTS))

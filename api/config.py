@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping, Optional, Tuple, TypeVar, Union
 
 from cache.address import RedisAddress, parse_redis_url
+from cache.write_concern import PRIMARY_ONLY, WriteConcern
 
 T = TypeVar("T")
 Network = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
@@ -55,6 +56,8 @@ class Settings:
     trusted_proxies: Tuple[Network, ...] = ()
     auth: bool = True
     json_logs: bool = True
+    # Replicas that must have a write before it is answered (cache/write_concern.py).
+    write_concern: WriteConcern = PRIMARY_ONLY
 
 
 def from_environment(environ: Optional[Mapping[str, str]] = None) -> Settings:
@@ -77,12 +80,23 @@ def from_environment(environ: Optional[Mapping[str, str]] = None) -> Settings:
     body_budget = read("JETWAY_BODY_BUDGET", _positive_int, max(defaults.body_budget, max_body))
     if body_budget < max_body:
         raise ConfigError(f"JETWAY_BODY_BUDGET={body_budget}: must be at least JETWAY_MAX_BODY ({max_body})")
+    redis_timeout = read("JETWAY_REDIS_TIMEOUT", _positive_float, defaults.redis_timeout)
+    write_concern = WriteConcern(
+        read("JETWAY_WRITE_REPLICAS", _non_negative_int, PRIMARY_ONLY.replicas),
+        read("JETWAY_WRITE_TIMEOUT", _positive_float, PRIMARY_ONLY.timeout),
+    )
+    if write_concern.waits and write_concern.timeout >= redis_timeout:
+        # A WAIT that outlived the reply deadline would be taken for a Redis that stopped answering.
+        raise ConfigError(
+            f"JETWAY_WRITE_TIMEOUT={write_concern.timeout:g}: must be less than"
+            f" JETWAY_REDIS_TIMEOUT ({redis_timeout:g})"
+        )
     return Settings(
         host=read("JETWAY_HOST", str, defaults.host),
         port=read("JETWAY_PORT", _port, defaults.port),
         redis_url=redis_url,
         redis=read("REDIS_URL", parse_redis_url, parse_redis_url(DEFAULT_REDIS_URL)),
-        redis_timeout=read("JETWAY_REDIS_TIMEOUT", _positive_float, defaults.redis_timeout),
+        redis_timeout=redis_timeout,
         redis_pool=read("JETWAY_REDIS_POOL", _positive_int, defaults.redis_pool),
         max_body=max_body,
         max_ids=read("JETWAY_MAX_IDS", _positive_int, defaults.max_ids),
@@ -98,6 +112,7 @@ def from_environment(environ: Optional[Mapping[str, str]] = None) -> Settings:
         trusted_proxies=read("JETWAY_TRUSTED_PROXIES", _networks, defaults.trusted_proxies),
         auth=read("JETWAY_AUTH", _flag, defaults.auth),
         json_logs=read("JETWAY_LOG_FORMAT", _log_format, defaults.json_logs),
+        write_concern=write_concern,
     )
 
 
@@ -132,6 +147,13 @@ def _positive_int(text: str) -> int:
     value = int(text)
     if value <= 0:
         raise ValueError("must be a whole number above 0")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError("must be a whole number, 0 or more")
     return value
 
 

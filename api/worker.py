@@ -58,8 +58,17 @@ def run_worker(
     link = MeteredLink(
         connect(settings.redis, reactor, settings.redis_timeout, settings.redis_pool), metrics.observe_redis
     )
+    write_link = None
+    if settings.write_concern.waits:
+        # WAIT blocks the connection it is sent on: writes get a pool of their own.
+        write_link = MeteredLink(
+            connect(settings.redis, reactor, settings.redis_timeout, settings.redis_pool, spread=True),
+            metrics.observe_redis,
+        )
+        reactor.addSystemEventTrigger("before", "shutdown", write_link.close)
+    store = DocumentStore(link, write_link=write_link, write_concern=settings.write_concern)
     tokens = TokenCache(TokenStore(link), settings.redis, reactor, settings.redis_timeout) if settings.auth else None
-    app = app_factory(settings, DocumentStore(link), Gate(tokens, link, settings.auth), reactor, metrics)
+    app = app_factory(settings, store, Gate(tokens, link, settings.auth), reactor, metrics)
     port = adopt_listening_socket(reactor, fd, _nonblocking_family(fd), app)
     os.close(fd)  # the port took a copy
     app.listen_on(port)

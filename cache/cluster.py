@@ -108,16 +108,20 @@ class _Attempt:
     asking: bool = False
     load: Optional[bytes] = None  # a script's source to load on the node first
     pause: bool = False
+    wait: Optional[Command] = None  # a WAIT to send right after the command, on its connection
 
 
 class ClusterLink:
     """Sends commands to the right masters of a Redis Cluster, following its redirections."""
 
-    def __init__(self, address: RedisAddress, reactor: Any, timeout: float, poolsize: int = 4) -> None:
+    def __init__(
+        self, address: RedisAddress, reactor: Any, timeout: float, poolsize: int = 4, spread: bool = False
+    ) -> None:
         self._address = address
         self._reactor = reactor
         self._timeout = timeout
         self._poolsize = poolsize
+        self._spread = spread  # each node's pool (RedisLink)
         self._links: Dict[Node, RedisLink] = {}
         self._owners: List[Optional[Node]] = [None] * SLOTS
         self._mapped = False
@@ -137,6 +141,17 @@ class ClusterLink:
 
     def run_script(self, script: Script, keys: Sequence[bytes], args: Sequence[Arg]) -> defer.Deferred:
         return self.pipeline_scripts([script.call(keys, args)], [script]).addCallback(lambda replies: replies[0])
+
+    def run_script_waiting(
+        self, script: Script, keys: Sequence[bytes], args: Sequence[Arg], wait: Command
+    ) -> defer.Deferred:
+        """``run_script``, then ``wait`` on the connection of the node that ran it: fires with both replies.
+
+        The pair goes through redirections together, so the ``WAIT`` that
+        answers is always the one that followed the write on its node.
+        """
+        sent = self._resolve([script.call(keys, args)], [script], wait=wait)
+        return sent.addCallback(lambda replies: replies[0])
 
     def close(self) -> defer.Deferred:
         self._closed = True
@@ -208,10 +223,12 @@ class ClusterLink:
         scripts: Sequence[Script],
         first: Optional[List] = None,
         started: Optional[float] = None,
+        wait: Optional[Command] = None,
     ) -> Any:
         """Send, follow redirections, retry, until every command has its reply or its error.
 
         ``first``: the outcomes of a first try already made (by ``_run``), at ``started``.
+        ``wait``: sent after each command on its connection; a command's reply is then the pair.
         """
         if not self._mapped:
             yield self.refresh()
@@ -219,7 +236,7 @@ class ClusterLink:
         sources = {script.sha: script.source for script in scripts}
         replies: List[Any] = [None] * len(commands)
         errors: Dict[int, BaseException] = {}
-        todo = [_Attempt(index, command) for index, command in enumerate(commands)]
+        todo = [_Attempt(index, command, wait=wait) for index, command in enumerate(commands)]
         hops = 0
         while todo:
             if first is None:
@@ -290,11 +307,13 @@ class ClusterLink:
                 wire.append((b"ASKING",))
             places.append(len(wire))
             wire.append(attempt.command)
+            if attempt.wait is not None:
+                wire.append(attempt.wait)
         try:
             results = yield self._link(node).send_each(wire)
         except StoreError as error:
             return [(attempt, node, False, error) for attempt in attempts]
-        return [(attempt, node, *results[place]) for attempt, place in zip(attempts, places)]
+        return [(attempt, node, *_with_wait(attempt, results, place)) for attempt, place in zip(attempts, places)]
 
     def _owner(self, command: Command) -> Node:
         key = command_key(command)
@@ -310,7 +329,7 @@ class ClusterLink:
     def _link(self, node: Node) -> RedisLink:
         link = self._links.get(node)
         if link is None:
-            link = RedisLink(self._address.at(*node), self._reactor, self._timeout, self._poolsize)
+            link = RedisLink(self._address.at(*node), self._reactor, self._timeout, self._poolsize, self._spread)
             self._links[node] = link
         return link
 
@@ -342,6 +361,15 @@ class ClusterLink:
                 waiter.errback(result)
             else:
                 waiter.callback(None)
+
+
+def _with_wait(attempt: _Attempt, results: List[Tuple[bool, Any]], place: int) -> Tuple[bool, Any]:
+    """The attempt's outcome: with a ``WAIT``, the pair of replies once both succeeded."""
+    ok, reply = results[place]
+    if attempt.wait is None or not ok:
+        return ok, reply
+    waited_ok, waited = results[place + 1]
+    return (True, (reply, waited)) if waited_ok else (False, waited)
 
 
 def _concatenated(groups: List[List[Any]]) -> List[Any]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 
 class StoreError(Exception):
     """Base of everything the store raises on purpose."""
@@ -67,3 +69,19 @@ class DocumentTooLarge(StoreError):
     def __init__(self, size: int) -> None:
         super().__init__(f"the merged document would be {size} bytes")
         self.size = size
+
+
+class NotReplicated(StoreError):
+    """A write the primary applied but fewer replicas than the write concern confirmed in time (maps to 503).
+
+    The write is not undone (Redis cannot), so the error carries what the
+    client needs to check and retry safely: the new ETag (None for a delete).
+    """
+
+    def __init__(self, confirmed: int, wanted: int, timeout: float, etag: Optional[bytes]) -> None:
+        super().__init__(
+            f"the write was applied on the primary but confirmed by {confirmed} of {wanted} replicas"
+            f" within {timeout:g} s; it is lost if the primary fails before they have it"
+        )
+        self.etag = etag
+        self.doc_id: Optional[bytes] = None  # set for a create, whose id the client has not seen

@@ -47,6 +47,10 @@ class Link(Protocol):
 
     def run_script(self, script: Script, keys: Sequence[bytes], args: Sequence[Arg]) -> defer.Deferred: ...
 
+    def run_script_waiting(
+        self, script: Script, keys: Sequence[bytes], args: Sequence[Arg], wait: Command
+    ) -> defer.Deferred: ...
+
     def close(self) -> defer.Deferred: ...
 
 
@@ -76,11 +80,20 @@ class _Factory(ForgetsLostConnections, txredisapi.RedisFactory):
 
 
 class RedisLink:
-    """Sends commands to one Redis over a small pool of connections."""
+    """Sends commands to one Redis over a small pool of connections.
 
-    def __init__(self, address: RedisAddress, reactor: Any, timeout: float, poolsize: int = 4) -> None:
+    ``spread``: each batch goes down the connection with the fewest batches
+    waiting, not always the first. For a pool whose commands may block
+    their connection (``WAIT``), so that one slow batch does not hold up
+    the rest.
+    """
+
+    def __init__(
+        self, address: RedisAddress, reactor: Any, timeout: float, poolsize: int = 4, spread: bool = False
+    ) -> None:
         self._clock: IReactorTime = reactor
         self._timeout = timeout
+        self._spread = spread
         self._factory = self._start(address, reactor, timeout, poolsize)
 
     def _start(self, address: RedisAddress, reactor: Any, timeout: float, poolsize: int) -> txredisapi.RedisFactory:
@@ -125,6 +138,10 @@ class RedisLink:
         # by: a lost or timed-out connection leaves the queue and the next
         # one is first, without waiting for a redial.
         connections = self._factory.connectionQueue.pending
+        if self._spread and connections:
+            idlest = min(connections, key=_backlog)
+            if idlest.connected:
+                connections = [idlest]
         if connections and connections[0].connected:
             sent = connections[0].send(commands)
         else:
@@ -134,6 +151,13 @@ class RedisLink:
     def run_script(self, script: Script, keys: Sequence[bytes], args: Sequence[Arg]) -> defer.Deferred:
         """Run a Lua script by its SHA, loading it first if Redis lacks it."""
         return self.pipeline_scripts([script.call(keys, args)], [script]).addCallback(lambda replies: replies[0])
+
+    def run_script_waiting(
+        self, script: Script, keys: Sequence[bytes], args: Sequence[Arg], wait: Command
+    ) -> defer.Deferred:
+        """``run_script``, then ``wait`` (a ``WAIT``) on the same connection: fires with both replies."""
+        sent = self.pipeline_scripts([script.call(keys, args), wait], [script])
+        return sent.addCallback(tuple)
 
     def pipeline_scripts(self, commands: Sequence[Command], scripts: Sequence[Script]) -> defer.Deferred:
         """``pipeline``, where commands may call ``scripts`` by SHA.
@@ -167,6 +191,11 @@ class RedisLink:
         except (defer.TimeoutError, defer.CancelledError, txredisapi.ConnectionError):
             raise RedisUnavailable("no connection to Redis") from None
         return connection
+
+
+def _backlog(connection: Any) -> int:
+    """Batches a connection has sent and not had answered; a dead one counts as full."""
+    return connection.backlog if connection.connected else 1 << 30
 
 
 def _raise_first_error(replies: List[Any]) -> List[Any]:

@@ -41,6 +41,9 @@ class MeteredLink:
     def run_script(self, script: Any, keys: Any, args: Any) -> defer.Deferred:
         return self._timed("script", self._link.run_script(script, keys, args))
 
+    def run_script_waiting(self, script: Any, keys: Any, args: Any, wait: Any) -> defer.Deferred:
+        return self._timed("script", self._link.run_script_waiting(script, keys, args, wait))
+
     def _timed(self, operation: str, pending: defer.Deferred) -> defer.Deferred:
         started = self._clock()
 

@@ -138,6 +138,11 @@ class FastRedisProtocol(txredisapi.RedisProtocol):
             self.transport.doRead = self._read_replies
         return super().connectionMade()
 
+    @property
+    def backlog(self) -> int:
+        """Batches sent and not yet answered."""
+        return len(self._batches)
+
     def send(self, commands: Sequence[Sequence[Any]]) -> defer.Deferred:
         """Write ``commands`` at once; fires with their replies, or fails as a whole (lost, timed out)."""
         if not self.connected:

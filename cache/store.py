@@ -20,12 +20,15 @@ from cache import codec, keys, scripts
 from cache.errors import (
     DocumentNotFound,
     DocumentTooLarge,
+    NotReplicated,
     PreconditionFailed,
     WriteConflict,
 )
 from cache.ids import EtagFactory, UlidFactory
 from cache.link import Link
 from cache.merge_patch import merge_patch
+from cache.scripts import Script
+from cache.write_concern import PRIMARY_ONLY, WriteConcern
 
 _PUT_FAILED, _REPLACED, _CREATED = 0, 1, 2
 _DELETE_FAILED, _DELETE_MISSING = 0, -1
@@ -60,15 +63,25 @@ NO_CONDITIONS = Conditions()
 
 
 class DocumentStore:
-    """The document operations of the API, on a ``Link`` (one Redis, Sentinel or Cluster)."""
+    """The document operations of the API, on a ``Link`` (one Redis, Sentinel or Cluster).
+
+    With a ``write_concern`` that waits for replicas, writes go through
+    ``write_link`` (a pool of their own: ``WAIT`` blocks its connection).
+    """
 
     def __init__(
         self,
         link: Link,
         clock: Callable[[], float] = time.time,
         patch_attempts: int = 100,
+        write_link: Optional[Link] = None,
+        write_concern: WriteConcern = PRIMARY_ONLY,
     ) -> None:
+        if write_concern.waits and write_link is None:
+            raise ValueError("a write concern that waits for replicas needs a write link")
         self._link = link
+        self._write_link = write_link
+        self._write_concern = write_concern
         self._clock = clock
         self._ids = UlidFactory(clock)
         self._etags = EtagFactory()
@@ -108,7 +121,11 @@ class DocumentStore:
     def create(self, collection: bytes, body: bytes, ttl: Optional[int] = None) -> Any:
         """Store under a new ULID; fires with ``(id, Document)``."""
         doc_id = self._ids.new().encode()
-        document, _ = yield self.put(collection, doc_id, body, Conditions(if_none_match=b"*"), ttl)
+        try:
+            document, _ = yield self.put(collection, doc_id, body, Conditions(if_none_match=b"*"), ttl)
+        except NotReplicated as error:
+            error.doc_id = doc_id
+            raise
         return doc_id, document
 
     @defer.inlineCallbacks
@@ -137,7 +154,7 @@ class DocumentStore:
     @defer.inlineCallbacks
     def delete(self, collection: bytes, doc_id: bytes, if_match: bytes = b"") -> Any:
         """Delete; raises ``DocumentNotFound`` or ``PreconditionFailed``."""
-        result = yield self._link.run_script(
+        result, confirmed = yield self._run_write(
             scripts.DELETE,
             [keys.document_key(collection, doc_id), keys.index_key_for(collection, doc_id)],
             [doc_id, if_match],
@@ -146,6 +163,7 @@ class DocumentStore:
             raise PreconditionFailed()
         if result == _DELETE_MISSING:
             raise DocumentNotFound()
+        self._check_replicated(confirmed, None)
 
     def page(self, collection: bytes, limit: int, after: Optional[bytes]) -> defer.Deferred:
         """Up to ``limit`` bodies in id order, starting after the id ``after``."""
@@ -181,7 +199,7 @@ class DocumentStore:
     @defer.inlineCallbacks
     def _write(self, collection: bytes, doc_id: bytes, body: bytes, conditions: Conditions, ttl: bytes) -> Any:
         document = Document(body, self._etags.new(), self._now_as_http_date())
-        result = yield self._link.run_script(
+        result, confirmed = yield self._run_write(
             scripts.PUT,
             [keys.document_key(collection, doc_id), keys.index_key_for(collection, doc_id)],
             [
@@ -196,7 +214,22 @@ class DocumentStore:
         )
         if result == _PUT_FAILED:
             raise PreconditionFailed()
+        self._check_replicated(confirmed, document.etag)
         return document, result == _CREATED
+
+    def _run_write(self, script: Script, script_keys: List[bytes], args: List[Any]) -> defer.Deferred:
+        """A write script's reply and how many replicas confirmed it (None: not asked)."""
+        concern = self._write_concern
+        if not concern.waits:
+            return self._link.run_script(script, script_keys, args).addCallback(lambda reply: (reply, None))
+        assert self._write_link is not None
+        return self._write_link.run_script_waiting(script, script_keys, args, concern.wait_command())
+
+    def _check_replicated(self, confirmed: Optional[int], etag: Optional[bytes]) -> None:
+        """Raise ``NotReplicated`` when fewer replicas than the write concern confirmed a write that happened."""
+        concern = self._write_concern
+        if confirmed is not None and confirmed < concern.replicas:
+            raise NotReplicated(confirmed, concern.replicas, concern.timeout, etag)
 
     def _now_as_http_date(self) -> bytes:
         # Made once a second, not once a write: formatting it (email.utils

@@ -13,13 +13,13 @@ from cache.link import Link, RedisLink, endpoint_for
 from cache.sentinel import MasterEndpoint, SentinelLink
 
 
-def connect(address: RedisAddress, reactor: Any, timeout: float, poolsize: int = 4) -> Link:
-    """A link to ``address``; ``poolsize`` connections per server it talks to."""
+def connect(address: RedisAddress, reactor: Any, timeout: float, poolsize: int = 4, spread: bool = False) -> Link:
+    """A link to ``address``; ``poolsize`` connections per server it talks to (``spread``: see ``RedisLink``)."""
     if address.kind == SENTINEL:
-        return SentinelLink(address, reactor, timeout, poolsize)
+        return SentinelLink(address, reactor, timeout, poolsize, spread)
     if address.kind == CLUSTER:
-        return ClusterLink(address, reactor, timeout, poolsize)
-    return RedisLink(address, reactor, timeout, poolsize)
+        return ClusterLink(address, reactor, timeout, poolsize, spread)
+    return RedisLink(address, reactor, timeout, poolsize, spread)
 
 
 def subscriber_endpoint(address: RedisAddress, reactor: Any, timeout: float) -> Any:

@@ -21,6 +21,7 @@ from cache import codec
 from cache.errors import (
     DocumentNotFound,
     DocumentTooLarge,
+    NotReplicated,
     PreconditionFailed,
     RedisNotReady,
     RedisOutOfMemory,
@@ -56,6 +57,12 @@ _STORE_ERRORS: Dict[Type[Exception], Any] = {
         {"Retry-After": RETRY_AFTER_SECONDS},
     ),
     RedisReplyError: lambda e: ApiError(502, "redis-error", "Redis answered with an error"),
+    NotReplicated: lambda e: ApiError(
+        503,
+        "not-replicated",
+        str(e) + "; check with GET, or retry with If-Match" + ("" if e.etag is None else f" {e.etag.decode()}"),
+        {"Retry-After": RETRY_AFTER_SECONDS, **({} if e.etag is None else {"ETag": e.etag.decode()})},
+    ),
     DocumentNotFound: lambda e: not_found(),
     PreconditionFailed: lambda e: precondition_failed(),
     WriteConflict: lambda e: ApiError(409, "write-conflict", "too many concurrent writers; retry"),

@@ -10,9 +10,10 @@ from typing import Any, List, Optional
 
 from twisted.internet import defer
 
+from cache.errors import NotReplicated
 from cache.store import Page
 from handlers import validation
-from handlers.base import ResourceHandler
+from handlers.base import ResourceHandler, as_api_error
 from handlers.errors import bad_request
 
 
@@ -64,6 +65,15 @@ class CollectionHandler(ResourceHandler):
         validation.json_document(
             self.request.body, self.request.headers.get("Content-Type"), validation.JSON, self.max_body
         )
-        doc_id, document = yield self.store.create(name, self.request.body, validation.ttl(self.query_argument("ttl")))
+        try:
+            doc_id, document = yield self.store.create(
+                name, self.request.body, validation.ttl(self.query_argument("ttl"))
+            )
+        except NotReplicated as error:
+            # Stored on the primary under an id the client has not seen: say where.
+            problem = as_api_error(error)
+            assert problem is not None and error.doc_id is not None
+            problem.headers["Location"] = f"/v1/{collection}/{error.doc_id.decode()}"
+            raise problem from None
         self.set_header("Location", f"/v1/{collection}/{doc_id.decode()}")
         self.send_document(201, document)

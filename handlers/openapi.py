@@ -53,6 +53,11 @@ PROBLEM_TYPES: Tuple[Tuple[str, str], ...] = (
     ("redis-unavailable", "503: Redis cannot be reached; retry after `Retry-After` seconds"),
     ("redis-not-ready", "503: Redis is a replica, loading, busy with a script or its cluster is in flux; retry"),
     ("redis-out-of-memory", "507: Redis is at maxmemory and refuses writes"),
+    (
+        "not-replicated",
+        "503: a write applied on the primary but not confirmed by `JETWAY_WRITE_REPLICAS` replicas in time;"
+        " `ETag` is the new one",
+    ),
     ("not-ready", "503 (`/readyz` only): Redis does not answer"),
     ("redis-timeout", "504: Redis did not answer in time"),
     # Refused by the connection before any handler runs; the connection closes.
@@ -139,6 +144,22 @@ def _errors(statuses: Iterable[int], **details: str) -> Dict[str, Json]:
         )
         for status in sorted(statuses)
     }
+
+
+_NOT_REPLICATED = (
+    " On a write, also `not-replicated`: the primary applied it, but fewer than `JETWAY_WRITE_REPLICAS`"
+    " replicas confirmed it within `JETWAY_WRITE_TIMEOUT` seconds, so a failover before they have it loses it."
+    " Check with GET, or retry with `If-Match` and the `ETag` sent (on a create, at `Location`)."
+)
+
+
+def _write_errors(statuses: Iterable[int], *headers_503: str, **details: str) -> Dict[str, Json]:
+    """``_errors`` of a write: its 503 may also be `not-replicated`, with the headers to check it by."""
+    errors = _errors(statuses, **details)
+    errors["503"] = _response(
+        _ERRORS[503] + _NOT_REPLICATED, _ref("schemas", "Problem"), ("Retry-After", *headers_503), PROBLEM_TYPE
+    )
+    return errors
 
 
 def _stored(description: str) -> Json:
@@ -236,8 +257,9 @@ def _document_operations() -> Json:
         {
             "200": _stored("Replaced; the body is the document as stored."),
             "201": _stored("Created; the body is the document as stored."),
-            **_errors(
+            **_write_errors(
                 (400, 412, 413, 415, 507, *_REDIS),
+                "ETag",
                 e400="Invalid collection name, document id or `ttl`; malformed JSON; or not an object.",
                 e412="`If-Match` does not match, or `If-None-Match` matches (`*`: the document exists).",
             ),
@@ -251,8 +273,9 @@ def _document_operations() -> Json:
         "documents",
         {
             "200": _stored("Patched; the body is the compact serialization of the merged document."),
-            **_errors(
+            **_write_errors(
                 (400, 404, 409, 412, 413, 415, 422, 507, *_REDIS),
+                "ETag",
                 e400="Invalid collection name or document id; malformed JSON; or the patch is not an object.",
                 e412="`If-Match` does not match the current ETag.",
                 e413="The patch, or the merged document, is larger than `JETWAY_MAX_BODY` bytes (default 1 MiB).",
@@ -270,7 +293,7 @@ def _document_operations() -> Json:
         "documents",
         {
             "204": _response("Deleted."),
-            **_errors((400, 404, 412, *_REDIS), e400="Invalid collection name or document id."),
+            **_write_errors((400, 404, 412, *_REDIS), e400="Invalid collection name or document id."),
         },
         parameters=_parameters_named("If-Match"),
     )
@@ -303,8 +326,10 @@ def _collection_operations() -> Json:
                 _ref("schemas", "Document"),
                 ("Location", "ETag", "Last-Modified"),
             ),
-            **_errors(
+            **_write_errors(
                 (400, 413, 415, 507, *_REDIS),
+                "ETag",
+                "Location",
                 e400="Invalid collection name or `ttl`; malformed JSON; or not an object.",
             ),
         },

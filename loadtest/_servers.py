@@ -16,7 +16,7 @@ import subprocess
 import time
 import urllib.request
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from loadtest._token import ROOT
 
@@ -128,22 +128,27 @@ class Processes:
             sizes.append(round(kib / 1024, 1))
         return sizes
 
-    def redis(self, cpus: Optional[Sequence[int]] = None) -> str:
-        """A private redis-server on a unix socket; returns its REDIS_URL."""
+    def redis(self, cpus: Optional[Sequence[int]] = None, replica: bool = False) -> str:
+        """A private redis-server on a unix socket; returns its REDIS_URL.
+
+        ``replica``: with a replica too, in sync before this returns (a
+        replica dials its master over TCP, so the master listens on a port).
+        """
         path = self.directory / "redis.sock"
-        command = ["redis-server", "--port", "0", "--unixsocket", str(path), "--unixsocketperm", "700"]
-        command += ["--save", "", "--appendonly", "no", "--dir", str(self.directory)]
+        port = free_port() if replica else 0
+        command = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--unixsocket", str(path)]
+        command += ["--unixsocketperm", "700", "--save", "", "--appendonly", "no", "--dir", str(self.directory)]
         process = self.start("redis", command, cpus=cpus)
-
-        def answers() -> bool:
-            self.check_alive(process, "redis")
-            with socket.socket(socket.AF_UNIX) as probe:
-                probe.settimeout(1)
-                probe.connect(str(path))
-                probe.sendall(b"PING\r\n")
-                return probe.recv(16).startswith(b"+PONG")
-
-        wait_until(answers, START_TIMEOUT, "redis-server")
+        wait_until(lambda: _redis_says(process, path, b"PING", b"+PONG"), START_TIMEOUT, "redis-server")
+        if replica:
+            home = self.directory / "replica"
+            home.mkdir(exist_ok=True)
+            replica_path = home / "redis.sock"
+            command = ["redis-server", "--port", "0", "--unixsocket", str(replica_path), "--save", ""]
+            command += ["--appendonly", "no", "--dir", str(home), "--replicaof", "127.0.0.1", str(port)]
+            copy = self.start("redis-replica", command, cpus=cpus)
+            in_sync = b"master_link_status:up"
+            wait_until(lambda: _redis_says(copy, replica_path, b"INFO replication", in_sync), START_TIMEOUT, "sync")
         return f"unix://{path}"
 
     def jetway(
@@ -154,13 +159,14 @@ class Processes:
         workers: int,
         cpus: Optional[Sequence[int]] = None,
         module: str = "api",
+        settings: Sequence[Tuple[str, str]] = (),
     ) -> str:
         """``python -m MODULE serve`` on a free port; returns its base URL."""
         if not python.exists():
             raise RuntimeError(f"{python} is missing (make setup / make setup-cpython)")
         port = free_port()
         command = [str(python), "-m", module, "serve", "--port", str(port), "--workers", str(workers)]
-        env = {"REDIS_URL": redis_url, "JETWAY_ACCESS_LOG": "off"}
+        env = {"REDIS_URL": redis_url, "JETWAY_ACCESS_LOG": "off", **dict(settings)}
         process = self.start(name, command, env=env, cpus=cpus)
         base = f"http://127.0.0.1:{port}"
 
@@ -193,6 +199,17 @@ class Processes:
 
         wait_until(serving, START_TIMEOUT, f"nginx on port {port}")
         return base
+
+
+def _redis_says(process: subprocess.Popen, path: Path, command: bytes, expected: bytes) -> bool:
+    """Whether the redis-server on unix socket ``path`` answers ``command`` with ``expected`` in its reply."""
+    if process.poll() is not None:
+        raise RuntimeError(f"redis-server exited with {process.returncode}")
+    with socket.socket(socket.AF_UNIX) as probe:
+        probe.settimeout(1)
+        probe.connect(str(path))
+        probe.sendall(command + b"\r\n")
+        return expected in probe.recv(4096)
 
 
 def _nginx_conf(directory: Path, root: Path, port: int, workers: int) -> str:

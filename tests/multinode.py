@@ -190,18 +190,51 @@ class ClusterServers:
         return RedisCluster(startup_nodes=nodes)
 
 
-class SentinelServers:
-    """One master, one replica, three sentinels watching them as ``mymaster``."""
+class ReplicatedPair:
+    """A master and one replica of it, nothing watching them.
 
-    def __init__(self, directory: Path, down_after_ms: int = 1000) -> None:
+    ``upstream``: the port the replica dials for its master, when something
+    stands between them (``tests.lag_proxy``); the master's own by default.
+    """
+
+    def __init__(self, directory: Path, upstream: Optional[int] = None) -> None:
         self.directory = directory
         master_port, replica_port = free_port(), free_port()
         self.master = RedisProcess(directory / "master", master_port, data_args(directory / "master", master_port))
         self.replica = RedisProcess(
             directory / "replica",
             replica_port,
-            [*data_args(directory / "replica", replica_port), "--replicaof", "127.0.0.1", str(master_port)],
+            [*data_args(directory / "replica", replica_port), "--replicaof", "127.0.0.1", str(upstream or master_port)],
         )
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.master.port}/0"
+
+    def start(self) -> ReplicatedPair:
+        self.master.start()
+        self.replica.start()
+        wait_until(self.replica_in_sync, 30, "the replica to sync")
+        return self
+
+    def stop(self) -> None:
+        for process in (self.replica, self.master):
+            process.stop()
+
+    def replica_in_sync(self) -> bool:
+        with self.replica.client() as client:
+            return client.info("replication")["master_link_status"] == "up"
+
+
+class SentinelServers:
+    """One master, one replica, three sentinels watching them as ``mymaster``."""
+
+    def __init__(self, directory: Path, down_after_ms: int = 1000, upstream: Optional[int] = None) -> None:
+        """``upstream``: as for ``ReplicatedPair``."""
+        self.directory = directory
+        self.pair = ReplicatedPair(directory, upstream)
+        self.master, self.replica = self.pair.master, self.pair.replica
+        master_port = self.master.port
         self.sentinels: List[RedisProcess] = []
         for index in range(3):
             port = free_port()
@@ -222,17 +255,16 @@ class SentinelServers:
         return "redis-sentinel://" + ",".join(f"127.0.0.1:{s.port}" for s in self.sentinels) + f"/{SERVICE}"
 
     def start(self) -> SentinelServers:
-        self.master.start()
-        self.replica.start()
-        wait_until(self._replica_in_sync, 30, "the replica to sync")
+        self.pair.start()
         for sentinel in self.sentinels:
             sentinel.start()
         wait_until(self._sentinels_ready, 30, "the sentinels to know the replica and each other")
         return self
 
     def stop(self) -> None:
-        for process in (*self.sentinels, self.replica, self.master):
+        for process in self.sentinels:
             process.stop()
+        self.pair.stop()
 
     def master_address(self) -> Tuple[str, int]:
         with self.sentinels[0].client() as client:
@@ -247,10 +279,6 @@ class SentinelServers:
     def current_master(self) -> RedisProcess:
         port = self.master_address()[1]
         return next(process for process in (self.master, self.replica) if process.port == port)
-
-    def _replica_in_sync(self) -> bool:
-        with self.replica.client() as client:
-            return client.info("replication")["master_link_status"] == "up"
 
     def _sentinels_ready(self) -> bool:
         for sentinel in self.sentinels:

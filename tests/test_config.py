@@ -4,6 +4,7 @@ import pytest
 
 from api.config import ConfigError, from_environment
 from cache.address import parse_redis_url
+from cache.write_concern import WriteConcern
 
 
 def test_defaults():
@@ -27,6 +28,9 @@ def test_defaults():
         ("JETWAY_ACCESS_LOG", "maybe"),
         ("JETWAY_SEND_TIMEOUT", "0"),
         ("JETWAY_BODY_BUDGET", "1000"),
+        ("JETWAY_WRITE_REPLICAS", "-1"),
+        ("JETWAY_WRITE_REPLICAS", "one"),
+        ("JETWAY_WRITE_TIMEOUT", "0"),
         ("REDIS_URL", "http://x"),
         ("REDIS_URL", "redis://h:port/0"),
     ],
@@ -50,3 +54,13 @@ def test_the_body_budget_holds_at_least_one_body_of_the_largest_size():
     assert from_environment({"JETWAY_MAX_BODY": str(100 * 1024 * 1024)}).body_budget == 100 * 1024 * 1024
     with pytest.raises(ConfigError, match="JETWAY_BODY_BUDGET=.*at least JETWAY_MAX_BODY"):
         from_environment({"JETWAY_MAX_BODY": "2000", "JETWAY_BODY_BUDGET": "1000"})
+
+
+def test_the_write_concern_defaults_to_the_primary_and_waits_less_than_the_redis_timeout():
+    assert from_environment({}).write_concern == WriteConcern(0, 1.0)
+    concern = from_environment({"JETWAY_WRITE_REPLICAS": "2", "JETWAY_WRITE_TIMEOUT": "0.25"}).write_concern
+    assert concern.waits and concern.wait_command() == (b"WAIT", 2, 250)
+    with pytest.raises(ConfigError, match="JETWAY_WRITE_TIMEOUT=2: must be less than JETWAY_REDIS_TIMEOUT"):
+        from_environment({"JETWAY_WRITE_REPLICAS": "1", "JETWAY_WRITE_TIMEOUT": "2"})
+    # Without a write concern the timeout is unused, and a short Redis timeout is fine.
+    assert from_environment({"JETWAY_REDIS_TIMEOUT": "0.5"}).write_concern.timeout == 1.0

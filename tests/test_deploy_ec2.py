@@ -66,6 +66,7 @@ def test_the_template_carries_user_data_sh_verbatim(resources):
         "paste the script into the second part of the Fn::Join, indented like the lines around it"
     )
     assert "export REDIS_URL='rediss://${Redis.PrimaryEndPoint.Address}" in settings["Fn::Sub"]
+    assert "JETWAY_WRITE_REPLICAS='${WriteReplicas}'" in settings["Fn::Sub"]
 
 
 def test_the_balancer_closes_idle_connections_before_jetway_and_checks_readyz(resources):
@@ -233,6 +234,7 @@ def test_the_first_run_installs_tunes_and_starts_jetway_under_supervisor(machine
     env = machine.etc("jetway/jetway.env")
     assert "REDIS_URL=rediss://master.jetway.example.invalid:6379/0" in env.splitlines()
     assert f"JETWAY_DIR={machine.jetway_dir}" in env.splitlines()
+    assert "JETWAY_WRITE_REPLICAS=0" in env.splitlines()  # unless the template says 1
     assert (machine.sysroot / "etc/jetway/jetway.env").stat().st_mode & 0o777 == 0o640  # it may hold a password
     drop_in = machine.etc("systemd/system/supervisor.service.d/jetway.conf")
     assert "EnvironmentFile=/etc/jetway/jetway.env" in drop_in and "LimitNOFILE=1048576" in drop_in

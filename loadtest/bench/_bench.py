@@ -69,6 +69,11 @@ class Server:
     python: Optional[Path] = None
     module: str = "api"
     workers: int = 1
+    env: Tuple[Tuple[str, str], ...] = ()  # settings of this server only
+
+    @property
+    def needs_replica(self) -> bool:
+        return dict(self.env).get("JETWAY_WRITE_REPLICAS", "0") != "0"
 
 
 @dataclass(frozen=True)
@@ -124,6 +129,15 @@ def servers(workers: int) -> List[Server]:
         Server("pypy1", "Jetway PyPy, 1 worker", "jetway", PYPY, workers=1),
         Server("cpython1", "Jetway CPython 3.11, 1 worker", "jetway", CPYTHON, workers=1),
         Server("nginx", f"nginx static file, {workers} workers", "nginx", workers=workers),
+        # Writes answered once a replica has them (cache/write_concern.py); choosing it gives Redis a replica.
+        Server(
+            "wait1",
+            f"Jetway PyPy, {workers} workers, JETWAY_WRITE_REPLICAS=1",
+            "jetway",
+            PYPY,
+            workers=workers,
+            env=(("JETWAY_WRITE_REPLICAS", "1"),),
+        ),
         Server(
             "reencode",
             f"PyPy decode+re-encode, {workers} workers",
@@ -208,14 +222,16 @@ class Bench:
         self.fresh_rss_mb: List[float] = []
 
     def run(self, processes: Processes) -> List[Run]:
-        redis_url = processes.redis(cpus=self.plan.server)
+        # Every server shares the one Redis; with a replica when a server waits for one.
+        with_replica = any(server.needs_replica for server in self.servers)
+        redis_url = processes.redis(cpus=self.plan.server, replica=with_replica)
         server_env = dict(item.split("=", 1) for item in self.args.server_env.split())
         os.environ.update(server_env)  # the Jetway servers inherit it
         for server in self.servers:
             if server.kind == "jetway":
                 print(f"bench: starting {server.label}", flush=True)
                 self.bases[server.key] = processes.jetway(
-                    server.key, server.python, redis_url, server.workers, self.plan.server, server.module
+                    server.key, server.python, redis_url, server.workers, self.plan.server, server.module, server.env
                 )
         token = _token.resolve(str(PYPY), redis_url, os.environ.get("JETWAY_TOKEN", ""))
         self.headers, self.token_source = token.headers(), token.source
@@ -449,6 +465,8 @@ def _parser() -> argparse.ArgumentParser:
         return type(default)(os.environ.get(f"BENCH_{name}", default))
 
     all_servers = ",".join(server.key for server in servers(1))
+    # A replica changes every server's writes: only when asked for (--servers pypy,wait1).
+    usual_servers = ",".join(server.key for server in servers(1) if not server.needs_replica)
     all_endpoints = ",".join(endpoint.key for endpoint in endpoints(1, 1024))
     parser = argparse.ArgumentParser(prog="python -m loadtest.bench", description=__doc__.split("\n")[0])
     parser.add_argument("--warmup", type=float, default=env("WARMUP", 25.0), help="s of load per server first (≥15)")
@@ -459,7 +477,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--pin", choices=("auto", "off"), default=env("PIN", "off"), help="auto: wrk and the servers on separate cores"
     )
-    parser.add_argument("--servers", type=_keys, default=env("SERVERS", all_servers), help=all_servers)
+    parser.add_argument("--servers", type=_keys, default=env("SERVERS", usual_servers), help=all_servers)
     parser.add_argument("--endpoints", type=_keys, default=env("ENDPOINTS", all_endpoints), help=all_endpoints)
     parser.add_argument("--small", type=int, default=env("SMALL_BYTES", 200), help="bytes of the small document")
     parser.add_argument("--large", type=int, default=env("LARGE_BYTES", 10240), help="bytes of the large document")
