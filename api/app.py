@@ -56,4 +56,6 @@ def make_app(
     )
     access_log = AccessLog(sys.stdout, settings.json_logs, reactor) if settings.access_log else None
     observer = Observer(metrics, access_log)
-    return JetwayApplication(routes, reactor, limits, observer, error_handler=NoRouteHandler)
+    app = JetwayApplication(routes, reactor, limits, observer, error_handler=NoRouteHandler)
+    app.debug_burn_seconds = settings.debug_burn_us / 1e6
+    return app

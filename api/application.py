@@ -36,6 +36,8 @@ class JetwayApplication(cyclone.web.Application):
     """
 
     protocol = JetwayConnection
+    # JETWAY_DEBUG_BURN_US in seconds (handlers/debug_burn.py); 0 in production.
+    debug_burn_seconds = 0.0
 
     def __init__(self, handlers: Any, clock: Any, limits: HttpLimits, observer: Observer, **settings: Any) -> None:
         # No output transforms: every response has a Content-Length, so

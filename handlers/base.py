@@ -33,6 +33,7 @@ from cache.errors import (
 from cache.ratelimit import RateDecision
 from cache.store import Document, DocumentStore
 from handlers.auth import RATE_SCRIPTS, Gate, Grant
+from handlers.debug_burn import burn_cpu
 from handlers.errors import ApiError, bad_request, not_found, precondition_failed
 
 JSON_TYPE = "application/json"
@@ -96,6 +97,8 @@ class JsonHandler(cyclone.web.RequestHandler):
         # Cyclone's own __init__ also builds the template helpers (ui
         # modules and methods) for every request; a JSON API has none.
         self.application = application
+        if application.debug_burn_seconds:
+            burn_cpu(application.debug_burn_seconds)
         self.request = request
         self._headers_written = False
         self._finished = False

@@ -7,9 +7,11 @@ whose figures are dropped, then the measured window), and writes locust's
 CSV, JSON and HTML report and the run's figures under ``loadtest/results/``.
 
 - ``run``: just that; exits non-zero if a request failed.
-- ``check``: the same scenario as the baseline's, then the check against it
-  (``loadtest._baseline``): non-zero, naming request and figure, on a regression.
-- ``record``: writes the figures as the new ``loadtest/baseline.json``.
+- ``check``: the baseline commit and this tree side by side, in alternating
+  rounds of the baseline's scenario (``loadtest._gate``): non-zero, naming
+  request and figure, on a regression.
+- ``record``: makes HEAD the baseline: writes its commit, the scenario and
+  the gate's rounds and bounds to ``loadtest/baseline.json``.
 
 Everything it starts is stopped by pid when it ends, also on failure or SIGTERM.
 """
@@ -27,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from loadtest import _baseline, _token
+from loadtest import _baseline, _gate, _token
 from loadtest._servers import PYPY, Processes, stop_on_sigterm
 from loadtest._token import ROOT
 
@@ -43,13 +45,19 @@ DEFAULTS: Dict[str, Any] = {
     "workers": os.cpu_count() or 1,
     "locust_args": [],
 }
+# The gate's load: heavier than `make loadtest`'s, so that the measured
+# requests outweigh each run's seeding, and its rounds (loadtest/_gate.py).
+GATE_SCENARIO: Dict[str, Any] = {**DEFAULTS, "users": 50, "user_rate": 10.0}
+GATE_DEFAULTS: Dict[str, Any] = {
+    "rounds": 5,
+    "round_seconds": 15.0,
+    "warmup_seconds": 15.0,
+    "cpu_tolerance": _gate.DEFAULT_CPU_TOLERANCE,
+    "latency_tolerance": _gate.DEFAULT_LATENCY_TOLERANCE,
+    "latency_slack_ms": _gate.DEFAULT_LATENCY_SLACK_MS,
+}
 # Seeding and start-up come on top of warm-up and measuring; past this, give up.
 SLACK_SECONDS = 600
-MACHINE_NOTE = (
-    "shared 2-core VM: other jobs (other engineers' test suites) run at the same time, so p95/p99 move "
-    "by tens of percent between runs and loadtest-check can fail on that noise alone; re-run it, or widen "
-    "LOADTEST_TOLERANCE, before believing a regression recorded here"
-)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -58,23 +66,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = _parser().parse_args(argv[: argv.index("--")] if "--" in argv else argv)
     args.locust_args = extra
     stop_on_sigterm()
-    baseline = json.loads(args.baseline.read_text()) if args.command == "check" else None
-    scenario = _scenario(args, baseline["scenario"] if baseline else {})
-    name = args.name or f"loadtest-{args.command}"
-    figures = run(scenario, args.python, args.results, name, args.locustfile)
+    if args.command == "record":
+        return _record(args)
+    if args.command == "check":
+        return _check(args, json.loads(args.baseline.read_text()))
+    scenario = _scenario(args, {})
+    figures = run(scenario, args.python, args.results, args.name or "loadtest-run", args.locustfile)
     if not figures:
         print("loadtest: the run measured nothing (see locust's log above)", file=sys.stderr)
         return 2
-    if args.command == "record":
-        return _record(figures, scenario, args)
-    if args.command == "check":
-        tolerance = args.tolerance if args.tolerance is not None else baseline.get("tolerance")
-        limits = _baseline.Limits(
-            tolerance=_baseline.DEFAULT_TOLERANCE if tolerance is None else tolerance,
-            min_requests=args.min_requests,
-            latency_slack_ms=args.latency_slack_ms,
-        )
-        return _baseline.check(args.baseline, figures, limits)
     failed = figures.get(_baseline.AGGREGATED, {}).get("failures", 0)
     return 1 if failed else 0
 
@@ -160,21 +160,85 @@ def _figures_table(figures: Dict[str, Dict[str, float]]) -> str:
     return "\n".join(lines)
 
 
-def _record(figures: Dict[str, Any], scenario: Dict[str, Any], args: argparse.Namespace) -> int:
-    failed = figures.get(_baseline.AGGREGATED, {}).get("failures", 0)
-    if failed:
-        print(f"loadtest-record: {failed:.0f} requests failed; not recording a baseline", file=sys.stderr)
-        return 1
+def _check(args: argparse.Namespace, baseline: Dict[str, Any]) -> int:
+    """This tree against the baseline commit, side by side (``loadtest._gate``)."""
+    commit = baseline.get("commit")
+    if not commit:
+        print("loadtest-check: the baseline names no commit; run make loadtest-record", file=sys.stderr)
+        return 2
+    scenario = _scenario(args, baseline["scenario"])
+    gate = _gate_settings(args, baseline.get("gate", {}))
+    limits = _gate.Limits(gate["cpu_tolerance"], gate["latency_tolerance"], gate["latency_slack_ms"])
+    # Taken out of the environment the servers inherit: the baseline must not burn.
+    burn = os.environ.pop(_gate.BURN_VARIABLE, "")
+    sides = [
+        _gate.Side("baseline", _gate.baseline_tree(commit), {}),
+        # Only this tree slows down when asked: against itself, a burn on both sides would cancel out.
+        _gate.Side("this-tree", ROOT, {_gate.BURN_VARIABLE: burn} if burn else {}),
+    ]
+    name = args.name or "loadtest-check"
+    args.results.mkdir(parents=True, exist_ok=True)
+    print(f"loadtest-check: baseline {commit[:12]} against this tree ({_git_commit()})")
+    print(f"loadtest-check: scenario {json.dumps(scenario)}")
+    print(f"loadtest-check: {gate['rounds']} rounds of {gate['round_seconds']:g} s, after {gate['warmup_seconds']:g} s")
+    if burn:
+        print(f"loadtest-check: {_gate.BURN_VARIABLE}={burn} on this tree (a slowdown made on purpose)")
+    measured: Dict[str, List[_gate.Round]] = {side.name: [] for side in sides}
+    with tempfile.TemporaryDirectory(prefix="jetway-loadtest-") as scratch, Processes(Path(scratch)) as processes:
+        for side in sides:
+            _gate.start(side, processes, scenario["workers"], args.python)
+        for side in sides:  # PyPy's JIT first; not counted
+            _measure_round(side, {**scenario, "warmup": 0.0, "duration": gate["warmup_seconds"]}, args, f"{name}-warm")
+        for number in range(gate["rounds"]):
+            for side in sides if number % 2 == 0 else sides[::-1]:
+                window = {**scenario, "warmup": 1.0, "duration": gate["round_seconds"]}
+                measured[side.name].append(_measure_round(side, window, args, f"{name}-{number + 1}"))
+                figure = measured[side.name][-1].cpu_us_per_request
+                print(f"loadtest-check: round {number + 1}, {side.name}: {figure:.1f} µs of worker CPU per request")
+    lines, failures = _gate.verdict(measured["baseline"], measured["this-tree"], limits)
+    report = "\n".join(lines)
+    print(report)
+    (args.results / f"{name}.txt").write_text(report + "\n" + "\n".join(failures) + "\n")
+    for failure in failures:
+        print(f"loadtest-check: {failure}", file=sys.stderr)
+    print(f"loadtest-check: {'FAILED' if failures else 'passed'}; report in {args.results / (name + '.txt')}")
+    return 1 if failures else 0
+
+
+def _gate_settings(args: argparse.Namespace, recorded: Dict[str, Any]) -> Dict[str, Any]:
+    """The gate's rounds and bounds: given here (or LOADTEST_*), else recorded, else the defaults."""
+    settings = {**GATE_DEFAULTS, **recorded}
+    for key in GATE_DEFAULTS:
+        if getattr(args, key, None) is not None:
+            settings[key] = getattr(args, key)
+    return settings
+
+
+def _measure_round(side: _gate.Side, scenario: Dict[str, Any], args: argparse.Namespace, name: str) -> _gate.Round:
+    prefix = args.results / f"{name}-{side.name}"
+    Path(f"{prefix}.json").unlink(missing_ok=True)
+    command = _locust_command(scenario, side.base, prefix, args.locustfile)
+    return _gate.measure(side, command, Path(f"{prefix}.json"))
+
+
+def _record(args: argparse.Namespace) -> int:
+    """HEAD becomes the baseline: what the gate needs to run it again beside a later tree."""
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True)
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True)
+    if dirty.stdout.strip():
+        print("loadtest-record: uncommitted changes are not part of the baseline (it is a commit)", file=sys.stderr)
+    gate = _gate_settings(args, {})
     baseline = {
-        "about": "figures of `make loadtest-record`; `make loadtest-check` runs the same scenario against them",
+        "about": "the commit `make loadtest-check` runs beside the tree it checks, and how (loadtest/_gate.py)",
+        "commit": commit.stdout.strip(),
         "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": {**machine(args.python), "note": os.environ.get("LOADTEST_MACHINE_NOTE", MACHINE_NOTE)},
-        "scenario": scenario,
-        "tolerance": args.tolerance if args.tolerance is not None else _baseline.DEFAULT_TOLERANCE,
-        "requests": figures,
+        "machine": machine(args.python),
+        # The gate's rounds replace the scenario's warm-up and duration.
+        "scenario": {k: v for k, v in _scenario(args, GATE_SCENARIO).items() if k not in ("warmup", "duration")},
+        "gate": gate,
     }
     args.baseline.write_text(json.dumps(baseline, indent=2) + "\n")
-    print(f"loadtest-record: wrote {args.baseline}")
+    print(f"loadtest-record: wrote {args.baseline}: baseline {baseline['commit'][:12]}")
     return 0
 
 
@@ -253,20 +317,20 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--warmup", type=float, help=f"seconds, not counted (LOADTEST_WARMUP, {DEFAULTS['warmup']})")
     parser.add_argument("--duration", type=float, help=f"seconds measured (LOADTEST_DURATION, {DEFAULTS['duration']})")
     parser.add_argument("--workers", type=int, help="Jetway workers (LOADTEST_WORKERS, the cores)")
-    tolerance = os.environ.get("LOADTEST_TOLERANCE")
-    parser.add_argument(
-        "--tolerance",
-        type=float,
-        default=float(tolerance) if tolerance else None,
-        help="allowed change, 0.2 is 20%% (LOADTEST_TOLERANCE; check: default the baseline's)",
-    )
-    parser.add_argument("--min-requests", type=int, default=_baseline.DEFAULT_MIN_REQUESTS)
-    parser.add_argument(
-        "--latency-slack-ms",
-        type=float,
-        default=float(os.environ.get("LOADTEST_LATENCY_SLACK_MS") or _baseline.DEFAULT_LATENCY_SLACK_MS),
-        help="a p95/p99 rise under this many ms is never a regression (LOADTEST_LATENCY_SLACK_MS)",
-    )
+
+    def number(name: str, kind: Any, what: str) -> None:
+        variable = "LOADTEST_" + name.upper()
+        given = os.environ.get(variable)
+        default = kind(given) if given else None
+        option = "--" + name.replace("_", "-")
+        parser.add_argument(option, dest=name, type=kind, default=default, help=f"check: {what} ({variable})")
+
+    number("rounds", int, f"rounds per side (default {GATE_DEFAULTS['rounds']})")
+    number("round_seconds", float, f"seconds per round (default {GATE_DEFAULTS['round_seconds']:g})")
+    number("warmup_seconds", float, f"seconds of unmeasured load per side first ({GATE_DEFAULTS['warmup_seconds']:g})")
+    number("cpu_tolerance", float, f"allowed rise of CPU per request, 0.12 is 12%% ({_gate.DEFAULT_CPU_TOLERANCE})")
+    number("latency_tolerance", float, f"allowed rise of a p50 ({_gate.DEFAULT_LATENCY_TOLERANCE})")
+    number("latency_slack_ms", float, f"a p50 rise under this many ms passes ({_gate.DEFAULT_LATENCY_SLACK_MS:g})")
     parser.add_argument(
         "--locustfile",
         default=os.environ.get("LOADTEST_LOCUSTFILE") or str(HERE),

@@ -80,12 +80,13 @@ class Processes:
         command: Sequence[str],
         env: Optional[Dict[str, str]] = None,
         cpus: Optional[Sequence[int]] = None,
+        cwd: Path = ROOT,
     ) -> subprocess.Popen:
         log = open(self.directory / f"{name}.log", "ab")  # noqa: SIM115 - the child keeps it
         try:
             process = subprocess.Popen(
                 list(command),
-                cwd=ROOT,
+                cwd=cwd,
                 env={**os.environ, **(env or {})},
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -128,17 +129,18 @@ class Processes:
             sizes.append(round(kib / 1024, 1))
         return sizes
 
-    def redis(self, cpus: Optional[Sequence[int]] = None, replica: bool = False) -> str:
+    def redis(self, cpus: Optional[Sequence[int]] = None, replica: bool = False, name: str = "redis") -> str:
         """A private redis-server on a unix socket; returns its REDIS_URL.
 
         ``replica``: with a replica too, in sync before this returns (a
         replica dials its master over TCP, so the master listens on a port).
+        ``name``: of its socket and log, for more than one.
         """
-        path = self.directory / "redis.sock"
+        path = self.directory / f"{name}.sock"
         port = free_port() if replica else 0
         command = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--unixsocket", str(path)]
         command += ["--unixsocketperm", "700", "--save", "", "--appendonly", "no", "--dir", str(self.directory)]
-        process = self.start("redis", command, cpus=cpus)
+        process = self.start(name, command, cpus=cpus)
         wait_until(lambda: _redis_says(process, path, b"PING", b"+PONG"), START_TIMEOUT, "redis-server")
         if replica:
             home = self.directory / "replica"
@@ -160,14 +162,15 @@ class Processes:
         cpus: Optional[Sequence[int]] = None,
         module: str = "api",
         settings: Sequence[Tuple[str, str]] = (),
+        cwd: Path = ROOT,
     ) -> str:
-        """``python -m MODULE serve`` on a free port; returns its base URL."""
+        """``python -m MODULE serve`` on a free port; returns its base URL (``cwd``: the tree whose code it runs)."""
         if not python.exists():
             raise RuntimeError(f"{python} is missing (make setup / make setup-cpython)")
         port = free_port()
         command = [str(python), "-m", module, "serve", "--port", str(port), "--workers", str(workers)]
         env = {"REDIS_URL": redis_url, "JETWAY_ACCESS_LOG": "off", **dict(settings)}
-        process = self.start(name, command, env=env, cpus=cpus)
+        process = self.start(name, command, env=env, cpus=cpus, cwd=cwd)
         base = f"http://127.0.0.1:{port}"
 
         def healthy() -> bool:

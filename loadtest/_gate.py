@@ -1,0 +1,192 @@
+"""``make loadtest-check``: this tree against the baseline commit, side by side, in alternating rounds.
+
+On this shared machine the same build's p95 moves by tens of percent from
+one run to the next, so figures recorded on another day either catch
+nothing or fail on noise. The gate runs both builds now instead: the
+baseline commit (``loadtest/baseline.json``'s ``commit``, checked out in a
+git worktree under ``var/``) and this tree, each with its own Redis, under
+the same locust scenario, in rounds ordered A B, B A, A B, ... so whatever
+else loads the machine falls on both. It compares, per round, this tree's
+figures to the baseline's taken beside them, and judges the median ratio:
+
+- worker CPU per request: the workers' user+system time (``/proc``) over
+  the requests the server itself counted (``/metrics``). A slower code path
+  costs CPU whatever else runs, so this is the figure that discriminates;
+- each request's p50 latency: a regression that waits rather than computes
+  (a lock, a timer, a round trip), held to a looser bound and an absolute
+  slack, since loopback latencies are a few milliseconds;
+- failures: any failed request fails the check.
+
+``verdict`` is the pure part (and what the tests hold to its rules).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from loadtest import _baseline, _token
+from loadtest._servers import Processes
+from loadtest._token import ROOT
+
+BURN_VARIABLE = "JETWAY_DEBUG_BURN_US"
+DEFAULT_CPU_TOLERANCE = 0.12
+DEFAULT_LATENCY_TOLERANCE = 0.5
+DEFAULT_LATENCY_SLACK_MS = 2.0
+# Requests seen fewer times than this in a round have too noisy a p50 to judge.
+MIN_REQUESTS = 50
+# The workers flush their counts to /metrics once a second (api/worker.py).
+METRICS_SETTLE_SECONDS = 1.3
+CPU_LABEL = "worker CPU per request"
+
+
+@dataclass
+class Round:
+    """One side's figures in one round."""
+
+    cpu_us_per_request: float
+    requests: Dict[str, _baseline.Figures] = field(default_factory=dict)
+
+
+@dataclass
+class Limits:
+    cpu_tolerance: float = DEFAULT_CPU_TOLERANCE
+    latency_tolerance: float = DEFAULT_LATENCY_TOLERANCE
+    latency_slack_ms: float = DEFAULT_LATENCY_SLACK_MS
+    min_requests: int = MIN_REQUESTS
+
+
+def verdict(baseline: Sequence[Round], current: Sequence[Round], limits: Limits) -> Tuple[List[str], List[str]]:
+    """The report's lines and the failures (each naming the request and the figure); no failure: pass."""
+    lines = [f"{'figure':44} {'baseline':>10} {'this tree':>10} {'ratio':>7} {'bound':>7}  verdict"]
+    failures: List[str] = []
+    ratios = [now.cpu_us_per_request / then.cpu_us_per_request for then, now in zip(baseline, current)]
+    cpu_ratio = statistics.median(ratios)
+    cpu_then = statistics.median(r.cpu_us_per_request for r in baseline)
+    cpu_now = statistics.median(r.cpu_us_per_request for r in current)
+    bound = 1 + limits.cpu_tolerance
+    ok = cpu_ratio <= bound
+    each = ", ".join(f"{ratio:.2f}" for ratio in ratios)
+    lines.append(
+        f"{CPU_LABEL + ' (µs)':44} {cpu_then:10.1f} {cpu_now:10.1f} {cpu_ratio:7.2f} {bound:7.2f}  "
+        f"{'ok' if ok else 'REGRESSION'} (median of the rounds' ratios: {each})"
+    )
+    if not ok:
+        failures.append(
+            f"{_baseline.AGGREGATED}: {CPU_LABEL} rose to {cpu_ratio:.2f}x the baseline's "
+            f"({cpu_now:.1f} against {cpu_then:.1f} µs; allowed {bound:.2f}x)"
+        )
+    for request in sorted({name for side in (*baseline, *current) for name in side.requests}):
+        line, failure = _latency(request, baseline, current, limits)
+        if line:
+            lines.append(line)
+        if failure:
+            failures.append(failure)
+    return lines, failures
+
+
+def _latency(
+    request: str, baseline: Sequence[Round], current: Sequence[Round], limits: Limits
+) -> Tuple[Optional[str], Optional[str]]:
+    failed = sum(side.requests.get(request, {}).get("failures", 0) for side in current)
+    if failed:
+        return f"{request:44} failed {failed:.0f} times", f"{request}: {failed:.0f} requests failed"
+    pairs = [
+        (then.requests[request], now.requests[request])
+        for then, now in zip(baseline, current)
+        if request in then.requests
+        and request in now.requests
+        and min(then.requests[request]["requests"], now.requests[request]["requests"]) >= limits.min_requests
+    ]
+    if not pairs:
+        return None, None  # too rare to judge: failures only
+    ratio = statistics.median(now["p50_ms"] / max(then["p50_ms"], 1e-3) for then, now in pairs)
+    then_ms = statistics.median(then["p50_ms"] for then, _ in pairs)
+    now_ms = statistics.median(now["p50_ms"] for _, now in pairs)
+    bound = 1 + limits.latency_tolerance
+    within_slack = now_ms - then_ms <= limits.latency_slack_ms
+    ok = ratio <= bound or within_slack
+    why = "ok" if ratio <= bound else f"ok (within {limits.latency_slack_ms:g} ms)" if ok else "REGRESSION"
+    line = f"{request + ' p50 ms':44} {then_ms:10.2f} {now_ms:10.2f} {ratio:7.2f} {bound:7.2f}  {why}"
+    if ok:
+        return line, None
+    return line, f"{request}: p50 rose to {ratio:.2f}x the baseline's ({now_ms:.2f} against {then_ms:.2f} ms)"
+
+
+# --- running the two sides -------------------------------------------------------
+
+
+@dataclass
+class Side:
+    name: str
+    tree: Path
+    env: Dict[str, str]
+    base: str = ""
+    master_pid: int = 0
+    token: str = ""
+    redis_url: str = ""
+
+
+def baseline_tree(commit: str) -> Path:
+    """The baseline commit checked out in ``var/loadtest-baseline`` (a git worktree, sharing ``.venv``)."""
+    tree = ROOT / "var" / "loadtest-baseline"
+    if not (tree / ".git").exists():
+        tree.parent.mkdir(parents=True, exist_ok=True)
+        _git("worktree", "prune")
+        _git("worktree", "add", "--detach", "--force", str(tree), commit)
+    else:
+        _git("-C", str(tree), "checkout", "--quiet", "--detach", commit)
+    venv = tree / ".venv"
+    if not venv.exists():
+        venv.symlink_to(ROOT / ".venv")
+    return tree
+
+
+def start(side: Side, processes: Processes, workers: int, python: Path) -> None:
+    side.redis_url = processes.redis(name=f"redis-{side.name}")
+    settings = (("JETWAY_ACCESS_LOG", "on"), *side.env.items())
+    side.base = processes.jetway(side.name, python, side.redis_url, workers, settings=settings, cwd=side.tree)
+    side.master_pid = processes.named[side.name].pid
+    side.token = _token.resolve(str(python), side.redis_url, os.environ.get("JETWAY_TOKEN", "")).token or ""
+
+
+def cpu_seconds(master_pid: int) -> float:
+    """User+system CPU of the master's workers so far."""
+    children = Path(f"/proc/{master_pid}/task/{master_pid}/children").read_text().split()
+    ticks = 0
+    for pid in children:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15 of stat)
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def requests_served(base: str) -> float:
+    """Every request the server counted, over all its workers (``jetway_requests_total``)."""
+    with urllib.request.urlopen(base + "/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("jetway_requests_total"))
+
+
+def measure(side: Side, command: List[str], results: Path) -> Round:
+    """One locust run against ``side``, with the server's CPU and request counts around it."""
+    cpu_before, served_before = cpu_seconds(side.master_pid), requests_served(side.base)
+    env = {**os.environ, "REDIS_URL": side.redis_url, "JETWAY_TOKEN": side.token}
+    env.pop(BURN_VARIABLE, None)
+    code = subprocess.run(command, cwd=ROOT, env=env, check=False, stdout=subprocess.DEVNULL).returncode
+    if code not in (0, 1):
+        raise RuntimeError(f"locust exited with {code} against {side.name}")
+    time.sleep(METRICS_SETTLE_SECONDS)
+    cpu = cpu_seconds(side.master_pid) - cpu_before
+    served = requests_served(side.base) - served_before - 1  # less this scrape's own request
+    figures = _baseline.load_stats(results)
+    return Round(cpu * 1e6 / max(served, 1.0), figures)
+
+
+def _git(*args: str) -> None:
+    subprocess.run(["git", *args], cwd=ROOT, check=True, capture_output=True, text=True)
