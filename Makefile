@@ -14,7 +14,7 @@ REQUIREMENTS := requirements.txt requirements-nodeps.txt requirements-dev.txt
 HOST ?= 127.0.0.1
 PORT ?= 8080
 
-.PHONY: setup setup-cpython setup-clients system-packages run private-redis stop-redis test lint clean
+.PHONY: setup setup-cpython setup-clients client-packages system-packages run private-redis stop-redis test lint clean
 
 setup: $(VENV)/.installed
 
@@ -27,7 +27,6 @@ system-packages:
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
 	command -v supervisord >/dev/null || missing="$$missing supervisor"; \
 	python3 -c 'import ensurepip' 2>/dev/null || missing="$$missing python3-venv"; \
-	command -v npm >/dev/null || missing="$$missing nodejs npm"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
@@ -103,12 +102,19 @@ lint: setup $(LINT_VENV)/.installed
 # versions in tests/clients/package-lock.json).
 setup-clients: $(CLIENTS_VENV)/.installed $(NODE_CLIENTS)/node_modules/.installed
 
+# Node.js for the TypeScript client only (never on a server: `make setup` leaves it out).
+client-packages: | system-packages
+	@command -v npm >/dev/null || { \
+	  echo "installing: nodejs npm"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq nodejs npm; \
+	}
+
 $(CLIENTS_VENV)/.installed: requirements-clients.txt | system-packages
 	python3 -m venv $(CLIENTS_VENV)
 	$(CLIENTS_VENV)/bin/pip install -q --disable-pip-version-check -r requirements-clients.txt
 	touch $@
 
-$(NODE_CLIENTS)/node_modules/.installed: $(NODE_CLIENTS)/package.json $(NODE_CLIENTS)/package-lock.json | system-packages
+$(NODE_CLIENTS)/node_modules/.installed: $(NODE_CLIENTS)/package.json $(NODE_CLIENTS)/package-lock.json | client-packages
 	cd $(NODE_CLIENTS) && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 

@@ -107,7 +107,12 @@ net.ipv4.ip_local_reserved_ports = ${JETWAY_PORT}
 # every kernel.
 fs.file-max = 16777216
 EOF
-  sysctl -q -p "$ETC/sysctl.d/60-jetway.conf"
+  if ! sysctl -q -p "$ETC/sysctl.d/60-jetway.conf"; then
+    # Containers (systemd-nspawn, Docker) mount /proc/sys read-only: there the
+    # host's kernel settings apply. Anywhere else a failure is a failure.
+    [ ! -w /proc/sys/net/core/somaxconn ] || exit 1
+    echo "jetway: kernel settings not applied: /proc/sys is read-only here (a container)"
+  fi
 fi
 put_file 0644 "$ETC/security/limits.d/60-jetway.conf" <<'EOF' || true
 # Jetway (deploy/ec2/user-data.sh): open files per process for login sessions
