@@ -177,6 +177,28 @@ clean: clean-loadtest
 clean-loadtest:
 	rm -rf $(LT_VENV)
 
+# --- The EC2 user data on a booted Debian: tests/test_deploy_boot.py ---------
+# A bookworm root (debootstrap, cached in $(DEPLOY_BASE); `make clean` drops it)
+# booted with systemd-nspawn, its user data run by cloud-init. Needs root (as CI
+# runs); under five minutes here with the base cached. CI runs it after test-cluster.
+DEPLOY_BASE := $(VAR)/deploy-base
+.PHONY: test-deploy deploy-packages
+
+deploy-packages: | system-packages
+	@missing=""; \
+	command -v debootstrap >/dev/null || [ -x /usr/sbin/debootstrap ] || missing="$$missing debootstrap"; \
+	command -v systemd-nspawn >/dev/null || missing="$$missing systemd-container"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+	fi
+
+$(DEPLOY_BASE)/.jetway-base-complete: | deploy-packages
+	$(SUDO) env PATH="$$PATH:/usr/sbin:/sbin" tests/deploy/base_root.sh $(DEPLOY_BASE)
+
+test-deploy: setup $(DEPLOY_BASE)/.jetway-base-complete
+	$(SUDO) env JETWAY_TEST_DEPLOY=1 JETWAY_DEPLOY_BASE=$(DEPLOY_BASE) $(PY) -m pytest -rP tests/test_deploy_boot.py
+
 # --- Multi-node Redis: tests/multinode.py, see README "Scaling Redis" ---------
 # The API tests on a 3-master Redis Cluster and on a Sentinel group (1 master,
 # 1 replica, 3 sentinels), slots resharded under load, a master killed under
