@@ -15,10 +15,12 @@ from cache.store import DocumentStore
 from handlers.auth import Gate
 from handlers.base import NoRouteHandler
 from handlers.collections import CollectionHandler
+from handlers.cors import CorsPolicy
 from handlers.documents import DocumentHandler
 from handlers.health import PING_TIMEOUT, LivenessHandler, ReadinessHandler, ReadinessProbe
 from handlers.metrics import MetricsHandler
 from handlers.multi_get import MultiGetHandler
+from handlers.negotiation import Negotiator
 from handlers.openapi import OpenApiHandler, openapi_document
 
 # Path segments are matched loosely and checked by the handlers, so that a
@@ -30,7 +32,14 @@ def make_app(
     settings: Settings, store: DocumentStore, gate: Gate, reactor: Any, metrics: Optional[Metrics] = None
 ) -> JetwayApplication:
     metrics = metrics or Metrics()
-    documents = {"store": store, "max_body": settings.max_body, "gate": gate, "max_ids": settings.max_ids}
+    documents = {
+        "store": store,
+        "max_body": settings.max_body,
+        "gate": gate,
+        "max_ids": settings.max_ids,
+        "cache_control": settings.cache_control,
+        "negotiator": Negotiator(),
+    }
     readiness = ReadinessProbe(store, reactor, min(PING_TIMEOUT, settings.redis_timeout))
     # Cyclone tries the routes in order and no two overlap: the API's come
     # first, so a document request does not try the operational ones.
@@ -58,4 +67,5 @@ def make_app(
     observer = Observer(metrics, access_log)
     app = JetwayApplication(routes, reactor, limits, observer, error_handler=NoRouteHandler)
     app.debug_burn_seconds = settings.debug_burn_us / 1e6
+    app.cors = CorsPolicy(settings.cors_origins)
     return app

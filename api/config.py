@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import resource
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping, Optional, Tuple, TypeVar, Union
 
 from cache.address import RedisAddress, parse_redis_url
 from cache.write_concern import PRIMARY_ONLY, WriteConcern
+from handlers.cache_policy import DEFAULT_POLICY, cache_policy
 
 T = TypeVar("T")
 Network = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
@@ -21,6 +23,8 @@ Network = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
 __all__ = ["ConfigError", "Settings", "from_environment", "replace"]
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+# An origin as browsers send it: scheme, host and maybe a port; no path.
+_ORIGIN = re.compile(r"https?://(?:[a-z0-9.-]+|\[[0-9a-f:.]+\])(?::\d{1,5})?\Z")
 
 
 class ConfigError(ValueError):
@@ -60,6 +64,12 @@ class Settings:
     write_concern: WriteConcern = PRIMARY_ONLY
     # CPU burnt per request, for testing the load-test gate only (handlers/debug_burn.py).
     debug_burn_us: int = 0
+    # Cache-Control of document and list responses (handlers/cache_policy.py).
+    cache_control: str = DEFAULT_POLICY
+    # Documents of at least this many bytes are stored with compressed variants (cache/variants.py); 0: none.
+    compress_min_bytes: int = 1024
+    # Browser origins allowed to call the API (handlers/cors.py); "*" for any.
+    cors_origins: Tuple[str, ...] = ()
 
 
 def from_environment(environ: Optional[Mapping[str, str]] = None) -> Settings:
@@ -116,6 +126,9 @@ def from_environment(environ: Optional[Mapping[str, str]] = None) -> Settings:
         json_logs=read("JETWAY_LOG_FORMAT", _log_format, defaults.json_logs),
         write_concern=write_concern,
         debug_burn_us=read("JETWAY_DEBUG_BURN_US", _non_negative_int, defaults.debug_burn_us),
+        cache_control=read("JETWAY_CACHE_CONTROL", cache_policy, defaults.cache_control),
+        compress_min_bytes=read("JETWAY_COMPRESS_MIN_BYTES", _non_negative_int, defaults.compress_min_bytes),
+        cors_origins=read("JETWAY_CORS_ORIGINS", _origins, defaults.cors_origins),
     )
 
 
@@ -131,6 +144,14 @@ def _networks(text: str) -> Tuple[Network, ...]:
         return tuple(ipaddress.ip_network(part.strip()) for part in text.split(",") if part.strip())
     except ValueError as error:
         raise ValueError(f"not a comma-separated list of CIDRs ({error})") from None
+
+
+def _origins(text: str) -> Tuple[str, ...]:
+    origins = tuple(part.strip().lower() for part in text.split(",") if part.strip())
+    for origin in origins:
+        if origin != "*" and not _ORIGIN.match(origin):
+            raise ValueError(f"{origin!r} is not an origin (scheme://host[:port], no path) or *")
+    return origins
 
 
 def _log_format(text: str) -> bool:

@@ -43,6 +43,7 @@ from api.chunked import ChunkedDecoder
 from api.client_address import Network, client_address
 from api.request_head import MAX_HEADER_BYTES, MAX_REQUEST_LINE, ProtocolError, RequestHead, parse_head
 from cache import codec
+from handlers.cache_policy import ERROR_POLICY
 from handlers.errors import ApiError
 
 if TYPE_CHECKING:  # the application imports this module
@@ -298,11 +299,16 @@ class JetwayConnection(cyclone.httpserver.HTTPConnection):
 
     def _reject(self, error: ProtocolError) -> None:
         """Answer a request that cannot be served, and close."""
+        head = self._head
         self._disarm()
         self._drop_input()
         body = codec.dumps(ApiError(error.status, error.problem, error.detail).as_problem())
         phrase = http.HTTPStatus(error.status).phrase.encode()
-        extra = b"".join(b"%s: %s\r\n" % (name.encode(), value.encode()) for name, value in error.headers.items())
+        headers = [*error.headers.items(), ("Cache-Control", ERROR_POLICY)]
+        if head is not None:
+            # A page on an allowed origin reads this problem too, not an opaque network error.
+            headers += self.factory.cors.response_headers(head.headers.get("Origin"))
+        extra = b"".join(b"%s: %s\r\n" % (name.encode(), value.encode()) for name, value in headers)
         self.transport.write(
             b"HTTP/1.1 %d %s\r\nContent-Type: application/problem+json\r\nContent-Length: %d\r\n"
             b"%sConnection: close\r\n\r\n%s" % (error.status, phrase, len(body), extra, body)

@@ -29,6 +29,7 @@ from cache.store import DocumentStore
 from cache.token_cache import TokenCache
 from cache.tokens import TokenStore
 from cache.topology import connect
+from cache.variants import Variants
 from handlers.auth import Gate
 
 # A keep-alive connection idle this long during a drain is closed: long
@@ -66,7 +67,12 @@ def run_worker(
             metrics.observe_redis,
         )
         reactor.addSystemEventTrigger("before", "shutdown", write_link.close)
-    store = DocumentStore(link, write_link=write_link, write_concern=settings.write_concern)
+    store = DocumentStore(
+        link,
+        write_link=write_link,
+        write_concern=settings.write_concern,
+        variants=Variants(settings.compress_min_bytes),
+    )
     tokens = TokenCache(TokenStore(link), settings.redis, reactor, settings.redis_timeout) if settings.auth else None
     app = app_factory(settings, store, Gate(tokens, link, settings.auth), reactor, metrics)
     port = adopt_listening_socket(reactor, fd, _nonblocking_family(fd), app)

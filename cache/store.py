@@ -28,6 +28,7 @@ from cache.ids import EtagFactory, UlidFactory
 from cache.link import Link
 from cache.merge_patch import merge_patch
 from cache.scripts import Script
+from cache.variants import CODINGS, DEFAULT_VARIANTS, FIELDS, Variants
 from cache.write_concern import PRIMARY_ONLY, WriteConcern
 
 _PUT_FAILED, _REPLACED, _CREATED = 0, 1, 2
@@ -36,19 +37,33 @@ _DELETE_FAILED, _DELETE_MISSING = 0, -1
 
 @dataclass(frozen=True)
 class Document:
-    """A stored document: its bytes and the validators stored with them."""
+    """A stored document: its bytes, the validators and the compressed variants stored with them."""
 
     body: bytes
     etag: bytes
     last_modified: bytes
+    # (content coding, encoded bytes) for each variant stored (cache.variants).
+    encoded: Tuple[Tuple[str, bytes], ...] = ()
+
+    def variant(self, coding: str) -> Optional[bytes]:
+        """The bytes of ``coding``'s variant, or None if none is stored."""
+        for name, data in self.encoded:
+            if name == coding:
+                return data
+        return None
 
 
 @dataclass(frozen=True)
 class Conditions:
-    """Pre-parsed ``If-Match`` / ``If-None-Match``: ``b''``, ``b'*'`` or tags."""
+    """Pre-parsed ``If-Match`` / ``If-None-Match`` (``b''``, ``b'*'`` or tags) and ``If-Unmodified-Since``.
+
+    ``unmodified_since`` (seconds since the epoch) counts only without
+    ``if_match`` (RFC 9110 13.2.2) and only for a document that exists.
+    """
 
     if_match: bytes = b""
     if_none_match: bytes = b""
+    unmodified_since: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -76,6 +91,7 @@ class DocumentStore:
         patch_attempts: int = 100,
         write_link: Optional[Link] = None,
         write_concern: WriteConcern = PRIMARY_ONLY,
+        variants: Variants = DEFAULT_VARIANTS,
     ) -> None:
         if write_concern.waits and write_link is None:
             raise ValueError("a write concern that waits for replicas needs a write link")
@@ -87,6 +103,7 @@ class DocumentStore:
         self._etags = EtagFactory()
         self._last_modified: Tuple[int, bytes] = (-1, b"")
         self._patch_attempts = patch_attempts
+        self._variants = variants
 
     def ping(self) -> defer.Deferred:
         """Fires when Redis answers a PING."""
@@ -115,7 +132,37 @@ class DocumentStore:
         ttl: Optional[int] = None,
     ) -> defer.Deferred:
         """Create or replace; fires with ``(Document, created)``."""
+        if conditions.unmodified_since is not None and not conditions.if_match:
+            return self._write_unmodified(collection, doc_id, body, conditions, ttl)
         return self._write(collection, doc_id, body, conditions, b"%d" % (ttl or 0))
+
+    @defer.inlineCallbacks
+    def _write_unmodified(
+        self, collection: bytes, doc_id: bytes, body: bytes, conditions: Conditions, ttl: Optional[int]
+    ) -> Any:
+        """A PUT with ``If-Unmodified-Since``: checked against the document read, then compare-and-set on it."""
+        checked = yield self._unmodified_condition(collection, doc_id, conditions)
+        result = yield self._write(collection, doc_id, body, checked, b"%d" % (ttl or 0))
+        return result
+
+    @defer.inlineCallbacks
+    def _unmodified_condition(self, collection: bytes, doc_id: bytes, conditions: Conditions) -> Any:
+        """``conditions`` with ``If-Unmodified-Since`` turned into an exact ``If-Match`` (or create-only).
+
+        The date is checked against the document as read; the write then
+        happens only if the document is still that one (a writer that came
+        in between changed it later than the date, so the write fails as
+        the date would have failed it).
+        """
+        etag, modified = yield self._link.execute(b"HMGET", keys.document_key(collection, doc_id), b"e", b"m")
+        if etag is None:
+            # No modification date to compare: the condition is ignored, but
+            # a document created meanwhile must not be overwritten unseen.
+            return Conditions(b"", conditions.if_none_match or b"*")
+        assert conditions.unmodified_since is not None
+        if _epoch_of(modified) > conditions.unmodified_since:
+            raise PreconditionFailed()
+        return Conditions(etag, conditions.if_none_match)
 
     @defer.inlineCallbacks
     def create(self, collection: bytes, body: bytes, ttl: Optional[int] = None) -> Any:
@@ -129,15 +176,25 @@ class DocumentStore:
         return doc_id, document
 
     @defer.inlineCallbacks
-    def patch(self, collection: bytes, doc_id: bytes, patch: Any, if_match: bytes, max_size: int) -> Any:
+    def patch(
+        self,
+        collection: bytes,
+        doc_id: bytes,
+        patch: Any,
+        if_match: bytes,
+        max_size: int,
+        unmodified_since: Optional[int] = None,
+    ) -> Any:
         """Merge ``patch`` into the document; retried until no writer races it."""
         key = keys.document_key(collection, doc_id)
         for _ in range(self._patch_attempts):
-            body, etag = yield self._link.execute(b"HMGET", key, b"b", b"e")
+            body, etag, modified = yield self._link.execute(b"HMGET", key, b"b", b"e", b"m")
             if body is None:
                 # RFC 9110 13.1.1: If-Match on a missing representation fails.
                 raise PreconditionFailed() if if_match else DocumentNotFound()
             if if_match and not _tag_matches(if_match, etag):
+                raise PreconditionFailed()
+            if not if_match and unmodified_since is not None and _epoch_of(modified) > unmodified_since:
                 raise PreconditionFailed()
             merged = codec.dumps(merge_patch(codec.loads(body), patch))
             if len(merged) > max_size:
@@ -152,8 +209,17 @@ class DocumentStore:
         raise WriteConflict()
 
     @defer.inlineCallbacks
-    def delete(self, collection: bytes, doc_id: bytes, if_match: bytes = b"") -> Any:
+    def delete(
+        self, collection: bytes, doc_id: bytes, if_match: bytes = b"", unmodified_since: Optional[int] = None
+    ) -> Any:
         """Delete; raises ``DocumentNotFound`` or ``PreconditionFailed``."""
+        if unmodified_since is not None and not if_match:
+            checked = yield self._unmodified_condition(
+                collection, doc_id, Conditions(unmodified_since=unmodified_since)
+            )
+            if checked.if_none_match:
+                raise DocumentNotFound()
+            if_match = checked.if_match
         result, confirmed = yield self._run_write(
             scripts.DELETE,
             [keys.document_key(collection, doc_id), keys.index_key_for(collection, doc_id)],
@@ -198,7 +264,9 @@ class DocumentStore:
 
     @defer.inlineCallbacks
     def _write(self, collection: bytes, doc_id: bytes, body: bytes, conditions: Conditions, ttl: bytes) -> Any:
-        document = Document(body, self._etags.new(), self._now_as_http_date())
+        encoded = self._variants.encode(body)
+        document = Document(body, self._etags.new(), self._now_as_http_date(), encoded)
+        stored = {FIELDS[coding] for coding, _ in encoded}
         result, confirmed = yield self._run_write(
             scripts.PUT,
             [keys.document_key(collection, doc_id), keys.index_key_for(collection, doc_id)],
@@ -210,6 +278,10 @@ class DocumentStore:
                 ttl,
                 conditions.if_match,
                 conditions.if_none_match,
+                len(encoded),
+                *(part for coding, data in encoded for part in (FIELDS[coding], data)),
+                # Variants an earlier version had and this one has not.
+                *(field for field in _VARIANT_FIELDS if field not in stored),
             ],
         )
         if result == _PUT_FAILED:
@@ -251,13 +323,23 @@ class DocumentStore:
             pruning.addErrback(lambda _: None)
 
 
+_VARIANT_FIELDS = tuple(FIELDS.values())
+
+
 def _read_command(collection: bytes, doc_id: bytes) -> Tuple[bytes, ...]:
-    return (b"HMGET", keys.document_key(collection, doc_id), b"b", b"e", b"m")
+    # Every variant comes along: one round trip whatever the client accepts,
+    # and a whole document for whoever keeps it.
+    return (b"HMGET", keys.document_key(collection, doc_id), b"b", b"e", b"m", *_VARIANT_FIELDS)
 
 
 def _document(fields: Sequence[Optional[bytes]]) -> Optional[Document]:
-    body, etag, modified = fields
-    return None if body is None else Document(body, etag, modified)
+    body, etag, modified = fields[0], fields[1], fields[2]
+    if body is None:
+        return None
+    if fields[3] is None and len(fields) == 4:
+        return Document(body, etag, modified)  # the common case: one coding, not stored
+    encoded = tuple((coding, data) for coding, data in zip(CODINGS, fields[3:]) if data is not None)
+    return Document(body, etag, modified, encoded)
 
 
 def _tag_matches(header: bytes, etag: bytes) -> bool:
@@ -266,3 +348,8 @@ def _tag_matches(header: bytes, etag: bytes) -> bool:
 
 def _http_date(second: int) -> bytes:
     return email.utils.formatdate(second, usegmt=True).encode()
+
+
+def _epoch_of(http_date: bytes) -> int:
+    """A stored ``Last-Modified`` (always IMF-fixdate, made by ``_http_date``) in seconds."""
+    return int(email.utils.mktime_tz(email.utils.parsedate_tz(http_date.decode("ascii"))))

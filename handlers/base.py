@@ -32,9 +32,13 @@ from cache.errors import (
 )
 from cache.ratelimit import RateDecision
 from cache.store import Document, DocumentStore
+from cache.variants import variant_tag
+from handlers import conditional, validation
 from handlers.auth import RATE_SCRIPTS, Gate, Grant
+from handlers.cache_policy import ERROR_POLICY
 from handlers.debug_burn import burn_cpu
 from handlers.errors import ApiError, bad_request, not_found, precondition_failed
+from handlers.negotiation import IDENTITY, Negotiator, choose
 
 JSON_TYPE = "application/json"
 PROBLEM_TYPE = "application/problem+json"
@@ -89,7 +93,7 @@ def as_api_error(error: BaseException) -> Optional[ApiError]:
 class JsonHandler(cyclone.web.RequestHandler):
     """Base of every handler: bytes out with an explicit type, errors as data."""
 
-    SUPPORTED_METHODS: Tuple[str, ...] = ("GET", "HEAD")
+    SUPPORTED_METHODS: Tuple[str, ...] = ("GET", "HEAD", "OPTIONS")
     ROUTE = "unknown"  # the metrics label of the handler's route
     request_id = ""
 
@@ -119,11 +123,29 @@ class JsonHandler(cyclone.web.RequestHandler):
         self.set_default_headers()
 
     def set_default_headers(self) -> None:
-        # Also runs when an error resets the headers, so errors carry the id too.
+        # Also runs when an error resets the headers, so errors carry the id
+        # and the CORS headers too.
         if not self.request_id:
             given = self.request.headers.get("X-Request-ID")
             self.request_id = given if given and _REQUEST_ID.match(given) else self.application.new_request_id()
         self._headers["X-Request-ID"] = self.request_id
+        cors = self.application.cors
+        if cors.enabled:
+            for name, value in cors.response_headers(self.request.headers.get("Origin")):
+                self.add_header(name, value)
+
+    def options(self, *path_args: str) -> None:
+        """What the path supports; a browser's CORS preflight gets its answer here, before authorization."""
+        self.set_header("Allow", ", ".join(self.SUPPORTED_METHODS))
+        if self.request.headers.get("Access-Control-Request-Method") is not None:
+            self.clear_cors_headers()
+            origin = self.request.headers.get("Origin")
+            for name, value in self.application.cors.preflight_headers(origin, self.SUPPORTED_METHODS):
+                self.add_header(name, value)
+        self.set_status(204)
+
+    def clear_cors_headers(self) -> None:
+        self._list_headers = []
 
     def compute_etag(self) -> None:
         # ETags are stored with each document; never hash a body per read.
@@ -209,6 +231,7 @@ class JsonHandler(cyclone.web.RequestHandler):
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         error = as_api_error(kwargs.get("exception")) or as_api_error(cyclone.web.HTTPError(status_code))
+        self.set_header("Cache-Control", ERROR_POLICY)
         if status_code == 405:
             self.set_header("Allow", ", ".join(self.SUPPORTED_METHODS))
         for name, value in (*getattr(self, "rate_headers", ()), *error.headers.items()):
@@ -239,18 +262,67 @@ class NoRouteHandler(JsonHandler):
 class ResourceHandler(JsonHandler):
     """A ``/v1`` handler: the request is authorized before its method runs."""
 
-    def initialize(self, store: DocumentStore, max_body: int, gate: Gate, max_ids: int) -> None:
+    def initialize(
+        self,
+        store: DocumentStore,
+        max_body: int,
+        gate: Gate,
+        max_ids: int,
+        cache_control: str,
+        negotiator: Negotiator,
+    ) -> None:
         self.store = store
         self.max_body = max_body
         self.max_ids = max_ids
         self.gate = gate
         self.grant = Grant(None)
+        self.cache_control = cache_control
+        self.negotiator = negotiator
 
     def writes(self) -> bool:
         """Whether the request needs write scope (a multi-get by POST does not)."""
         return self.request.method not in ("GET", "HEAD")
 
-    def prepare(self) -> defer.Deferred:
+    def send_representation(self, document: Document) -> None:
+        """Answer a read of ``document``: the stored variant the client accepts best, or a 304.
+
+        Negotiation comes first (RFC 9110 13.2.2: preconditions apply to the
+        selected representation); ``If-None-Match`` with any variant's tag,
+        or else ``If-Modified-Since``, turns the answer into a 304.
+        """
+        self.set_header("Cache-Control", self.cache_control)
+        coding = choose(self.negotiator.preference(self.request.headers.get("Accept-Encoding")), document.encoded)
+        if coding is None:
+            stored = ", ".join(("identity", *(name for name, _ in document.encoded)))
+            raise ApiError(406, "not-acceptable", f"Accept-Encoding refuses every coding stored ({stored})")
+        if document.encoded:
+            self.add_header("Vary", "Accept-Encoding")
+        etag = document.etag if coding == IDENTITY else variant_tag(document.etag, coding)
+        headers = self.request.headers
+        if_none_match = headers.get("If-None-Match")
+        if if_none_match is not None:
+            matched = conditional.matching_tag(validation.entity_tags(if_none_match, weak=True), document.etag, etag)
+            if matched is not None:
+                self.send_not_modified(matched)
+                return
+        elif not conditional.modified_since(document.last_modified, headers.get("If-Modified-Since")):
+            self.send_not_modified(etag)
+            return
+        self.set_header("ETag", etag)
+        self.set_header("Last-Modified", document.last_modified)
+        if coding == IDENTITY:
+            self.send_bytes(200, document.body)
+        else:
+            self.set_header("Content-Encoding", coding)
+            self.send_bytes(200, document.variant(coding))  # type: ignore[arg-type]
+
+    def send_not_modified(self, etag: bytes) -> None:
+        self.set_header("ETag", etag)
+        self.set_status(304)
+
+    def prepare(self) -> Optional[defer.Deferred]:
+        if self.request.method == "OPTIONS":
+            return None  # a CORS preflight carries no credentials
         reading = not self.writes()
         # A document read sends its rate step in one pipeline with the read.
         defer_rate = reading and len(self.path_args) == 2

@@ -29,12 +29,13 @@ def items_envelope(bodies: List[Optional[bytes]], next_cursor: Optional[bytes], 
 
 def send_items(handler: ResourceHandler, bodies: List[Optional[bytes]]) -> None:
     """A multi-get's answer, by GET or by POST: the same bytes."""
+    handler.set_header("Cache-Control", handler.cache_control)
     handler.send_bytes(200, items_envelope(bodies, None, with_next=False))
 
 
 class CollectionHandler(ResourceHandler):
     ROUTE = "collection"
-    SUPPORTED_METHODS = ("GET", "HEAD", "POST")
+    SUPPORTED_METHODS = ("GET", "HEAD", "POST", "OPTIONS")
 
     def get(self, collection: str) -> defer.Deferred:
         # Plain callbacks, as the document GET (handlers/documents.py).
@@ -55,6 +56,7 @@ class CollectionHandler(ResourceHandler):
 
     def _send_page(self, page: Page) -> None:
         cursor = validation.encode_cursor(page.last_id) if page.last_id else None
+        self.set_header("Cache-Control", self.cache_control)
         self.send_bytes(200, items_envelope(page.bodies, cursor, with_next=True))
 
     head = get

@@ -43,7 +43,8 @@ PROBLEM_TYPES: Tuple[Tuple[str, str], ...] = (
     ("no-route", "404: no resource at this path"),
     ("method-not-allowed", "405: the path does not support the method; see `Allow`"),
     ("write-conflict", "409: a merge patch lost the race to concurrent writers; retry"),
-    ("precondition-failed", "412: an `If-Match` / `If-None-Match` condition does not hold"),
+    ("not-acceptable", "406: `Accept-Encoding` refuses every coding the document is stored in (`identity;q=0`)"),
+    ("precondition-failed", "412: an `If-Match`, `If-None-Match` or `If-Unmodified-Since` condition does not hold"),
     ("body-too-large", "413: the body, or the merged document, is larger than the limit"),
     ("unsupported-media-type", "415: the body is not labelled with the media type the operation takes"),
     ("unrepresentable", "422: the merged document cannot be serialized as JSON (e.g. a number out of range)"),
@@ -78,16 +79,22 @@ _ERRORS: Dict[int, str] = {
     "carries `RateLimit-Limit`, `RateLimit-Remaining` and `RateLimit-Reset`.",
     404: "No such document.",
     405: "The path does not support this method; `Allow` lists those it does.",
+    406: "`Accept-Encoding` refuses the stored bytes (`identity;q=0`) and every compressed variant stored.",
+    408: "The request head or body did not arrive in time (`request-timeout`); the connection closes.",
     409: "The merge patch lost the race to concurrent writers too many times; retry.",
-    412: "An `If-Match` or `If-None-Match` condition does not hold.",
+    412: "An `If-Match`, `If-None-Match` or `If-Unmodified-Since` condition does not hold.",
     413: "The body is larger than `JETWAY_MAX_BODY` bytes (default 1 MiB).",
+    414: "The request line is longer than 8 KiB (`request-line-too-long`); the connection closes.",
     415: "The body is not labelled `application/json` (a `charset=utf-8` parameter is allowed).",
+    431: "More than 100 header lines or 64 KiB of them (`headers-too-large`); the connection closes.",
     422: "The merged document cannot be serialized as JSON.",
     500: "A bug: the server failed to handle the request.",
     502: "Redis answered with an error.",
     503: "Redis cannot be reached, or is failing over, loading or busy (`redis-not-ready`);"
     " or the worker is receiving too many request bodies (`server-busy`): retry after `Retry-After` seconds.",
     504: "Redis did not answer in time.",
+    501: "A transfer coding other than chunked (`unsupported-transfer-coding`); the connection closes.",
+    505: "Not HTTP/1.0 or HTTP/1.1 (`unsupported-http-version`); the connection closes.",
     507: "Redis is out of memory and refuses writes: free space before writing again.",
 }
 _ERROR_HEADERS: Dict[int, Tuple[str, ...]] = {
@@ -99,6 +106,9 @@ _ERROR_HEADERS: Dict[int, Tuple[str, ...]] = {
 # What every /v1 operation may answer besides its own statuses: authorization,
 # a bug, and Redis trouble.
 _REDIS = (401, 403, 429, 500, 502, 503, 504)
+# What the connection answers, for any path, before a handler sees the request.
+_FRONT_DOOR = (400, 408, 414, 431, 501, 505)
+_MALFORMED = "The request head breaks HTTP/1.1 framing (`malformed-request`); the connection closes."
 
 
 def _ref(kind: str, name: str) -> Json:
@@ -189,11 +199,40 @@ def _secured(operations: Json) -> Json:
     return {method: {**operation, "security": [{"bearer": []}]} for method, operation in operations.items()}
 
 
-def _path_item(description: str, operations: Json, parameters: Iterable[str] = ()) -> Json:
+def _path_item(description: str, name: str, operations: Json, parameters: Iterable[str] = ()) -> Json:
+    """A path: its operations, an OPTIONS (``options<name>``), and the connection's own statuses on each."""
     item: Json = {"description": description + " Any other method is a 405 with `Allow` (see MethodNotAllowed)."}
     if parameters:
         item["parameters"] = _parameters_named(*parameters)
+    operations = {**operations, "options": _options(name, [method.upper() for method in operations])}
+    front_door = _front_door_responses()
+    for method, operation in operations.items():
+        for status, response in front_door.items():
+            if method == "head":
+                response = {key: value for key, value in response.items() if key != "content"}
+            operation["responses"].setdefault(str(status), response)
     return {**item, **operations}
+
+
+def _front_door_responses() -> Dict[int, Json]:
+    return {status: _errors((status,), e400=_MALFORMED)[str(status)] for status in _FRONT_DOOR}
+
+
+def _options(name: str, methods: List[str]) -> Json:
+    allowed = ", ".join([*methods, "OPTIONS"])
+    return _operation(
+        f"options{name}",
+        "What the path supports; answers a browser's CORS preflight",
+        "meta",
+        {
+            "204": _response(
+                f"`Allow: {allowed}`. A preflight (`Access-Control-Request-Method`) from an origin in"
+                " `JETWAY_CORS_ORIGINS` also gets `Access-Control-Allow-Origin`, `-Allow-Methods`, `-Allow-Headers`"
+                " and `-Max-Age`; it needs no token.",
+                headers=("Allow",),
+            )
+        },
+    )
 
 
 def _with_head(get: Json, head_id: str) -> Json:
@@ -208,10 +247,12 @@ def _health_paths() -> Json:
     return {
         HEALTHZ: _path_item(
             "Liveness: answers without touching Redis.",
+            "Health",
             _with_head(_operation("getHealth", "Liveness", "health", {"200": _response("Up.", ok)}), "headHealth"),
         ),
         READYZ: _path_item(
             "Readiness: answers once Redis answers a PING, within at most a second.",
+            "Readiness",
             _with_head(
                 _operation("getReadiness", "Readiness", "health", {"200": _response("Ready.", ready), **not_ready}),
                 "headReadiness",
@@ -219,6 +260,7 @@ def _health_paths() -> Json:
         ),
         METRICS: _path_item(
             "Prometheus metrics, aggregated over every worker of this instance.",
+            "Metrics",
             _with_head(
                 _operation(
                     "getMetrics",
@@ -231,6 +273,7 @@ def _health_paths() -> Json:
         ),
         OPENAPI: _path_item(
             "The OpenAPI 3.1 description of the API.",
+            "OpenApi",
             _with_head(
                 _operation("getOpenApi", "This document", "meta", {"200": _response("OK.", spec)}), "headOpenApi"
             ),
@@ -241,14 +284,24 @@ def _health_paths() -> Json:
 def _document_operations() -> Json:
     get = _operation(
         "getDocument",
-        "Read a document: the stored bytes, verbatim",
+        "Read a document: the stored bytes, verbatim, or a compressed variant stored with them",
         "documents",
         {
-            "200": _stored("The document, exactly as it was stored."),
-            "304": _response("`If-None-Match` matches the current ETag.", headers=("ETag",)),
-            **_errors((400, 404, *_REDIS), e400="Invalid collection name or document id."),
+            "200": _response(
+                "The document, exactly as it was stored; or, when `Accept-Encoding` prefers one that is stored"
+                " (documents of at least `JETWAY_COMPRESS_MIN_BYTES`), its compressed variant with"
+                " `Content-Encoding` and an ETag of its own. `Vary: Accept-Encoding` when variants are stored.",
+                _ref("schemas", "Document"),
+                ("ETag", "Last-Modified", "Cache-Control", "Vary", "Content-Encoding"),
+            ),
+            "304": _response(
+                "`If-None-Match` names the document (any variant's ETag does), or, without `If-None-Match`,"
+                " it was not modified since `If-Modified-Since`.",
+                headers=("ETag", "Cache-Control", "Vary"),
+            ),
+            **_errors((400, 404, 406, *_REDIS), e400="Invalid collection name or document id."),
         },
-        parameters=_parameters_named("If-None-Match"),
+        parameters=_parameters_named("If-None-Match", "If-Modified-Since", "Accept-Encoding"),
     )
     put = _operation(
         "putDocument",
@@ -264,7 +317,7 @@ def _document_operations() -> Json:
                 e412="`If-Match` does not match, or `If-None-Match` matches (`*`: the document exists).",
             ),
         },
-        parameters=_parameters_named("If-Match", "If-None-Match", "ttl"),
+        parameters=_parameters_named("If-Match", "If-None-Match", "If-Unmodified-Since", "ttl"),
         requestBody=_body(JSON_TYPE, "The document, stored verbatim once validated.", "Document"),
     )
     patch = _operation(
@@ -284,7 +337,7 @@ def _document_operations() -> Json:
                 "(e.g. a number beyond the range of a double).",
             ),
         },
-        parameters=_parameters_named("If-Match"),
+        parameters=_parameters_named("If-Match", "If-Unmodified-Since"),
         requestBody=_body(validation.MERGE_PATCH_JSON, "A JSON Merge Patch: `null` removes a member.", "MergePatch"),
     )
     delete = _operation(
@@ -295,7 +348,7 @@ def _document_operations() -> Json:
             "204": _response("Deleted."),
             **_write_errors((400, 404, 412, *_REDIS), e400="Invalid collection name or document id."),
         },
-        parameters=_parameters_named("If-Match"),
+        parameters=_parameters_named("If-Match", "If-Unmodified-Since"),
     )
     return {**_with_head(get, "headDocument"), "put": put, "patch": patch, "delete": delete}
 
@@ -307,7 +360,7 @@ def _collection_operations() -> Json:
         "A page of documents in id order (`limit`, `cursor`), or many documents by id (`ids`)",
         "collections",
         {
-            "200": _response("A `Page` without `ids`, `Items` with `ids`.", listing),
+            "200": _response("A `Page` without `ids`, `Items` with `ids`.", listing, ("Cache-Control",)),
             **_errors(
                 (400, *_REDIS),
                 e400="Invalid collection name, `limit`, `cursor` or `ids`; `ids` with `cursor`, or with a `limit`"
@@ -345,7 +398,9 @@ def _multi_get_operations() -> Json:
         "Many documents by id, the ids in the body: any list the GET form's request line cannot hold",
         "collections",
         {
-            "200": _response("The documents in the order asked, null where missing.", _ref("schemas", "Items")),
+            "200": _response(
+                "The documents in the order asked, null where missing.", _ref("schemas", "Items"), ("Cache-Control",)
+            ),
             **_errors(
                 (400, 413, 415, *_REDIS),
                 e400='Invalid collection name or id (named), too many ids, malformed JSON, or not `{"ids": [...]}`.',
@@ -407,6 +462,27 @@ def _parameters(max_ids: int) -> Json:
         "If-Match": _parameter(
             "If-Match", "header", "`*` or strong entity tags: act only if one matches (a weak tag never does).", tags
         ),
+        "If-Modified-Since": _parameter(
+            "If-Modified-Since",
+            "header",
+            "An HTTP-date: 304 if the document was not written after it. Ignored with `If-None-Match`.",
+            {"type": "string"},
+        ),
+        "If-Unmodified-Since": _parameter(
+            "If-Unmodified-Since",
+            "header",
+            "An HTTP-date: 412 if the document was written after it. Ignored with `If-Match` or when the"
+            " document does not exist.",
+            {"type": "string"},
+        ),
+        "Accept-Encoding": _parameter(
+            "Accept-Encoding",
+            "header",
+            "Content codings the client decodes, with q-values (RFC 9110 12.5.3). Documents of at least"
+            " `JETWAY_COMPRESS_MIN_BYTES` are stored with a `gzip` variant, sent as stored; without this"
+            " header the stored bytes are sent; `identity;q=0` with no stored variant accepted is a 406.",
+            {"type": "string"},
+        ),
         "If-None-Match": _parameter(
             "If-None-Match",
             "header",
@@ -418,11 +494,26 @@ def _parameters(max_ids: int) -> Json:
 
 
 def _headers() -> Json:
-    def header(description: str, **schema: Any) -> Json:
-        return {"description": description, "schema": {"type": "string", **schema}}
+    def header(description: str, required: bool = True, **schema: Any) -> Json:
+        # `required`: on every response that lists the header (tests/test_openapi.py checks real responses).
+        return {"description": description, "required": required, "schema": {"type": "string", **schema}}
 
     return {
-        "ETag": header("The document's strong entity tag; it changes on every write."),
+        "ETag": header(
+            "The document's strong entity tag; it changes on every write. A compressed variant's tag is the"
+            " document's with `-<coding>` inside the quotes; `If-Match` and `If-None-Match` take either.",
+        ),
+        "Cache-Control": header(
+            "The operator's caching policy for documents and list pages (`JETWAY_CACHE_CONTROL`, default"
+            " `no-cache`: keep, but revalidate with the ETag). Problem responses carry `no-store`.",
+            examples=["no-cache"],
+        ),
+        "Vary": header(
+            "`Accept-Encoding` when the document has compressed variants; `Origin` beside it when"
+            " `JETWAY_CORS_ORIGINS` lists origins.",
+            required=False,
+        ),
+        "Content-Encoding": header("The variant's content coding, when a compressed variant is sent.", required=False),
         "Last-Modified": header("When the document was last written (HTTP date)."),
         "Location": header("The path of the new document.", examples=["/v1/orders/01J0000000000000000000000"]),
         "Retry-After": header("Seconds to wait before retrying.", pattern="^[0-9]+$", examples=[RETRY_AFTER_SECONDS]),
@@ -504,11 +595,16 @@ def openapi_document(max_ids: int = validation.MAX_IDS) -> Json:
         },
         "paths": {
             **_health_paths(),
-            DOCUMENT: _path_item("One document.", _secured(_document_operations()), ("collection", "id")),
+            DOCUMENT: _path_item("One document.", "Document", _secured(_document_operations()), ("collection", "id")),
             COLLECTION: _path_item(
-                "A collection (a trailing slash is accepted).", _secured(_collection_operations()), ("collection",)
+                "A collection (a trailing slash is accepted).",
+                "Collection",
+                _secured(_collection_operations()),
+                ("collection",),
             ),
-            MULTI_GET: _path_item("A multi-get by POST.", _secured(_multi_get_operations()), ("collection",)),
+            MULTI_GET: _path_item(
+                "A multi-get by POST.", "MultiGet", _secured(_multi_get_operations()), ("collection",)
+            ),
         },
         "components": {
             "schemas": _schemas(max_ids),
