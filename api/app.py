@@ -39,6 +39,7 @@ def make_app(
         "max_ids": settings.max_ids,
         "cache_control": settings.cache_control,
         "negotiator": Negotiator(),
+        "compress_min_bytes": settings.compress_min_bytes,
     }
     readiness = ReadinessProbe(store, reactor, min(PING_TIMEOUT, settings.redis_timeout))
     # Cyclone tries the routes in order and no two overlap: the API's come

@@ -40,11 +40,16 @@ class Variants:
         """``(content coding, encoded bytes)`` for each variant worth storing for ``body``."""
         if not self.min_bytes or len(body) < self.min_bytes:
             return ()
-        compressor = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, _GZIP_WBITS)
-        encoded = compressor.compress(body) + compressor.flush()
+        encoded = gzip_of(body)
         if len(encoded) > len(body) * MIN_SAVING:
             return ()
         return (("gzip", encoded),)
+
+
+def gzip_of(body: bytes) -> bytes:
+    """``body`` gzipped (also what list pages are compressed with as they are sent)."""
+    compressor = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, _GZIP_WBITS)
+    return compressor.compress(body) + compressor.flush()
 
 
 NO_VARIANTS = Variants(0)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import http
 import re
-from typing import Any, Dict, List, Optional, Tuple, Type
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Type
 from urllib.parse import parse_qs
 
 import cyclone.web
@@ -32,13 +32,13 @@ from cache.errors import (
 )
 from cache.ratelimit import RateDecision
 from cache.store import Document, DocumentStore
-from cache.variants import variant_tag
+from cache.variants import gzip_of, variant_tag
 from handlers import conditional, validation
 from handlers.auth import RATE_SCRIPTS, Gate, Grant
 from handlers.cache_policy import ERROR_POLICY
 from handlers.debug_burn import burn_cpu
 from handlers.errors import ApiError, bad_request, not_found, precondition_failed
-from handlers.negotiation import IDENTITY, Negotiator, choose
+from handlers.negotiation import IDENTITY, Negotiator, Preference, choose
 
 JSON_TYPE = "application/json"
 PROBLEM_TYPE = "application/problem+json"
@@ -46,6 +46,8 @@ PROBLEM_TYPE = "application/problem+json"
 RETRY_AFTER_SECONDS = "1"
 _log = Logger()
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}\Z")
+# What a list page can be sent as besides its bytes (made as it is sent, see send_composed).
+_GZIP_ON_THE_FLY = (("gzip", b""),)
 
 _STORE_ERRORS: Dict[Type[Exception], Any] = {
     RedisUnavailable: lambda e: ApiError(
@@ -270,6 +272,7 @@ class ResourceHandler(JsonHandler):
         max_ids: int,
         cache_control: str,
         negotiator: Negotiator,
+        compress_min_bytes: int,
     ) -> None:
         self.store = store
         self.max_body = max_body
@@ -278,6 +281,7 @@ class ResourceHandler(JsonHandler):
         self.grant = Grant(None)
         self.cache_control = cache_control
         self.negotiator = negotiator
+        self.compress_min_bytes = compress_min_bytes
 
     def writes(self) -> bool:
         """Whether the request needs write scope (a multi-get by POST does not)."""
@@ -291,10 +295,7 @@ class ResourceHandler(JsonHandler):
         or else ``If-Modified-Since``, turns the answer into a 304.
         """
         self.set_header("Cache-Control", self.cache_control)
-        coding = choose(self.negotiator.preference(self.request.headers.get("Accept-Encoding")), document.encoded)
-        if coding is None:
-            stored = ", ".join(("identity", *(name for name, _ in document.encoded)))
-            raise ApiError(406, "not-acceptable", f"Accept-Encoding refuses every coding stored ({stored})")
+        coding = self._negotiate(document.encoded)
         if document.encoded:
             self.add_header("Vary", "Accept-Encoding")
         etag = document.etag if coding == IDENTITY else variant_tag(document.etag, coding)
@@ -315,6 +316,37 @@ class ResourceHandler(JsonHandler):
         else:
             self.set_header("Content-Encoding", coding)
             self.send_bytes(200, document.variant(coding))  # type: ignore[arg-type]
+
+    def send_composed(self, body: bytes) -> None:
+        """A list page or a multi-get (put together from stored bytes), gzipped as it is sent if the client prefers.
+
+        Only bodies of at least ``compress_min_bytes``, as for documents: a
+        page of 100 documents of 200 B (20 KB) gzips in ~16 µs on PyPy, a
+        few percent of its request, to about a fifth of its size (README,
+        "HTTP caching and compression").
+        """
+        self.set_header("Cache-Control", self.cache_control)
+        if not self.compress_min_bytes:
+            self.send_bytes(200, body)
+            return
+        self.add_header("Vary", "Accept-Encoding")
+        coding = self._negotiate(_GZIP_ON_THE_FLY)
+        if coding == IDENTITY or (len(body) < self.compress_min_bytes and IDENTITY in self._accepted()):
+            self.send_bytes(200, body)
+            return
+        self.set_header("Content-Encoding", coding)
+        self.send_bytes(200, gzip_of(body))
+
+    def _accepted(self) -> Preference:
+        return self.negotiator.preference(self.request.headers.get("Accept-Encoding"))
+
+    def _negotiate(self, encoded: Sequence[Tuple[str, bytes]]) -> str:
+        """The coding to answer in, among identity and ``encoded``'s; 406 if the client accepts none."""
+        coding = choose(self._accepted(), encoded)
+        if coding is None:
+            stored = ", ".join((IDENTITY, *(name for name, _ in encoded)))
+            raise ApiError(406, "not-acceptable", f"Accept-Encoding refuses every coding available ({stored})")
+        return coding
 
     def send_not_modified(self, etag: bytes) -> None:
         self.set_header("ETag", etag)

@@ -29,8 +29,7 @@ def items_envelope(bodies: List[Optional[bytes]], next_cursor: Optional[bytes], 
 
 def send_items(handler: ResourceHandler, bodies: List[Optional[bytes]]) -> None:
     """A multi-get's answer, by GET or by POST: the same bytes."""
-    handler.set_header("Cache-Control", handler.cache_control)
-    handler.send_bytes(200, items_envelope(bodies, None, with_next=False))
+    handler.send_composed(items_envelope(bodies, None, with_next=False))
 
 
 class CollectionHandler(ResourceHandler):
@@ -56,8 +55,7 @@ class CollectionHandler(ResourceHandler):
 
     def _send_page(self, page: Page) -> None:
         cursor = validation.encode_cursor(page.last_id) if page.last_id else None
-        self.set_header("Cache-Control", self.cache_control)
-        self.send_bytes(200, items_envelope(page.bodies, cursor, with_next=True))
+        self.send_composed(items_envelope(page.bodies, cursor, with_next=True))
 
     head = get
 

@@ -360,14 +360,19 @@ def _collection_operations() -> Json:
         "A page of documents in id order (`limit`, `cursor`), or many documents by id (`ids`)",
         "collections",
         {
-            "200": _response("A `Page` without `ids`, `Items` with `ids`.", listing, ("Cache-Control",)),
+            "200": _response(
+                "A `Page` without `ids`, `Items` with `ids`; gzipped as it is sent when `Accept-Encoding` prefers"
+                " gzip and it is at least `JETWAY_COMPRESS_MIN_BYTES`.",
+                listing,
+                ("Cache-Control", "Vary", "Content-Encoding"),
+            ),
             **_errors(
-                (400, *_REDIS),
+                (400, 406, *_REDIS),
                 e400="Invalid collection name, `limit`, `cursor` or `ids`; `ids` with `cursor`, or with a `limit`"
                 " less than their number.",
             ),
         },
-        parameters=_parameters_named("limit", "cursor", "ids"),
+        parameters=_parameters_named("limit", "cursor", "ids", "Accept-Encoding"),
     )
     post = _operation(
         "createDocument",
@@ -399,13 +404,17 @@ def _multi_get_operations() -> Json:
         "collections",
         {
             "200": _response(
-                "The documents in the order asked, null where missing.", _ref("schemas", "Items"), ("Cache-Control",)
+                "The documents in the order asked, null where missing; gzipped as they are sent when"
+                " `Accept-Encoding` prefers gzip and they are at least `JETWAY_COMPRESS_MIN_BYTES`.",
+                _ref("schemas", "Items"),
+                ("Cache-Control", "Vary", "Content-Encoding"),
             ),
             **_errors(
-                (400, 413, 415, *_REDIS),
+                (400, 406, 413, 415, *_REDIS),
                 e400='Invalid collection name or id (named), too many ids, malformed JSON, or not `{"ids": [...]}`.',
             ),
         },
+        parameters=_parameters_named("Accept-Encoding"),
         requestBody=_body(JSON_TYPE, "The ids to fetch; duplicates are answered in place.", "IdList"),
     )
     return {"post": post}
@@ -479,8 +488,9 @@ def _parameters(max_ids: int) -> Json:
             "Accept-Encoding",
             "header",
             "Content codings the client decodes, with q-values (RFC 9110 12.5.3). Documents of at least"
-            " `JETWAY_COMPRESS_MIN_BYTES` are stored with a `gzip` variant, sent as stored; without this"
-            " header the stored bytes are sent; `identity;q=0` with no stored variant accepted is a 406.",
+            " `JETWAY_COMPRESS_MIN_BYTES` are stored with a `gzip` variant, sent as stored, and list pages and"
+            " multi-gets that large are gzipped as they are sent; without this header the stored bytes are sent;"
+            " `identity;q=0` with nothing else available accepted is a 406.",
             {"type": "string"},
         ),
         "If-None-Match": _parameter(
@@ -509,11 +519,11 @@ def _headers() -> Json:
             examples=["no-cache"],
         ),
         "Vary": header(
-            "`Accept-Encoding` when the document has compressed variants; `Origin` beside it when"
-            " `JETWAY_CORS_ORIGINS` lists origins.",
+            "`Accept-Encoding` when the document has compressed variants (on list pages and multi-gets whenever"
+            " compression is on); `Origin` beside it when `JETWAY_CORS_ORIGINS` lists origins.",
             required=False,
         ),
-        "Content-Encoding": header("The variant's content coding, when a compressed variant is sent.", required=False),
+        "Content-Encoding": header("`gzip` when the body is sent compressed.", required=False),
         "Last-Modified": header("When the document was last written (HTTP date)."),
         "Location": header("The path of the new document.", examples=["/v1/orders/01J0000000000000000000000"]),
         "Retry-After": header("Seconds to wait before retrying.", pattern="^[0-9]+$", examples=[RETRY_AFTER_SECONDS]),

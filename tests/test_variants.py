@@ -143,3 +143,23 @@ def test_the_threshold_is_a_setting(threshold, redis_server, tmp_path):
     finally:
         server.stop()
         client.close()
+
+
+def test_large_list_pages_and_multi_gets_are_gzipped_as_they_are_sent(api):
+    for n in range(20):
+        api.put_json(f"/v1/docs/d{n:02d}", json.dumps({"n": n, "name": f"user {n}", "pad": "y" * 100}).encode())
+    ids = ",".join(f"d{n:02d}" for n in range(20))
+    for path in ("/v1/docs?limit=20", f"/v1/docs?ids={ids}"):
+        plain = raw_get(api, path, **{"Accept-Encoding": "identity"})
+        gzipped = raw_get(api, path, **{"Accept-Encoding": "gzip"})
+        assert "Content-Encoding" not in plain.headers and plain.headers["Vary"] == "Accept-Encoding"
+        assert gzipped.headers["Content-Encoding"] == "gzip" and gzipped.headers["Vary"] == "Accept-Encoding"
+        assert gzip.decompress(gzipped.raw_bytes) == plain.raw_bytes
+        assert len(gzipped.raw_bytes) < len(plain.raw_bytes) / 3
+    posted = api.post_json("/v1/_get/docs", json.dumps({"ids": ids.split(",")}).encode(), stream=True)
+    assert posted.headers["Content-Encoding"] == "gzip"  # requests accepts gzip by default
+    small = raw_get(api, "/v1/docs?limit=1", **{"Accept-Encoding": "gzip"})
+    assert "Content-Encoding" not in small.headers and small.raw_bytes.startswith(b'{"items":[')
+    refused = api.get("/v1/docs?limit=1", headers={"Accept-Encoding": "identity;q=0, gzip"})
+    assert refused.status_code == 200 and refused.headers["Content-Encoding"] == "gzip"
+    assert api.get("/v1/docs?limit=1", headers={"Accept-Encoding": "*;q=0"}).status_code == 406
