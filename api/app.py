@@ -12,16 +12,20 @@ from api.logs import AccessLog
 from api.observe import Metrics, Observer, render_metrics
 from cache import codec
 from cache.store import DocumentStore
+from cache.tickets import TicketStore
 from handlers.auth import Gate
 from handlers.base import NoRouteHandler
+from handlers.changes import ChangesHandler
 from handlers.collections import CollectionHandler
 from handlers.cors import CorsPolicy
 from handlers.documents import DocumentHandler
+from handlers.feed import Feed
 from handlers.health import PING_TIMEOUT, LivenessHandler, ReadinessHandler, ReadinessProbe
 from handlers.metrics import MetricsHandler
 from handlers.multi_get import MultiGetHandler
 from handlers.negotiation import Negotiator
 from handlers.openapi import OpenApiHandler, openapi_document
+from handlers.tickets import TicketGate, TicketHandler
 
 # Path segments are matched loosely and checked by the handlers, so that a
 # bad collection name or id is a 400 that says why, not a 404.
@@ -29,9 +33,18 @@ SEGMENT = r"([^/]+)"
 
 
 def make_app(
-    settings: Settings, store: DocumentStore, gate: Gate, reactor: Any, metrics: Optional[Metrics] = None
+    settings: Settings,
+    store: DocumentStore,
+    gate: Gate,
+    reactor: Any,
+    metrics: Optional[Metrics] = None,
+    feed: Optional[Feed] = None,
+    tickets: Optional[TicketStore] = None,
 ) -> JetwayApplication:
+    """The application; without ``feed`` (JETWAY_FEED=off) the change feed's routes answer 404 ``feed-off``."""
     metrics = metrics or Metrics()
+    if feed is not None:
+        metrics.feed_stats = feed.stats
     documents = {
         "store": store,
         "max_body": settings.max_body,
@@ -41,18 +54,22 @@ def make_app(
         "negotiator": Negotiator(),
         "compress_min_bytes": settings.compress_min_bytes,
     }
+    changes = {**documents, "feed": feed, "ticket_gate": TicketGate(tickets, gate) if tickets and feed else None}
+    spec = openapi_document(settings.max_ids, settings.feed_max_wait)
     readiness = ReadinessProbe(store, reactor, min(PING_TIMEOUT, settings.redis_timeout))
     # Cyclone tries the routes in order and no two overlap: the API's come
     # first, so a document request does not try the operational ones.
     routes = [
         # Jetway's own /v1/_… before the document route, which would take "_get" for a collection.
         (rf"/v1/_get/{SEGMENT}", MultiGetHandler, documents),
+        (rf"/v1/_changes/{SEGMENT}/tickets", TicketHandler, {**documents, "tickets": tickets if feed else None}),
+        (rf"/v1/_changes/{SEGMENT}", ChangesHandler, changes),
         (rf"/v1/{SEGMENT}/{SEGMENT}", DocumentHandler, documents),
         (rf"/v1/{SEGMENT}/?", CollectionHandler, documents),
         (r"/healthz", LivenessHandler),
         (r"/readyz", ReadinessHandler, {"probe": readiness}),
         (r"/metrics", MetricsHandler, {"render": render_metrics(metrics)}),
-        (r"/openapi\.json", OpenApiHandler, {"body": codec.dumps(openapi_document(settings.max_ids))}),
+        (r"/openapi\.json", OpenApiHandler, {"body": codec.dumps(spec)}),
     ]
     limits = HttpLimits(
         max_body=settings.max_body,

@@ -24,13 +24,16 @@ from api.eager_send import adopt_listening_socket
 from api.logs import start_logging
 from api.observe import Metrics
 from api.signals import on_signals
+from cache.change_feed import NO_FEED, FeedLog, FeedReader
 from cache.metered import MeteredLink
 from cache.store import DocumentStore
+from cache.tickets import TicketStore
 from cache.token_cache import TokenCache
 from cache.tokens import TokenStore
 from cache.topology import connect
 from cache.variants import Variants
 from handlers.auth import Gate
+from handlers.feed import Feed, FeedLimits
 
 # A keep-alive connection idle this long during a drain is closed: long
 # enough that a client is not mid-send, short enough to keep drains quick.
@@ -72,13 +75,16 @@ def run_worker(
         write_link=write_link,
         write_concern=settings.write_concern,
         variants=Variants(settings.compress_min_bytes),
+        feed=FeedLog(True, settings.feed_max_events, settings.feed_max_age) if settings.feed else NO_FEED,
     )
+    feed = _feed(settings, link, reactor)
+    tickets = TicketStore(link, settings.feed_ticket_ttl) if feed is not None else None
     tokens = TokenCache(TokenStore(link), settings.redis, reactor, settings.redis_timeout) if settings.auth else None
-    app = app_factory(settings, store, Gate(tokens, link, settings.auth), reactor, metrics)
+    app = app_factory(settings, store, Gate(tokens, link, settings.auth), reactor, metrics, feed, tickets)
     port = adopt_listening_socket(reactor, fd, _nonblocking_family(fd), app)
     os.close(fd)  # the port took a copy
     app.listen_on(port)
-    drain = Drain(app, port, reactor, settings.grace)
+    drain = Drain(app, port, reactor, settings.grace, feed.drain if feed is not None else None)
     flushing = task.LoopingCall(metrics.flush)
     flushing.clock = reactor
     flushing.start(METRICS_FLUSH_SECONDS, now=False)
@@ -87,6 +93,8 @@ def run_worker(
     reactor.addSystemEventTrigger("before", "shutdown", link.close)
     if tokens is not None:
         reactor.addSystemEventTrigger("before", "shutdown", tokens.close)
+    if feed is not None:
+        reactor.addSystemEventTrigger("before", "shutdown", feed.close)
     if ready_fd is not None:
         os.write(ready_fd, b"ready\n")
         os.close(ready_fd)
@@ -94,11 +102,27 @@ def run_worker(
     return 0
 
 
-class Drain:
-    """Stop accepting, let held requests finish, then stop the reactor."""
+def _feed(settings: Settings, link: Any, reactor: Any) -> Optional[Feed]:
+    """The change feed's serving side, with its nudge subscription (None when JETWAY_FEED=off)."""
+    if not settings.feed:
+        return None
+    limits = FeedLimits(settings.feed_buffer, settings.send_timeout, settings.feed_max_wait)
+    return Feed.connected(FeedReader(link), settings.redis, reactor, settings.redis_timeout, limits)
 
-    def __init__(self, app: JetwayApplication, port: Any, reactor: Any, grace: float) -> None:
+
+class Drain:
+    """Stop accepting, end the change-feed streams, let held requests finish, then stop the reactor."""
+
+    def __init__(
+        self,
+        app: JetwayApplication,
+        port: Any,
+        reactor: Any,
+        grace: float,
+        end_streams: Optional[Callable[[], None]] = None,
+    ) -> None:
         self.app = app
+        self.end_streams = end_streams
         self.port = port
         self.reactor = reactor
         self.grace = grace
@@ -112,6 +136,10 @@ class Drain:
         self.port.doRead()
         self.app.stop_accepting()
         self.port.stopListening()
+        if self.end_streams is not None:
+            # A stream never finishes by itself: each gets a final event and
+            # closes now, so its client reconnects to a worker that serves on.
+            self.end_streams()
         self.ticking = task.LoopingCall(self._tick)
         self.ticking.clock = self.reactor
         self.ticking.start(DRAIN_TICK)

@@ -17,6 +17,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from twisted.internet import defer
 
 from cache import codec, keys, scripts
+from cache.change_feed import NO_FEED, FeedLog
 from cache.errors import (
     DocumentNotFound,
     DocumentTooLarge,
@@ -82,6 +83,8 @@ class DocumentStore:
 
     With a ``write_concern`` that waits for replicas, writes go through
     ``write_link`` (a pool of their own: ``WAIT`` blocks its connection).
+    With a ``feed``, every write script also logs its change
+    (``cache.change_feed``); ``op`` names the operation it logs.
     """
 
     def __init__(
@@ -92,6 +95,7 @@ class DocumentStore:
         write_link: Optional[Link] = None,
         write_concern: WriteConcern = PRIMARY_ONLY,
         variants: Variants = DEFAULT_VARIANTS,
+        feed: FeedLog = NO_FEED,
     ) -> None:
         if write_concern.waits and write_link is None:
             raise ValueError("a write concern that waits for replicas needs a write link")
@@ -104,6 +108,7 @@ class DocumentStore:
         self._last_modified: Tuple[int, bytes] = (-1, b"")
         self._patch_attempts = patch_attempts
         self._variants = variants
+        self._feed = feed
 
     def ping(self) -> defer.Deferred:
         """Fires when Redis answers a PING."""
@@ -130,19 +135,20 @@ class DocumentStore:
         body: bytes,
         conditions: Conditions = NO_CONDITIONS,
         ttl: Optional[int] = None,
+        op: bytes = b"put",
     ) -> defer.Deferred:
         """Create or replace; fires with ``(Document, created)``."""
         if conditions.unmodified_since is not None and not conditions.if_match:
-            return self._write_unmodified(collection, doc_id, body, conditions, ttl)
-        return self._write(collection, doc_id, body, conditions, b"%d" % (ttl or 0))
+            return self._write_unmodified(collection, doc_id, body, conditions, ttl, op)
+        return self._write(collection, doc_id, body, conditions, b"%d" % (ttl or 0), op)
 
     @defer.inlineCallbacks
     def _write_unmodified(
-        self, collection: bytes, doc_id: bytes, body: bytes, conditions: Conditions, ttl: Optional[int]
+        self, collection: bytes, doc_id: bytes, body: bytes, conditions: Conditions, ttl: Optional[int], op: bytes
     ) -> Any:
         """A PUT with ``If-Unmodified-Since``: checked against the document read, then compare-and-set on it."""
         checked = yield self._unmodified_condition(collection, doc_id, conditions)
-        result = yield self._write(collection, doc_id, body, checked, b"%d" % (ttl or 0))
+        result = yield self._write(collection, doc_id, body, checked, b"%d" % (ttl or 0), op)
         return result
 
     @defer.inlineCallbacks
@@ -169,7 +175,7 @@ class DocumentStore:
         """Store under a new ULID; fires with ``(id, Document)``."""
         doc_id = self._ids.new().encode()
         try:
-            document, _ = yield self.put(collection, doc_id, body, Conditions(if_none_match=b"*"), ttl)
+            document, _ = yield self.put(collection, doc_id, body, Conditions(if_none_match=b"*"), ttl, b"create")
         except NotReplicated as error:
             error.doc_id = doc_id
             raise
@@ -202,7 +208,7 @@ class DocumentStore:
             try:
                 # Compare-and-set on the ETag just read: a concurrent write
                 # changes it, and then the merge is redone on the new body.
-                document, _ = yield self._write(collection, doc_id, merged, Conditions(if_match=etag), b"")
+                document, _ = yield self._write(collection, doc_id, merged, Conditions(if_match=etag), b"", b"patch")
             except PreconditionFailed:
                 continue
             return document
@@ -222,8 +228,12 @@ class DocumentStore:
             if_match = checked.if_match
         result, confirmed = yield self._run_write(
             scripts.DELETE,
-            [keys.document_key(collection, doc_id), keys.index_key_for(collection, doc_id)],
-            [doc_id, if_match],
+            [
+                keys.document_key(collection, doc_id),
+                keys.index_key_for(collection, doc_id),
+                *self._feed.script_keys(collection, doc_id),
+            ],
+            [doc_id, if_match, *self._feed.script_args(b"delete", collection, doc_id)],
         )
         if result == _DELETE_FAILED:
             raise PreconditionFailed()
@@ -263,13 +273,19 @@ class DocumentStore:
         return self._link.pipeline([(b"HGET", keys.document_key(collection, doc_id), b"b") for doc_id in doc_ids])
 
     @defer.inlineCallbacks
-    def _write(self, collection: bytes, doc_id: bytes, body: bytes, conditions: Conditions, ttl: bytes) -> Any:
+    def _write(
+        self, collection: bytes, doc_id: bytes, body: bytes, conditions: Conditions, ttl: bytes, op: bytes
+    ) -> Any:
         encoded = self._variants.encode(body)
         document = Document(body, self._etags.new(), self._now_as_http_date(), encoded)
         stored = {FIELDS[coding] for coding, _ in encoded}
         result, confirmed = yield self._run_write(
             scripts.PUT,
-            [keys.document_key(collection, doc_id), keys.index_key_for(collection, doc_id)],
+            [
+                keys.document_key(collection, doc_id),
+                keys.index_key_for(collection, doc_id),
+                *self._feed.script_keys(collection, doc_id),
+            ],
             [
                 doc_id,
                 body,
@@ -282,6 +298,7 @@ class DocumentStore:
                 *(part for coding, data in encoded for part in (FIELDS[coding], data)),
                 # Variants an earlier version had and this one has not.
                 *(field for field in _VARIANT_FIELDS if field not in stored),
+                *self._feed.script_args(op, collection, doc_id),
             ],
         )
         if result == _PUT_FAILED:

@@ -81,6 +81,7 @@ _ERRORS: Dict[int, str] = {
     405: "The path does not support this method; `Allow` lists those it does.",
     406: "`Accept-Encoding` refuses the stored bytes (`identity;q=0`) and every compressed variant stored.",
     408: "The request head or body did not arrive in time (`request-timeout`); the connection closes.",
+    410: "The change feed no longer keeps the events after the position (`feed-position-lost`).",
     409: "The merge patch lost the race to concurrent writers too many times; retry.",
     412: "An `If-Match`, `If-None-Match` or `If-Unmodified-Since` condition does not hold.",
     413: "The body is larger than `JETWAY_MAX_BODY` bytes (default 1 MiB).",
@@ -539,8 +540,8 @@ def _headers() -> Json:
     }
 
 
-def _problem_schema() -> Json:
-    listed = "\n".join(f"- `{PROBLEM_TYPE_PREFIX}{slug}`: {meaning}" for slug, meaning in PROBLEM_TYPES)
+def _problem_schema(more: Iterable[Tuple[str, str]] = ()) -> Json:
+    listed = "\n".join(f"- `{PROBLEM_TYPE_PREFIX}{slug}`: {meaning}" for slug, meaning in (*PROBLEM_TYPES, *more))
     return _object(
         {
             "type": {"type": "string", "format": "uri", "description": "One of:\n" + listed},
@@ -597,8 +598,11 @@ def _schemas(max_ids: int) -> Json:
     }
 
 
-def openapi_document(max_ids: int = validation.MAX_IDS) -> Json:
+def openapi_document(max_ids: int = validation.MAX_IDS, max_wait: int = 60) -> Json:
     """The whole OpenAPI 3.1.0 document, as plain JSON values."""
+    # Imported here: the change feed's part is built with this module's builders.
+    from handlers import openapi_changes as changes
+
     return {
         "openapi": "3.1.0",
         "info": {
@@ -619,10 +623,15 @@ def openapi_document(max_ids: int = validation.MAX_IDS) -> Json:
             MULTI_GET: _path_item(
                 "A multi-get by POST.", "MultiGet", _secured(_multi_get_operations()), ("collection",)
             ),
+            **changes.changes_paths(max_wait),
         },
         "components": {
-            "schemas": _schemas(max_ids),
-            "parameters": _parameters(max_ids),
+            "schemas": {
+                **_schemas(max_ids),
+                **changes.changes_schemas(),
+                "Problem": _problem_schema(changes.PROBLEM_TYPES),
+            },
+            "parameters": {**_parameters(max_ids), **changes.changes_parameters(max_wait)},
             "headers": _headers(),
             "responses": {"MethodNotAllowed": _errors((405,))["405"]},
             "securitySchemes": {
@@ -630,7 +639,8 @@ def openapi_document(max_ids: int = validation.MAX_IDS) -> Json:
                     "type": "http",
                     "scheme": "bearer",
                     "description": "A token made with `python -m api keys create`; only its SHA-256 is stored.",
-                }
+                },
+                "ticket": changes.TICKET_SCHEME,
             },
         },
     }
