@@ -48,7 +48,15 @@ Entry = Tuple[Event, bytes, Position]
 
 
 def sse_frame(token: bytes, data: bytes) -> bytes:
-    """One SSE event: its position as ``id:`` (what ``Last-Event-ID`` resumes from), its JSON as ``data:``."""
+    """One SSE event: its position as ``id:`` (what ``Last-Event-ID`` resumes from), its JSON as ``data:``.
+
+    A stored document may hold line breaks (JSON whitespace), which would
+    end the ``data:`` line: each becomes a new ``data:`` line, which the
+    client joins with ``\\n``, so it reads the same JSON (with CR and CRLF
+    read as LF; the long poll sends the bytes exactly).
+    """
+    if b"\n" in data or b"\r" in data:
+        data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n").replace(b"\n", b"\ndata: ")
     return b"id: " + token + b"\ndata: " + data + b"\n\n"
 
 
