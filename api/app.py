@@ -11,6 +11,7 @@ from api.connection import HttpLimits
 from api.logs import AccessLog
 from api.observe import Metrics, Observer, render_metrics
 from cache import codec
+from cache.idempotency import IdempotencyRecords
 from cache.store import DocumentStore
 from handlers.auth import Gate
 from handlers.base import NoRouteHandler
@@ -29,7 +30,12 @@ SEGMENT = r"([^/]+)"
 
 
 def make_app(
-    settings: Settings, store: DocumentStore, gate: Gate, reactor: Any, metrics: Optional[Metrics] = None
+    settings: Settings,
+    store: DocumentStore,
+    gate: Gate,
+    reactor: Any,
+    metrics: Optional[Metrics] = None,
+    idempotency: Optional[IdempotencyRecords] = None,
 ) -> JetwayApplication:
     metrics = metrics or Metrics()
     documents = {
@@ -40,6 +46,7 @@ def make_app(
         "cache_control": settings.cache_control,
         "negotiator": Negotiator(),
         "compress_min_bytes": settings.compress_min_bytes,
+        "idempotency": idempotency,
     }
     readiness = ReadinessProbe(store, reactor, min(PING_TIMEOUT, settings.redis_timeout))
     # Cyclone tries the routes in order and no two overlap: the API's come

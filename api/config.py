@@ -70,6 +70,8 @@ class Settings:
     compress_min_bytes: int = 1024
     # Browser origins allowed to call the API (handlers/cors.py); "*" for any.
     cors_origins: Tuple[str, ...] = ()
+    # Seconds an Idempotency-Key's attempt holds its claim before a retry may take it over (cache/idempotency.py).
+    idempotency_lease: float = 10.0
 
 
 def from_environment(environ: Optional[Mapping[str, str]] = None) -> Settings:
@@ -129,6 +131,7 @@ def from_environment(environ: Optional[Mapping[str, str]] = None) -> Settings:
         cache_control=read("JETWAY_CACHE_CONTROL", cache_policy, defaults.cache_control),
         compress_min_bytes=read("JETWAY_COMPRESS_MIN_BYTES", _non_negative_int, defaults.compress_min_bytes),
         cors_origins=read("JETWAY_CORS_ORIGINS", _origins, defaults.cors_origins),
+        idempotency_lease=read("JETWAY_IDEMPOTENCY_LEASE", _positive_float, defaults.idempotency_lease),
     )
 
 

@@ -24,6 +24,7 @@ from api.eager_send import adopt_listening_socket
 from api.logs import start_logging
 from api.observe import Metrics
 from api.signals import on_signals
+from cache.idempotency import IdempotencyRecords
 from cache.metered import MeteredLink
 from cache.store import DocumentStore
 from cache.token_cache import TokenCache
@@ -74,7 +75,8 @@ def run_worker(
         variants=Variants(settings.compress_min_bytes),
     )
     tokens = TokenCache(TokenStore(link), settings.redis, reactor, settings.redis_timeout) if settings.auth else None
-    app = app_factory(settings, store, Gate(tokens, link, settings.auth), reactor, metrics)
+    idempotency = IdempotencyRecords(link, settings.idempotency_lease)
+    app = app_factory(settings, store, Gate(tokens, link, settings.auth), reactor, metrics, idempotency)
     port = adopt_listening_socket(reactor, fd, _nonblocking_family(fd), app)
     os.close(fd)  # the port took a copy
     app.listen_on(port)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import email.utils
 import heapq
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from twisted.internet import defer
@@ -32,6 +32,9 @@ from cache.variants import CODINGS, DEFAULT_VARIANTS, FIELDS, Variants
 from cache.write_concern import PRIMARY_ONLY, WriteConcern
 
 _PUT_FAILED, _REPLACED, _CREATED = 0, 1, 2
+# A write's outcome: whether it created the document; None when this very
+# write (its ETag) had been applied before (cache.scripts.PUT).
+Created = Optional[bool]
 _DELETE_FAILED, _DELETE_MISSING = 0, -1
 
 
@@ -130,11 +133,12 @@ class DocumentStore:
         body: bytes,
         conditions: Conditions = NO_CONDITIONS,
         ttl: Optional[int] = None,
+        etag: Optional[bytes] = None,
     ) -> defer.Deferred:
-        """Create or replace; fires with ``(Document, created)``."""
+        """Create or replace; fires with ``(Document, Created)``; ``etag``: a planned one (``new_etag``)."""
         if conditions.unmodified_since is not None and not conditions.if_match:
             return self._write_unmodified(collection, doc_id, body, conditions, ttl)
-        return self._write(collection, doc_id, body, conditions, b"%d" % (ttl or 0))
+        return self._write(collection, doc_id, body, conditions, b"%d" % (ttl or 0), etag)
 
     @defer.inlineCallbacks
     def _write_unmodified(
@@ -164,12 +168,29 @@ class DocumentStore:
             raise PreconditionFailed()
         return Conditions(etag, conditions.if_none_match)
 
+    def new_id(self) -> bytes:
+        """A new document id: a ULID, sortable by creation time."""
+        return self._ids.new().encode()
+
+    def new_etag(self) -> bytes:
+        """The ETag a write will store: planned ahead where a retry must write the same (cache.idempotency)."""
+        return self._etags.new()
+
     @defer.inlineCallbacks
-    def create(self, collection: bytes, body: bytes, ttl: Optional[int] = None) -> Any:
-        """Store under a new ULID; fires with ``(id, Document)``."""
-        doc_id = self._ids.new().encode()
+    def create(
+        self,
+        collection: bytes,
+        body: bytes,
+        ttl: Optional[int] = None,
+        doc_id: Optional[bytes] = None,
+        etag: Optional[bytes] = None,
+    ) -> Any:
+        """Store under a new ULID (or the planned ``doc_id``); fires with ``(id, Document)``."""
+        doc_id = doc_id or self.new_id()
         try:
-            document, _ = yield self.put(collection, doc_id, body, Conditions(if_none_match=b"*"), ttl)
+            document, _ = yield self._write(
+                collection, doc_id, body, Conditions(if_none_match=b"*"), b"%d" % (ttl or 0), etag
+            )
         except NotReplicated as error:
             error.doc_id = doc_id
             raise
@@ -184,11 +205,18 @@ class DocumentStore:
         if_match: bytes,
         max_size: int,
         unmodified_since: Optional[int] = None,
+        planned_etag: Optional[bytes] = None,
     ) -> Any:
-        """Merge ``patch`` into the document; retried until no writer races it."""
+        """Merge ``patch`` into the document; retried until no writer races it.
+
+        With a ``planned_etag`` (an Idempotency-Key's plan), a document that
+        already carries it is this patch done before: it is answered as it is.
+        """
         key = keys.document_key(collection, doc_id)
         for _ in range(self._patch_attempts):
             body, etag, modified = yield self._link.execute(b"HMGET", key, b"b", b"e", b"m")
+            if body is not None and planned_etag is not None and etag == planned_etag:
+                return Document(body, etag, modified)
             if body is None:
                 # RFC 9110 13.1.1: If-Match on a missing representation fails.
                 raise PreconditionFailed() if if_match else DocumentNotFound()
@@ -202,7 +230,8 @@ class DocumentStore:
             try:
                 # Compare-and-set on the ETag just read: a concurrent write
                 # changes it, and then the merge is redone on the new body.
-                document, _ = yield self._write(collection, doc_id, merged, Conditions(if_match=etag), b"")
+                written = self._write(collection, doc_id, merged, Conditions(if_match=etag), b"", planned_etag)
+                document, _ = yield written
             except PreconditionFailed:
                 continue
             return document
@@ -263,9 +292,17 @@ class DocumentStore:
         return self._link.pipeline([(b"HGET", keys.document_key(collection, doc_id), b"b") for doc_id in doc_ids])
 
     @defer.inlineCallbacks
-    def _write(self, collection: bytes, doc_id: bytes, body: bytes, conditions: Conditions, ttl: bytes) -> Any:
+    def _write(
+        self,
+        collection: bytes,
+        doc_id: bytes,
+        body: bytes,
+        conditions: Conditions,
+        ttl: bytes,
+        etag: Optional[bytes] = None,
+    ) -> Any:
         encoded = self._variants.encode(body)
-        document = Document(body, self._etags.new(), self._now_as_http_date(), encoded)
+        document = Document(body, etag or self._etags.new(), self._now_as_http_date(), encoded)
         stored = {FIELDS[coding] for coding, _ in encoded}
         result, confirmed = yield self._run_write(
             scripts.PUT,
@@ -284,6 +321,9 @@ class DocumentStore:
                 *(field for field in _VARIANT_FIELDS if field not in stored),
             ],
         )
+        if isinstance(result, list):
+            # Applied before, by an earlier attempt at this very write: as it was then.
+            return replace(document, last_modified=result[1]), None
         if result == _PUT_FAILED:
             raise PreconditionFailed()
         self._check_replicated(confirmed, document.etag)

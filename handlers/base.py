@@ -31,6 +31,7 @@ from cache.errors import (
     RedisUnavailable,
     WriteConflict,
 )
+from cache.idempotency import IdempotencyRecords, StoredResponse
 from cache.ratelimit import RateDecision
 from cache.store import Document, DocumentStore
 from cache.variants import gzip_of, variant_tag
@@ -184,6 +185,16 @@ class JsonHandler(cyclone.web.RequestHandler):
     def send_no_content(self) -> None:
         self.set_status(204)
 
+    def send_stored(self, response: StoredResponse) -> None:
+        """Send a response made ahead (``cache.idempotency``: perhaps the first attempt's, replayed)."""
+        for name, value in response.headers:
+            self.set_header(name, value)
+        if response.status >= 400:
+            self.set_header("Cache-Control", ERROR_POLICY)
+        self.set_status(response.status)
+        if response.body:
+            self.write(response.body)
+
     def _generate_headers(self) -> bytes:
         self._set_connection_header()
         if self._status_code == 204:
@@ -243,6 +254,12 @@ class JsonHandler(cyclone.web.RequestHandler):
         self.finish(codec.dumps(error.as_problem()))
 
 
+def document_response(status: int, document: Document, *headers: Tuple[str, str]) -> StoredResponse:
+    """A write's answer as data: the document as stored, its validators, and ``headers``."""
+    validators = (("ETag", document.etag.decode()), ("Last-Modified", document.last_modified.decode()))
+    return StoredResponse(status, (("Content-Type", JSON_TYPE), *validators, *headers), document.body)
+
+
 class _AnyMethod(tuple):
     def __contains__(self, method: object) -> bool:
         return True
@@ -274,6 +291,7 @@ class ResourceHandler(JsonHandler):
         cache_control: str,
         negotiator: Negotiator,
         compress_min_bytes: int,
+        idempotency: IdempotencyRecords,
     ) -> None:
         self.store = store
         self.max_body = max_body
@@ -283,6 +301,7 @@ class ResourceHandler(JsonHandler):
         self.cache_control = cache_control
         self.negotiator = negotiator
         self.compress_min_bytes = compress_min_bytes
+        self.idempotency = idempotency
 
     def writes(self) -> bool:
         """Whether the request needs write scope (a multi-get by POST does not)."""

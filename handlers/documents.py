@@ -9,8 +9,9 @@ from twisted.internet import defer
 from cache.store import Conditions, Document
 from cache.variants import base_tag
 from handlers import conditional, validation
-from handlers.base import ResourceHandler
+from handlers.base import ResourceHandler, document_response
 from handlers.errors import not_found
+from handlers.idempotency import respond_once
 
 
 class DocumentHandler(ResourceHandler):
@@ -52,14 +53,20 @@ class DocumentHandler(ResourceHandler):
         )
         self.send_document(201 if created else 200, document)
 
-    @defer.inlineCallbacks
-    def patch(self, collection: str, doc_id: str) -> Any:
+    def patch(self, collection: str, doc_id: str) -> defer.Deferred:
         keys = validation.collection_name(collection), validation.document_id(doc_id)
         patch = validation.json_document(
             self.request.body, self.request.headers.get("Content-Type"), validation.MERGE_PATCH_JSON, self.max_body
         )
-        document = yield self.store.patch(*keys, patch, self._if_match(), self.max_body, self._if_unmodified_since())
-        self.send_document(200, document)
+        conditions = self._if_match(), self.max_body, self._if_unmodified_since()
+        # The ETag is chosen before anything is written: an Idempotency-Key's
+        # retry finds the document carrying it if the first attempt wrote it.
+        return respond_once(self, self.store.new_etag(), lambda etag: self._patch(keys, patch, conditions, etag))
+
+    @defer.inlineCallbacks
+    def _patch(self, keys: Any, patch: Any, conditions: Any, etag: bytes) -> Any:
+        document = yield self.store.patch(*keys, patch, *conditions, planned_etag=etag)
+        return document_response(200, document)
 
     @defer.inlineCallbacks
     def delete(self, collection: str, doc_id: str) -> Any:

@@ -43,6 +43,12 @@ PROBLEM_TYPES: Tuple[Tuple[str, str], ...] = (
     ("no-route", "404: no resource at this path"),
     ("method-not-allowed", "405: the path does not support the method; see `Allow`"),
     ("write-conflict", "409: a merge patch lost the race to concurrent writers; retry"),
+    ("invalid-idempotency-key", "400: `Idempotency-Key` is not a string of 1 to 255 printable ASCII characters"),
+    (
+        "idempotency-key-in-use",
+        "409: a request with this `Idempotency-Key` is still being carried out; see `Retry-After`",
+    ),
+    ("idempotency-key-reused", "422: this `Idempotency-Key` was used for a different request"),
     ("not-acceptable", "406: `Accept-Encoding` refuses every coding the document is stored in (`identity;q=0`)"),
     ("precondition-failed", "412: an `If-Match`, `If-None-Match` or `If-Unmodified-Since` condition does not hold"),
     ("body-too-large", "413: the body, or the merged document, is larger than the limit"),
@@ -109,6 +115,11 @@ _REDIS = (401, 403, 429, 500, 502, 503, 504)
 # What the connection answers, for any path, before a handler sees the request.
 _FRONT_DOOR = (400, 408, 414, 431, 501, 505)
 _MALFORMED = "The request head breaks HTTP/1.1 framing (`malformed-request`); the connection closes."
+_KEY_IN_USE = (
+    "A request with this `Idempotency-Key` is still being carried out (`idempotency-key-in-use`);"
+    " retry after `Retry-After` seconds."
+)
+_KEY_REUSED = "This `Idempotency-Key` was used for a different request (`idempotency-key-reused`)."
 
 
 def _ref(kind: str, name: str) -> Json:
@@ -325,7 +336,12 @@ def _document_operations() -> Json:
         "Merge-patch a document (RFC 7396), atomically against concurrent writers",
         "documents",
         {
-            "200": _stored("Patched; the body is the compact serialization of the merged document."),
+            "200": _response(
+                "Patched; the body is the compact serialization of the merged document (with an"
+                " `Idempotency-Key`, perhaps the first attempt's answer again, marked `Idempotency-Replayed`).",
+                _ref("schemas", "Document"),
+                ("ETag", "Last-Modified", "Idempotency-Replayed"),
+            ),
             **_write_errors(
                 (400, 404, 409, 412, 413, 415, 422, 507, *_REDIS),
                 "ETag",
@@ -333,11 +349,12 @@ def _document_operations() -> Json:
                 e412="`If-Match` does not match the current ETag.",
                 e413="The patch, or the merged document, is larger than `JETWAY_MAX_BODY` bytes (default 1 MiB).",
                 e415="The body is not labelled `application/merge-patch+json` (`charset=utf-8` allowed).",
+                e409="The merge patch lost the race to concurrent writers too many times; retry. Or: " + _KEY_IN_USE,
                 e422="The stored document merged with the patch cannot be serialized as JSON "
-                "(e.g. a number beyond the range of a double).",
+                "(e.g. a number beyond the range of a double). Or: " + _KEY_REUSED,
             ),
         },
-        parameters=_parameters_named("If-Match", "If-Unmodified-Since"),
+        parameters=_parameters_named("If-Match", "If-Unmodified-Since", "Idempotency-Key"),
         requestBody=_body(validation.MERGE_PATCH_JSON, "A JSON Merge Patch: `null` removes a member.", "MergePatch"),
     )
     delete = _operation(
@@ -384,18 +401,21 @@ def _collection_operations() -> Json:
         "collections",
         {
             "201": _response(
-                "Created; the body is the document as stored.",
+                "Created; the body is the document as stored (with an `Idempotency-Key`, perhaps the first"
+                " attempt's answer again, marked `Idempotency-Replayed`).",
                 _ref("schemas", "Document"),
-                ("Location", "ETag", "Last-Modified"),
+                ("Location", "ETag", "Last-Modified", "Idempotency-Replayed"),
             ),
             **_write_errors(
-                (400, 413, 415, 507, *_REDIS),
+                (400, 409, 413, 415, 422, 507, *_REDIS),
                 "ETag",
                 "Location",
-                e400="Invalid collection name or `ttl`; malformed JSON; or not an object.",
+                e400="Invalid collection name, `ttl` or `Idempotency-Key`; malformed JSON; or not an object.",
+                e409=_KEY_IN_USE,
+                e422=_KEY_REUSED,
             ),
         },
-        parameters=_parameters_named("ttl"),
+        parameters=_parameters_named("ttl", "Idempotency-Key"),
         requestBody=_body(JSON_TYPE, "The document, stored verbatim once validated.", "Document"),
     )
     return {**_with_head(get, "headCollection"), "post": post}
@@ -475,6 +495,14 @@ def _parameters(max_ids: int) -> Json:
         "If-Match": _parameter(
             "If-Match", "header", "`*` or strong entity tags: act only if one matches (a weak tag never does).", tags
         ),
+        "Idempotency-Key": _parameter(
+            "Idempotency-Key",
+            "header",
+            "A key of the client's making (draft-ietf-httpapi-idempotency-key-header), 1 to 255 printable ASCII"
+            " characters, quoted or not: a retry with the same key and request gets the first response again,"
+            " and nothing is written twice, also after a crash. Kept 24 hours per token.",
+            {"type": "string", "maxLength": 257},
+        ),
         "If-Modified-Since": _parameter(
             "If-Modified-Since",
             "header",
@@ -528,6 +556,10 @@ def _headers() -> Json:
             required=False,
         ),
         "Content-Encoding": header("`gzip` when the body is sent compressed.", required=False),
+        "Idempotency-Replayed": header(
+            "`true` when the response is the stored answer to an earlier request with the same `Idempotency-Key`.",
+            required=False,
+        ),
         "Last-Modified": header("When the document was last written (HTTP date)."),
         "Location": header("The path of the new document.", examples=["/v1/orders/01J0000000000000000000000"]),
         "Retry-After": header("Seconds to wait before retrying.", pattern="^[0-9]+$", examples=[RETRY_AFTER_SECONDS]),
