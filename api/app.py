@@ -15,6 +15,7 @@ from cache.store import DocumentStore
 from handlers.auth import Gate
 from handlers.base import NoRouteHandler
 from handlers.collections import CollectionHandler
+from handlers.docs import DocsAssetHandler, DocsPageHandler, DocsSite
 from handlers.documents import DocumentHandler
 from handlers.health import PING_TIMEOUT, LivenessHandler, ReadinessHandler, ReadinessProbe
 from handlers.metrics import MetricsHandler
@@ -31,6 +32,7 @@ def make_app(
 ) -> JetwayApplication:
     metrics = metrics or Metrics()
     documents = {"store": store, "max_body": settings.max_body, "gate": gate, "max_ids": settings.max_ids}
+    docs = {"site": DocsSite.load()} if settings.docs else None
     readiness = ReadinessProbe(store, reactor, min(PING_TIMEOUT, settings.redis_timeout))
     # Cyclone tries the routes in order and no two overlap: the API's come
     # first, so a document request does not try the operational ones.
@@ -42,7 +44,13 @@ def make_app(
         (r"/healthz", LivenessHandler),
         (r"/readyz", ReadinessHandler, {"probe": readiness}),
         (r"/metrics", MetricsHandler, {"render": render_metrics(metrics)}),
-        (r"/openapi\.json", OpenApiHandler, {"body": codec.dumps(openapi_document(settings.max_ids))}),
+        (r"/openapi\.json", OpenApiHandler, {"body": codec.dumps(openapi_document(settings.max_ids, settings.docs))}),
+        # Swagger UI over /openapi.json, unless JETWAY_DOCS=off.
+        *(
+            [(r"/docs/?", DocsPageHandler, docs), (rf"/docs/assets/{SEGMENT}", DocsAssetHandler, docs)]
+            if docs is not None
+            else []
+        ),
     ]
     limits = HttpLimits(
         max_body=settings.max_body,

@@ -60,6 +60,8 @@ class Settings:
     write_concern: WriteConcern = PRIMARY_ONLY
     # CPU burnt per request, for testing the load-test gate only (handlers/debug_burn.py).
     debug_burn_us: int = 0
+    # Swagger UI at /docs (handlers/docs.py).
+    docs: bool = True
 
 
 def from_environment(environ: Optional[Mapping[str, str]] = None) -> Settings:
@@ -116,6 +118,7 @@ def from_environment(environ: Optional[Mapping[str, str]] = None) -> Settings:
         json_logs=read("JETWAY_LOG_FORMAT", _log_format, defaults.json_logs),
         write_concern=write_concern,
         debug_burn_us=read("JETWAY_DEBUG_BURN_US", _non_negative_int, defaults.debug_burn_us),
+        docs=read("JETWAY_DOCS", _flag, defaults.docs),
     )
 
 
