@@ -214,7 +214,10 @@ class Browser:
                 start_new_session=True,  # its helpers in a group of its own, stopped with it
             )
         port_file = profile / "DevToolsActivePort"
-        wait_until(lambda: self._alive() and port_file.read_text().strip(), START_TIMEOUT, "chromium to listen")
+        log = self.directory / "chromium.log"
+        wait_until(lambda: self.chromium.poll() is not None or port_file.read_text().strip(), START_TIMEOUT, str(log))
+        if self.chromium.poll() is not None:
+            raise RuntimeError(f"chromium exited with {self.chromium.returncode}; see {log}")
         port = port_file.read_text().split()[0]
         options = webdriver.ChromeOptions()
         options.debugger_address = f"127.0.0.1:{port}"
@@ -230,11 +233,6 @@ class Browser:
         self._driver.set_script_timeout(SCRIPT_TIMEOUT)
         self._driver.set_page_load_timeout(SCRIPT_TIMEOUT)
         self._driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": _WATCH_POLICY})
-
-    def _alive(self) -> bool:
-        if self.chromium is not None and self.chromium.poll() is not None:
-            raise RuntimeError(f"chromium exited with {self.chromium.returncode}; see {self.directory}/chromium.log")
-        return True
 
     def stop(self) -> None:
         """chromedriver, then chromium and whatever is left in its process group."""

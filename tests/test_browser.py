@@ -66,6 +66,7 @@ def test_a_console_error_is_reported(browser, page_server):
     assert any("something went wrong" in line for line in browser.console_errors())
 
 
+@pytest.mark.browser
 def test_stop_leaves_no_chromium_chromedriver_or_page_server_running(tmp_path):
     browser = Browser(tmp_path / "browser")
     pages = PageServer(tmp_path / "pages", tmp_path / "pages.log")

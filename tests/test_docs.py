@@ -213,6 +213,7 @@ def test_swagger_ui_shows_every_operation_authorizes_and_reads_a_document(browse
     browser.wait_for(".auth-btn-wrapper .btn-done").click()
 
     try_document_read(browser, "books", "dune", "200")
+    assert browser.run("return localStorage.length") == 0, "the token is kept in memory only"
     body = browser.wait_for(f"{READ} .live-responses-table tr.response .response-col_description pre")
     assert "Frank Herbert" in body.text
     curl = browser.driver.find_element(By.CSS_SELECTOR, f"{READ} .curl-command").text
