@@ -17,6 +17,7 @@ from handlers.auth import Gate
 from handlers.base import NoRouteHandler
 from handlers.collections import CollectionHandler
 from handlers.cors import CorsPolicy
+from handlers.docs import DocsAssetHandler, DocsPageHandler, DocsSite
 from handlers.documents import DocumentHandler
 from handlers.health import PING_TIMEOUT, LivenessHandler, ReadinessHandler, ReadinessProbe
 from handlers.metrics import MetricsHandler
@@ -48,6 +49,7 @@ def make_app(
         "compress_min_bytes": settings.compress_min_bytes,
         "idempotency": idempotency,
     }
+    docs = {"site": DocsSite.load()} if settings.docs else None
     readiness = ReadinessProbe(store, reactor, min(PING_TIMEOUT, settings.redis_timeout))
     # Cyclone tries the routes in order and no two overlap: the API's come
     # first, so a document request does not try the operational ones.
@@ -59,7 +61,13 @@ def make_app(
         (r"/healthz", LivenessHandler),
         (r"/readyz", ReadinessHandler, {"probe": readiness}),
         (r"/metrics", MetricsHandler, {"render": render_metrics(metrics)}),
-        (r"/openapi\.json", OpenApiHandler, {"body": codec.dumps(openapi_document(settings.max_ids))}),
+        (r"/openapi\.json", OpenApiHandler, {"body": codec.dumps(openapi_document(settings.max_ids, settings.docs))}),
+        # Swagger UI over /openapi.json, unless JETWAY_DOCS=off.
+        *(
+            [(r"/docs/?", DocsPageHandler, docs), (rf"/docs/assets/{SEGMENT}", DocsAssetHandler, docs)]
+            if docs is not None
+            else []
+        ),
     ]
     limits = HttpLimits(
         max_body=settings.max_body,

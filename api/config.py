@@ -72,6 +72,8 @@ class Settings:
     cors_origins: Tuple[str, ...] = ()
     # Seconds an Idempotency-Key's attempt holds its claim before a retry may take it over (cache/idempotency.py).
     idempotency_lease: float = 10.0
+    # Swagger UI at /docs (handlers/docs.py).
+    docs: bool = True
 
 
 def from_environment(environ: Optional[Mapping[str, str]] = None) -> Settings:
@@ -132,6 +134,7 @@ def from_environment(environ: Optional[Mapping[str, str]] = None) -> Settings:
         compress_min_bytes=read("JETWAY_COMPRESS_MIN_BYTES", _non_negative_int, defaults.compress_min_bytes),
         cors_origins=read("JETWAY_CORS_ORIGINS", _origins, defaults.cors_origins),
         idempotency_lease=read("JETWAY_IDEMPOTENCY_LEASE", _positive_float, defaults.idempotency_lease),
+        docs=read("JETWAY_DOCS", _flag, defaults.docs),
     )
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Dict, Iterable, List, Optional, Pattern, Tuple
 
-from handlers import validation
+from handlers import docs, validation
 from handlers.base import JSON_TYPE, PROBLEM_TYPE, RETRY_AFTER_SECONDS, JsonHandler
 from handlers.errors import PROBLEM_TYPE_PREFIX
 from handlers.metrics import METRICS_TYPE
@@ -26,6 +26,8 @@ METRICS = "/metrics"
 DOCUMENT = "/v1/{collection}/{id}"
 COLLECTION = "/v1/{collection}"
 MULTI_GET = "/v1/_get/{collection}"
+DOCS = docs.PAGE_PATH
+DOCS_ASSET = docs.ASSETS_PATH + "{asset}"
 
 # Every problem type the handlers raise, and when.
 PROBLEM_TYPES: Tuple[Tuple[str, str], ...] = (
@@ -292,6 +294,49 @@ def _health_paths() -> Json:
     }
 
 
+def _docs_paths() -> Json:
+    """``/docs`` and its assets: no token, cached by ``ETag`` and ``Cache-Control``."""
+    cached = ("ETag", "Cache-Control")
+    not_modified = _response("`If-None-Match` matches the current ETag.", headers=cached)
+    page = _operation(
+        "getDocs",
+        "Swagger UI over this document",
+        "meta",
+        {
+            "200": _response("The page.", {"type": "string"}, ("Content-Security-Policy", *cached), docs.HTML_TYPE),
+            "304": not_modified,
+        },
+        parameters=_parameters_named("If-None-Match"),
+    )
+    asset = _operation(
+        "getDocsAsset",
+        "A script or style of the /docs page",
+        "meta",
+        {
+            "200": {
+                **_response("The file; `Cache-Control` says a year when `v` is its current version.", headers=cached),
+                "content": {media: {"schema": {"type": "string"}} for media in docs.ASSET_TYPES},
+            },
+            "304": not_modified,
+            **_errors((404,), e404="No such asset (problem type `no-route`)."),
+        },
+        parameters=[
+            _parameter("asset", "path", "The file.", {"type": "string", "enum": list(docs.ASSET_NAMES)}, required=True),
+            _parameter("v", "query", "The asset's version, as the page names it.", {"type": "string"}),
+            *_parameters_named("If-None-Match"),
+        ],
+    )
+    return {
+        DOCS: _path_item("Swagger UI (off with `JETWAY_DOCS=off`).", "Docs", _with_head(page, "headDocs")),
+        DOCS_ASSET: _path_item(
+            "The page's assets, from a packaged Swagger UI.",
+            "DocsAsset",
+            _with_head(asset, "headDocsAsset"),
+            ("asset",),
+        ),
+    }
+
+
 def _document_operations() -> Json:
     get = _operation(
         "getDocument",
@@ -462,6 +507,13 @@ def _parameters(max_ids: int) -> Json:
             "collection", "path", "A collection name.", _ref("schemas", "CollectionName"), required=True
         ),
         "id": _parameter("id", "path", "A document id.", _ref("schemas", "DocumentId"), required=True),
+        "asset": _parameter(
+            "asset",
+            "path",
+            "A file of the /docs page.",
+            _ref("schemas", "DocsAsset"),
+            required=True,
+        ),
         "ttl": _parameter(
             "ttl",
             "query",
@@ -546,8 +598,9 @@ def _headers() -> Json:
             " document's with `-<coding>` inside the quotes; `If-Match` and `If-None-Match` take either.",
         ),
         "Cache-Control": header(
-            "The operator's caching policy for documents and list pages (`JETWAY_CACHE_CONTROL`, default"
-            " `no-cache`: keep, but revalidate with the ETag). Problem responses carry `no-store`.",
+            "How caches may keep the response: for documents, list pages and multi-gets the operator's policy"
+            " (`JETWAY_CACHE_CONTROL`, default `no-cache`: keep, but revalidate with the ETag); for `/docs`"
+            " assets named by their content, a year. Problem responses carry `no-store`.",
             examples=["no-cache"],
         ),
         "Vary": header(
@@ -568,6 +621,7 @@ def _headers() -> Json:
         "RateLimit-Limit": header("Requests the token may make per period (its burst).", pattern="^[0-9]+$"),
         "RateLimit-Remaining": header("Requests left right now.", pattern="^[0-9]+$"),
         "RateLimit-Reset": header("Seconds until the full allowance is back.", pattern="^[0-9]+$"),
+        "Content-Security-Policy": header("What the page may load: only from this origin."),
     }
 
 
@@ -602,6 +656,7 @@ def _schemas(max_ids: int) -> Json:
             "not": {"enum": [".", ".."]},
         },
         "Document": document,
+        "DocsAsset": {"type": "string", "enum": list(docs.ASSET_NAMES), "description": "A file of the /docs page."},
         "IdList": _object(
             {"ids": {"type": "array", "items": _ref("schemas", "DocumentId"), "maxItems": max_ids}},
             ["ids"],
@@ -629,7 +684,7 @@ def _schemas(max_ids: int) -> Json:
     }
 
 
-def openapi_document(max_ids: int = validation.MAX_IDS) -> Json:
+def openapi_document(max_ids: int = validation.MAX_IDS, with_docs: bool = True) -> Json:
     """The whole OpenAPI 3.1.0 document, as plain JSON values."""
     return {
         "openapi": "3.1.0",
@@ -641,6 +696,7 @@ def openapi_document(max_ids: int = validation.MAX_IDS) -> Json:
         },
         "paths": {
             **_health_paths(),
+            **(_docs_paths() if with_docs else {}),
             DOCUMENT: _path_item("One document.", "Document", _secured(_document_operations()), ("collection", "id")),
             COLLECTION: _path_item(
                 "A collection (a trailing slash is accepted).",
