@@ -11,10 +11,12 @@ from api.connection import HttpLimits
 from api.logs import AccessLog
 from api.observe import Metrics, Observer, render_metrics
 from cache import codec
+from cache.batch import BatchRunner
 from cache.idempotency import IdempotencyRecords
 from cache.store import DocumentStore
 from handlers.auth import Gate
 from handlers.base import NoRouteHandler
+from handlers.batch import BatchHandler
 from handlers.collections import CollectionHandler
 from handlers.cors import CorsPolicy
 from handlers.docs import DocsAssetHandler, DocsPageHandler, DocsSite
@@ -37,6 +39,7 @@ def make_app(
     reactor: Any,
     metrics: Optional[Metrics] = None,
     idempotency: Optional[IdempotencyRecords] = None,
+    batches: Optional[BatchRunner] = None,
 ) -> JetwayApplication:
     metrics = metrics or Metrics()
     documents = {
@@ -56,6 +59,7 @@ def make_app(
     routes = [
         # Jetway's own /v1/_… before the document route, which would take "_get" for a collection.
         (rf"/v1/_get/{SEGMENT}", MultiGetHandler, documents),
+        (r"/v1/_batch", BatchHandler, {**documents, "batches": batches, "max_operations": settings.max_batch_ops}),
         (rf"/v1/{SEGMENT}/{SEGMENT}", DocumentHandler, documents),
         (rf"/v1/{SEGMENT}/?", CollectionHandler, documents),
         (r"/healthz", LivenessHandler),
@@ -71,6 +75,7 @@ def make_app(
     ]
     limits = HttpLimits(
         max_body=settings.max_body,
+        max_batch_body=settings.max_batch_bytes,
         header_timeout=settings.header_timeout,
         body_timeout=settings.body_timeout,
         keepalive_timeout=settings.keepalive_timeout,

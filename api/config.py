@@ -72,6 +72,9 @@ class Settings:
     cors_origins: Tuple[str, ...] = ()
     # Seconds an Idempotency-Key's attempt holds its claim before a retry may take it over (cache/idempotency.py).
     idempotency_lease: float = 10.0
+    # Operations and bytes one POST /v1/_batch may carry (handlers/batch.py).
+    max_batch_ops: int = 1000
+    max_batch_bytes: int = 8 * 1024 * 1024
     # Swagger UI at /docs (handlers/docs.py).
     docs: bool = True
 
@@ -97,6 +100,11 @@ def from_environment(environ: Optional[Mapping[str, str]] = None) -> Settings:
     if body_budget < max_body:
         raise ConfigError(f"JETWAY_BODY_BUDGET={body_budget}: must be at least JETWAY_MAX_BODY ({max_body})")
     redis_timeout = read("JETWAY_REDIS_TIMEOUT", _positive_float, defaults.redis_timeout)
+    max_batch_bytes = read("JETWAY_MAX_BATCH_BYTES", _positive_int, defaults.max_batch_bytes)
+    if max_batch_bytes > body_budget:
+        raise ConfigError(
+            f"JETWAY_MAX_BATCH_BYTES={max_batch_bytes}: must be at most JETWAY_BODY_BUDGET ({body_budget})"
+        )
     write_concern = WriteConcern(
         read("JETWAY_WRITE_REPLICAS", _non_negative_int, PRIMARY_ONLY.replicas),
         read("JETWAY_WRITE_TIMEOUT", _positive_float, PRIMARY_ONLY.timeout),
@@ -134,6 +142,8 @@ def from_environment(environ: Optional[Mapping[str, str]] = None) -> Settings:
         compress_min_bytes=read("JETWAY_COMPRESS_MIN_BYTES", _non_negative_int, defaults.compress_min_bytes),
         cors_origins=read("JETWAY_CORS_ORIGINS", _origins, defaults.cors_origins),
         idempotency_lease=read("JETWAY_IDEMPOTENCY_LEASE", _positive_float, defaults.idempotency_lease),
+        max_batch_ops=read("JETWAY_MAX_BATCH_OPS", _positive_int, defaults.max_batch_ops),
+        max_batch_bytes=max_batch_bytes,
         docs=read("JETWAY_DOCS", _flag, defaults.docs),
     )
 

@@ -24,6 +24,7 @@ from api.eager_send import adopt_listening_socket
 from api.logs import start_logging
 from api.observe import Metrics
 from api.signals import on_signals
+from cache.batch import BatchRunner
 from cache.idempotency import IdempotencyRecords
 from cache.metered import MeteredLink
 from cache.store import DocumentStore
@@ -76,7 +77,9 @@ def run_worker(
     )
     tokens = TokenCache(TokenStore(link), settings.redis, reactor, settings.redis_timeout) if settings.auth else None
     idempotency = IdempotencyRecords(link, settings.idempotency_lease)
-    app = app_factory(settings, store, Gate(tokens, link, settings.auth), reactor, metrics, idempotency)
+    batches = BatchRunner(store, write_link or link, settings.write_concern)
+    gate = Gate(tokens, link, settings.auth)
+    app = app_factory(settings, store, gate, reactor, metrics, idempotency, batches)
     port = adopt_listening_socket(reactor, fd, _nonblocking_family(fd), app)
     os.close(fd)  # the port took a copy
     app.listen_on(port)

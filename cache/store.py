@@ -80,6 +80,47 @@ class Page:
 NO_CONDITIONS = Conditions()
 
 
+@dataclass(frozen=True)
+class PreparedPut:
+    """A create-or-replace ready to send: the document it stores and ``scripts.PUT``'s keys and arguments."""
+
+    document: Document
+    keys: List[bytes]
+    args: List[Any]
+
+    def command(self) -> Tuple[Any, ...]:
+        return scripts.PUT.call(self.keys, self.args)
+
+
+@dataclass(frozen=True)
+class PreparedDelete:
+    """A delete ready to send: ``scripts.DELETE``'s keys and arguments."""
+
+    keys: List[bytes]
+    args: List[Any]
+
+    def command(self) -> Tuple[Any, ...]:
+        return scripts.DELETE.call(self.keys, self.args)
+
+
+def put_outcome(write: PreparedPut, result: Any) -> Tuple[Document, Created]:
+    """What ``scripts.PUT`` answered: the document stored and whether it was created; or ``PreconditionFailed``."""
+    if isinstance(result, list):
+        # Applied before, by an earlier attempt at this very write: as it was then.
+        return replace(write.document, last_modified=result[1]), None
+    if result == _PUT_FAILED:
+        raise PreconditionFailed()
+    return write.document, result == _CREATED
+
+
+def delete_outcome(result: Any) -> None:
+    """What ``scripts.DELETE`` answered: nothing, or ``PreconditionFailed`` / ``DocumentNotFound``."""
+    if result == _DELETE_FAILED:
+        raise PreconditionFailed()
+    if result == _DELETE_MISSING:
+        raise DocumentNotFound()
+
+
 class DocumentStore:
     """The document operations of the API, on a ``Link`` (one Redis, Sentinel or Cluster).
 
@@ -117,14 +158,14 @@ class DocumentStore:
     # per call on PyPy) and reads as well for one step.
     def get(self, collection: bytes, doc_id: bytes) -> defer.Deferred:
         """The document, or None: one HMGET of one key."""
-        return self._link.execute(*_read_command(collection, doc_id)).addCallback(_document)
+        return self._link.execute(*read_command(collection, doc_id)).addCallback(stored_document)
 
     def get_along(
         self, collection: bytes, doc_id: bytes, command: Sequence[Any], scripts: Sequence[Any]
     ) -> defer.Deferred:
         """``command``'s reply and the document, in one round trip (command first)."""
-        read = self._link.pipeline_scripts([command, _read_command(collection, doc_id)], scripts)
-        return read.addCallback(lambda replies: (replies[0], _document(replies[1])))
+        read = self._link.pipeline_scripts([command, read_command(collection, doc_id)], scripts)
+        return read.addCallback(lambda replies: (replies[0], stored_document(replies[1])))
 
     def put(
         self,
@@ -249,15 +290,9 @@ class DocumentStore:
             if checked.if_none_match:
                 raise DocumentNotFound()
             if_match = checked.if_match
-        result, confirmed = yield self._run_write(
-            scripts.DELETE,
-            [keys.document_key(collection, doc_id), keys.index_key_for(collection, doc_id)],
-            [doc_id, if_match],
-        )
-        if result == _DELETE_FAILED:
-            raise PreconditionFailed()
-        if result == _DELETE_MISSING:
-            raise DocumentNotFound()
+        write = self.prepare_delete(collection, doc_id, if_match)
+        result, confirmed = yield self._run_write(scripts.DELETE, write.keys, write.args)
+        delete_outcome(result)
         self._check_replicated(confirmed, None)
 
     def page(self, collection: bytes, limit: int, after: Optional[bytes]) -> defer.Deferred:
@@ -301,33 +336,52 @@ class DocumentStore:
         ttl: bytes,
         etag: Optional[bytes] = None,
     ) -> Any:
+        write = self.prepare_put(collection, doc_id, body, conditions, ttl, etag)
+        result, confirmed = yield self._run_write(scripts.PUT, write.keys, write.args)
+        outcome = put_outcome(write, result)
+        if outcome[1] is not None:
+            self._check_replicated(confirmed, write.document.etag)
+        return outcome
+
+    def prepare_put(
+        self,
+        collection: bytes,
+        doc_id: bytes,
+        body: bytes,
+        conditions: Conditions,
+        ttl: bytes,
+        etag: Optional[bytes] = None,
+    ) -> PreparedPut:
+        """A create-or-replace as the script call that makes it (``put_outcome`` reads its reply).
+
+        ``ttl``: ``b''`` keeps the expiry, ``b'0'`` removes it, ``b'N'`` sets N seconds.
+        """
         encoded = self._variants.encode(body)
         document = Document(body, etag or self._etags.new(), self._now_as_http_date(), encoded)
         stored = {FIELDS[coding] for coding, _ in encoded}
-        result, confirmed = yield self._run_write(
-            scripts.PUT,
-            [keys.document_key(collection, doc_id), keys.index_key_for(collection, doc_id)],
-            [
-                doc_id,
-                body,
-                document.etag,
-                document.last_modified,
-                ttl,
-                conditions.if_match,
-                conditions.if_none_match,
-                len(encoded),
-                *(part for coding, data in encoded for part in (FIELDS[coding], data)),
-                # Variants an earlier version had and this one has not.
-                *(field for field in _VARIANT_FIELDS if field not in stored),
-            ],
+        args = [
+            doc_id,
+            body,
+            document.etag,
+            document.last_modified,
+            ttl,
+            conditions.if_match,
+            conditions.if_none_match,
+            len(encoded),
+            *(part for coding, data in encoded for part in (FIELDS[coding], data)),
+            # Variants an earlier version had and this one has not.
+            *(field for field in _VARIANT_FIELDS if field not in stored),
+        ]
+        return PreparedPut(
+            document, [keys.document_key(collection, doc_id), keys.index_key_for(collection, doc_id)], args
         )
-        if isinstance(result, list):
-            # Applied before, by an earlier attempt at this very write: as it was then.
-            return replace(document, last_modified=result[1]), None
-        if result == _PUT_FAILED:
-            raise PreconditionFailed()
-        self._check_replicated(confirmed, document.etag)
-        return document, result == _CREATED
+
+    @staticmethod
+    def prepare_delete(collection: bytes, doc_id: bytes, if_match: bytes) -> PreparedDelete:
+        """A delete as the script call that makes it (``delete_outcome`` reads its reply)."""
+        return PreparedDelete(
+            [keys.document_key(collection, doc_id), keys.index_key_for(collection, doc_id)], [doc_id, if_match]
+        )
 
     def _run_write(self, script: Script, script_keys: List[bytes], args: List[Any]) -> defer.Deferred:
         """A write script's reply and how many replicas confirmed it (None: not asked)."""
@@ -366,13 +420,13 @@ class DocumentStore:
 _VARIANT_FIELDS = tuple(FIELDS.values())
 
 
-def _read_command(collection: bytes, doc_id: bytes) -> Tuple[bytes, ...]:
+def read_command(collection: bytes, doc_id: bytes) -> Tuple[bytes, ...]:
     # Every variant comes along: one round trip whatever the client accepts,
     # and a whole document for whoever keeps it.
     return (b"HMGET", keys.document_key(collection, doc_id), b"b", b"e", b"m", *_VARIANT_FIELDS)
 
 
-def _document(fields: Sequence[Optional[bytes]]) -> Optional[Document]:
+def stored_document(fields: Sequence[Optional[bytes]]) -> Optional[Document]:
     body, etag, modified = fields[0], fields[1], fields[2]
     if body is None:
         return None
