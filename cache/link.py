@@ -210,9 +210,7 @@ class RedisLink:
         # sees the writes sent before it. (Scripts are loaded and flushed all
         # together, so a script call past the first refusal was refused too.)
         missing = [
-            index
-            for index in range(refused[0], len(sent) - waits)
-            if index in refused or sent[index][0] != b"EVALSHA"
+            index for index in range(refused[0], len(sent) - waits) if index in refused or sent[index][0] != b"EVALSHA"
         ]
         if waits:
             missing.append(len(sent) - 1)  # wait for what the resent writes did too
