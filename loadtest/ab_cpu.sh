@@ -12,7 +12,9 @@
 # resident memory at the end. Env: AUTH_A / AUTH_B=on (authorization on,
 # with a token; default off), ENV_A / ENV_B ("NAME=value ..." more
 # environment for that server, e.g. PYPY_GC_NURSERY=8MB or
-# JETWAY_ACCESS_LOG=on; the access log is off otherwise), DUR, WARM, and
+# JETWAY_ACCESS_LOG=on; the access log is off otherwise), HEADER_A /
+# HEADER_B (one more request header for that side's load, e.g.
+# "Origin: https://app.example" with ENV_*=JETWAY_CORS_ORIGINS=...), DUR, WARM, and
 # CASE: get (the ~200 B read, default), get10k (a ~10 KB read) or put (a
 # ~200 B PUT, repeated on one document), and WORKERS (default 1; with more,
 # the CPU is their sum and the resident memory the largest).
@@ -42,8 +44,8 @@ cpu_ticks() {  # cpu_ticks PID...: their user+system time, in clock ticks
   for w in "$@"; do awk '{print $14+$15}' "/proc/$w/stat"; done | awk '{t+=$1} END {print t}'
 }
 
-run() {  # run TREE LABEL AUTH EXTRA_ENV: one server, warm-up, one measured run
-  local tree=$1 label=$2 auth=$3 extra=$4 dir port pid workers header="" token t0 t1 out n rss
+run() {  # run TREE LABEL AUTH EXTRA_ENV EXTRA_HEADER: one server, warm-up, one measured run
+  local tree=$1 label=$2 auth=$3 extra=$4 more=$5 dir port pid workers header="" token t0 t1 out n rss
   dir=$(mktemp -d -p "$WORK")
   redis-server --port 0 --unixsocket "$dir/r.sock" --save '' --daemonize yes --pidfile "$dir/r.pid" --logfile "$dir/r.log"
   sleep 0.3
@@ -74,7 +76,9 @@ run() {  # run TREE LABEL AUTH EXTRA_ENV: one server, warm-up, one measured run
   local target=small method=GET
   [ "$CASE" = get10k ] && target=large
   [ "$CASE" = put ] && method=PUT
-  local load=(wrk -t1 -c64 -s loadtest/bench/wrk.lua -H "$header" "http://127.0.0.1:$port/v1/bench/$target")
+  local load=(wrk -t1 -c64 -s loadtest/bench/wrk.lua -H "$header")
+  [ -n "$more" ] && load+=(-H "$more")
+  load+=("http://127.0.0.1:$port/v1/bench/$target")
   BENCH_METHOD=$method BENCH_BODY_FILE="$dir/small.json" "${load[@]}" -d"${WARM:-10}"s > /dev/null
   local pids
   read -ra pids <<< "$workers"
@@ -92,8 +96,8 @@ run() {  # run TREE LABEL AUTH EXTRA_ENV: one server, warm-up, one measured run
 }
 
 for _ in $(seq "$ROUNDS"); do
-  run "$WORK/a" "A=$A" "${AUTH_A:-off}" "${ENV_A:-}"
-  run "$WORK/b" "B=$B" "${AUTH_B:-off}" "${ENV_B:-}"
+  run "$WORK/a" "A=$A" "${AUTH_A:-off}" "${ENV_A:-}" "${HEADER_A:-}"
+  run "$WORK/b" "B=$B" "${AUTH_B:-off}" "${ENV_B:-}" "${HEADER_B:-}"
 done | tee "$WORK/results"
 for label in "A=$A" "B=$B"; do
   grep -F "$label " "$WORK/results" | sed 's/.*cpu_us_per_request=\([0-9.]*\).*/\1/' | sort -n |
