@@ -141,10 +141,17 @@ class JsonHandler(cyclone.web.RequestHandler):
     def options(self, *path_args: str) -> None:
         """What the path supports; a browser's CORS preflight gets its answer here, before authorization."""
         self.set_header("Allow", ", ".join(self.SUPPORTED_METHODS))
-        if self.request.headers.get("Access-Control-Request-Method") is not None:
+        self.answer_preflight(self.SUPPORTED_METHODS)
+
+    def is_preflight(self) -> bool:
+        return self.request.method == "OPTIONS" and "Access-Control-Request-Method" in self.request.headers
+
+    def answer_preflight(self, methods: Sequence[str]) -> None:
+        """204, with the CORS preflight headers for ``methods`` when the request is a preflight."""
+        if self.is_preflight():
             self.clear_cors_headers()
             origin = self.request.headers.get("Origin")
-            for name, value in self.application.cors.preflight_headers(origin, self.SUPPORTED_METHODS):
+            for name, value in self.application.cors.preflight_headers(origin, methods):
                 self.add_header(name, value)
         self.set_status(204)
 
@@ -260,6 +267,10 @@ def document_response(status: int, document: Document, *headers: Tuple[str, str]
     return StoredResponse(status, (("Content-Type", JSON_TYPE), *validators, *headers), document.body)
 
 
+# Every method some path of the API answers: what a preflight to an unknown path is granted.
+API_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
 class _AnyMethod(tuple):
     def __contains__(self, method: object) -> bool:
         return True
@@ -276,7 +287,16 @@ class NoRouteHandler(JsonHandler):
         self.set_status(status_code)
 
     def prepare(self) -> None:
-        raise ApiError(404, "no-route", f"no resource at {self.request.path}")
+        if not self.is_preflight():
+            raise ApiError(404, "no-route", f"no resource at {self.request.path}")
+
+    def options(self, *path_args: str) -> None:
+        """A preflight (nothing else gets here): granted, so the request follows and its page reads the 404.
+
+        Refused, the preflight would turn the 404 into an opaque network
+        error (``TypeError: Failed to fetch``, seen in Chromium).
+        """
+        self.answer_preflight(API_METHODS)
 
 
 class ResourceHandler(JsonHandler):

@@ -153,9 +153,11 @@ def assert_problem(fetched: Fetched, status: int, problem: str, handled: bool = 
     return document
 
 
-def test_a_page_reads_401_404_and_412_as_problem_documents(page):
+def test_a_page_reads_401_404_and_412_as_problem_documents_on_any_path(page):
     assert_problem(page.fetch("/v1/things/t1", token="jw_" + "x" * 43), 401, "unauthorized")
     assert_problem(page.fetch("/v1/things/nothing-here"), 404, "not-found")
+    # A path no route serves: its preflight is granted, so the page reads the 404 too.
+    assert_problem(page.fetch("/v2/things/t1"), 404, "no-route")
     stored = put(page.server, "/v1/things/t412", DOCUMENT, page.token)
     headers = {"Content-Type": "application/json", "If-Match": '"not-its-etag"'}
     stale = page.fetch("/v1/things/t412", method="PUT", body="{}", headers=headers)
