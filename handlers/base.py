@@ -100,6 +100,7 @@ class JsonHandler(cyclone.web.RequestHandler):
     SUPPORTED_METHODS: Tuple[str, ...] = ("GET", "HEAD", "OPTIONS")
     ROUTE = "unknown"  # the metrics label of the handler's route
     request_id = ""
+    _cors_lines = b""  # this response's CORS header lines (handlers/cors.py)
 
     def __init__(self, application: Any, request: Any, **kwargs: Any) -> None:
         # Cyclone's own __init__ also builds the template helpers (ui
@@ -135,8 +136,8 @@ class JsonHandler(cyclone.web.RequestHandler):
         self._headers["X-Request-ID"] = self.request_id
         cors = self.application.cors
         if cors.enabled:
-            for name, value in cors.response_headers(self.request.headers.get("Origin")):
-                self.add_header(name, value)
+            # Made once per origin, appended to the head as bytes (handlers/cors.py says why).
+            self._cors_lines = cors.response_lines(self.request.headers.get("Origin"))
 
     def options(self, *path_args: str) -> None:
         """What the path supports; a browser's CORS preflight gets its answer here, before authorization."""
@@ -156,7 +157,7 @@ class JsonHandler(cyclone.web.RequestHandler):
         self.set_status(204)
 
     def clear_cors_headers(self) -> None:
-        self._list_headers = []
+        self._cors_lines = b""
 
     def compute_etag(self) -> None:
         # ETags are stored with each document; never hash a body per read.
@@ -209,7 +210,9 @@ class JsonHandler(cyclone.web.RequestHandler):
             # Cyclone adds both to every response.
             self._headers.pop("Content-Length", None)
             self._headers.pop("Content-Type", None)
-        return super()._generate_headers()
+        head = super()._generate_headers()
+        # Before the blank line that ends the head.
+        return head[:-2] + self._cors_lines + b"\r\n" if self._cors_lines else head
 
     def _set_connection_header(self) -> None:
         connection = self.request.connection

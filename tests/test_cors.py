@@ -155,3 +155,22 @@ def test_any_origin_is_answered_with_a_star_and_one_set_of_headers():
     for n in range(100):
         policy.response_headers(f"http://{n}.example")
     assert len(policy._made) == 1
+
+
+def test_response_lines_are_the_headers_as_head_lines_made_once_per_allowed_origin():
+    policy = CorsPolicy((ALLOWED,))
+    lines = policy.response_lines(ALLOWED)
+    assert lines == b"".join(b"%s: %s\r\n" % (n.encode(), v.encode()) for n, v in policy.response_headers(ALLOWED))
+    assert lines.startswith(b"Access-Control-Allow-Origin: " + ALLOWED.encode() + b"\r\n")
+    assert policy.response_lines(ALLOWED) is lines
+    assert policy.response_lines(None) == policy.response_lines(OTHER) == b"Vary: Origin\r\n"
+    for n in range(100):
+        policy.response_lines(f"http://{n}.example")
+    assert len(policy._lines) == 2
+    anyone = CorsPolicy(("*",))
+    assert anyone.response_lines(None) == b""
+    assert anyone.response_lines(OTHER).startswith(b"Access-Control-Allow-Origin: *\r\n")
+    for n in range(100):
+        anyone.response_lines(f"http://{n}.example")
+    assert len(anyone._lines) == 2
+    assert CorsPolicy(()).response_lines(ALLOWED) == b""
