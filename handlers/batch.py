@@ -64,7 +64,9 @@ class BatchHandler(ResourceHandler):
         )
         operations = body.get("operations")
         if set(body) != {"operations"} or not isinstance(operations, list) or not operations:
-            raise bad_request('the body must be {"operations": [...]}: a non-empty array, and no other member')
+            raise bad_request(
+                'the body must be {"operations": [...]}: a non-empty array, and no other member', "invalid-batch"
+            )
         if len(operations) > self.max_operations:
             raise ApiError(
                 413, "batch-too-large", f"{len(operations)} operations; a batch holds at most {self.max_operations}"
@@ -77,7 +79,13 @@ class BatchHandler(ResourceHandler):
         checked = [self._check(raw) for raw in self.operations]
         # Ids and ETags are chosen before anything is written: an
         # Idempotency-Key's retry writes with the same ones.
-        plan = codec.dumps([[self.store.new_id().decode(), self.store.new_etag().decode()] for _ in checked])
+        # Only a create needs a new id (a ULID is the dearer of the two).
+        plan = codec.dumps(
+            [
+                [self.store.new_id().decode() if _is(item, CREATE) else "", self.store.new_etag().decode()]
+                for item in checked
+            ]
+        )
         return respond_once(self, plan, lambda plan: self._run_batch(checked, plan))
 
     @defer.inlineCallbacks
@@ -100,11 +108,13 @@ class BatchHandler(ResourceHandler):
 
     def _operation(self, raw: Any) -> Operation:
         if not isinstance(raw, dict) or raw.get("op") not in _FIELDS:
-            raise bad_request('an operation is an object whose "op" is get, put, create, patch or delete')
+            raise bad_request(
+                'an operation is an object whose "op" is get, put, create, patch or delete', "invalid-batch"
+            )
         op = raw["op"]
         unknown = set(raw) - set(_FIELDS[op])
         if unknown:
-            raise bad_request(f"a {op} takes no {', '.join(sorted(unknown))}")
+            raise bad_request(f"a {op} takes no {', '.join(sorted(unknown))}", "invalid-batch")
         collection = validation.collection_name(_text(raw, "collection"))
         doc_id = b"" if op == CREATE else validation.document_id(_text(raw, "id"))
         if self.grant.record is not None and not may(self.grant.record.scopes, collection.decode(), op != GET):
@@ -135,10 +145,14 @@ class BatchHandler(ResourceHandler):
         return body
 
 
+def _is(item: Checked, op: str) -> bool:
+    return isinstance(item, Operation) and item.op == op
+
+
 def _text(raw: Dict[str, Any], name: str) -> str:
     value = raw.get(name)
     if not isinstance(value, str):
-        raise bad_request(f"{name} must be a string")
+        raise bad_request(f"{name} must be a string", "invalid-batch")
     return value
 
 
@@ -147,7 +161,7 @@ def _tags(raw: Dict[str, Any], name: str, weak: bool) -> bytes:
     if value is None:
         return b""
     if not isinstance(value, str):
-        raise bad_request(f"{name} must be a string of entity tags, as in the header")
+        raise bad_request(f"{name} must be a string of entity tags, as in the header", "invalid-batch")
     tags = validation.entity_tags(value, weak)
     return tags if tags in (b"", b"*") else b" ".join(base_tag(tag) for tag in tags.split())
 

@@ -89,9 +89,16 @@ def carry_out(
         refusal = as_api_error(error)
         if refusal is not None and refusal.status_code in _KEPT:
             yield records.record(token_digest, key, problem_response(refusal))
+        else:
+            # A 5xx or 429 may come again or not: the retry runs (with this
+            # plan, so what did reach Redis is found done), not a 409 until
+            # the lease runs out. Best effort: if Redis is gone, it runs out.
+            yield records.end_lease(token_digest, key, claim.owner).addErrback(lambda _: None)
         raise
     if response.status in _KEPT:
         yield records.record(token_digest, key, response)
+    else:
+        yield records.end_lease(token_digest, key, claim.owner).addErrback(lambda _: None)
     return response
 
 

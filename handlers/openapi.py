@@ -53,6 +53,8 @@ PROBLEM_TYPES: Tuple[Tuple[str, str], ...] = (
     ("idempotency-key-reused", "422: this `Idempotency-Key` was used for a different request"),
     ("not-acceptable", "406: `Accept-Encoding` refuses every coding the document is stored in (`identity;q=0`)"),
     ("precondition-failed", "412: an `If-Match`, `If-None-Match` or `If-Unmodified-Since` condition does not hold"),
+    ("invalid-batch", '400: not `{"operations": [...]}`, or a batch operation malformed on its own (in its result)'),
+    ("batch-too-large", "413: more batch operations than `JETWAY_MAX_BATCH_OPS` or than the token's burst"),
     ("body-too-large", "413: the body, or the merged document, is larger than the limit"),
     ("unsupported-media-type", "415: the body is not labelled with the media type the operation takes"),
     ("unrepresentable", "422: the merged document cannot be serialized as JSON (e.g. a number out of range)"),
@@ -577,6 +579,12 @@ def _parameters(max_ids: int) -> Json:
             " `identity;q=0` with nothing else available accepted is a 406.",
             {"type": "string"},
         ),
+        "Prefer": _parameter(
+            "Prefer",
+            "header",
+            "`return=minimal`: a batch's write results carry no `document` (RFC 7240).",
+            {"type": "string"},
+        ),
         "If-None-Match": _parameter(
             "If-None-Match",
             "header",
@@ -686,6 +694,9 @@ def _schemas(max_ids: int) -> Json:
 
 def openapi_document(max_ids: int = validation.MAX_IDS, with_docs: bool = True) -> Json:
     """The whole OpenAPI 3.1.0 document, as plain JSON values."""
+    # Imported here: handlers.openapi_batch is built from this module's builders.
+    from handlers.openapi_batch import BATCH, batch_operations, batch_schemas
+
     return {
         "openapi": "3.1.0",
         "info": {
@@ -707,9 +718,10 @@ def openapi_document(max_ids: int = validation.MAX_IDS, with_docs: bool = True) 
             MULTI_GET: _path_item(
                 "A multi-get by POST.", "MultiGet", _secured(_multi_get_operations()), ("collection",)
             ),
+            BATCH: _path_item("Many operations in one request.", "Batch", _secured(batch_operations())),
         },
         "components": {
-            "schemas": _schemas(max_ids),
+            "schemas": {**_schemas(max_ids), **batch_schemas()},
             "parameters": _parameters(max_ids),
             "headers": _headers(),
             "responses": {"MethodNotAllowed": _errors((405,))["405"]},

@@ -23,6 +23,7 @@ from handlers import validation
 from handlers.base import as_api_error
 from handlers.errors import PROBLEM_TYPE_PREFIX
 from handlers.openapi import COLLECTION, DOCS, DOCS_ASSET, DOCUMENT, HEALTHZ, OPENAPI, READYZ, openapi_document
+from handlers.openapi_batch import BATCH
 
 SPEC = openapi_document()
 PATHS: Dict[str, Any] = SPEC["paths"]
@@ -228,6 +229,21 @@ MERGE = {"Content-Type": "application/merge-patch+json"}
 TEXT = {"Content-Type": "text/plain"}
 JSON_HEADERS = {"Content-Type": JSON_TYPE}
 STALE = {"If-Match": '"stale"'}
+# Every kind of operation and of result: documents, an id alone, problems.
+BATCH_BODY = json.dumps(
+    {
+        "operations": [
+            {"op": "get", "collection": "users", "id": "u1"},
+            {"op": "get", "collection": "users", "id": "nope"},
+            {"op": "put", "collection": "users", "id": "b1", "document": {"a": 1}, "ttl": 60},
+            {"op": "create", "collection": "users", "document": {"b": 2}},
+            {"op": "patch", "collection": "users", "id": "b1", "patch": {"c": 3}, "if_match": "*"},
+            {"op": "delete", "collection": "users", "id": "b1"},
+            {"op": "put", "collection": "Users", "id": "x", "document": {}},
+        ]
+    }
+).encode()
+TOO_MANY = json.dumps({"operations": [{"op": "get", "collection": "users", "id": "u1"}] * 1001}).encode()
 
 CASES = [
     # (method, url, body, headers, status, documented path)
@@ -280,6 +296,10 @@ CASES = [
     ("POST", "/v1/users?ttl=x", b"{}", JSON_HEADERS, 400, COLLECTION),
     ("POST", "/v1/users", b"{}", TEXT, 415, COLLECTION),
     ("POST", "/v1/users", BIG, JSON_HEADERS, 413, COLLECTION),
+    ("POST", "/v1/_batch", BATCH_BODY, JSON_HEADERS, 200, BATCH),
+    ("POST", "/v1/_batch", b'{"operations":[]}', JSON_HEADERS, 400, BATCH),
+    ("POST", "/v1/_batch", b'{"operations":[{"op":"get"}]}', TEXT, 415, BATCH),
+    ("POST", "/v1/_batch", TOO_MANY, JSON_HEADERS, 413, BATCH),
 ]
 
 
