@@ -14,6 +14,7 @@ from http import HTTPStatus
 from typing import Any, List
 
 from jetway_client import AuthenticatedClient, Client
+from jetway_client.api.batch import run_batch
 from jetway_client.api.collections import create_document, get_documents, head_collection, list_documents
 from jetway_client.api.documents import (
     delete_document,
@@ -33,7 +34,22 @@ from jetway_client.api.meta import (
     head_metrics,
     head_open_api,
 )
-from jetway_client.models import DocsAsset, Document, IdList, Items, MergePatch, Page, Problem
+from jetway_client.models import (
+    BatchCreate,
+    BatchDelete,
+    BatchGet,
+    BatchPatch,
+    BatchPut,
+    BatchRequest,
+    BatchResults,
+    DocsAsset,
+    Document,
+    IdList,
+    Items,
+    MergePatch,
+    Page,
+    Problem,
+)
 from jetway_client.types import Response
 
 COLLECTION = "genpy"
@@ -156,6 +172,29 @@ def collections(client: AuthenticatedClient) -> None:
     problem(list_documents.sync_detailed(COLLECTION, client=client, limit=0), 400, "invalid-limit")
 
 
+def batch(client: AuthenticatedClient) -> None:
+    patch = MergePatch()
+    patch.additional_properties = {"m": 2}
+    operations: List[Any] = [
+        BatchPut(op="put", collection=COLLECTION, id="b1", document=document({"n": 1})),
+        BatchCreate(op="create", collection=COLLECTION, document=document({"n": 2})),
+        BatchPatch(op="patch", collection=COLLECTION, id="b1", patch=patch),
+        BatchGet(op="get", collection=COLLECTION, id="b1"),
+        BatchDelete(op="delete", collection=COLLECTION, id="b1"),
+        BatchGet(op="get", collection=COLLECTION, id="b1"),
+    ]
+    request = BatchRequest(operations=operations)
+    answer = expect(run_batch.sync_detailed(client=client, body=request, idempotency_key="genpy-batch"), 200)
+    assert isinstance(answer, BatchResults), answer
+    assert [result.status for result in answer.results] == [201, 201, 200, 200, 204, 404], answer
+    assert answer.results[3].document.additional_properties == {"n": 1, "m": 2}
+    assert answer.results[5].problem.type_ == PROBLEM + "not-found"
+    replayed = run_batch.sync_detailed(client=client, body=request, idempotency_key="genpy-batch")
+    assert replayed.headers["Idempotency-Replayed"] == "true"
+    assert [result.status for result in expect(replayed, 200).results] == [201, 201, 200, 200, 204, 404]
+    problem(run_batch.sync_detailed(client=client, body=BatchRequest(operations=[])), 400, "invalid-batch")
+
+
 def main(base_url: str, token: str) -> None:
     anonymous = Client(base_url=base_url, raise_on_unexpected_status=True)
     client = AuthenticatedClient(base_url=base_url, token=token, raise_on_unexpected_status=True)
@@ -163,6 +202,7 @@ def main(base_url: str, token: str) -> None:
     docs(anonymous)
     documents(client, anonymous)
     collections(client)
+    batch(client)
     print(f"python client: every operation answered as documented ({HTTPStatus.OK.phrase})")
 
 

@@ -132,8 +132,34 @@ async function collections(): Promise<void> {
   isProblem(invalid.error, 400, "invalid-id");
 }
 
+async function batch(): Promise<void> {
+  const operations = [
+    { op: "put" as const, collection, id: "b1", document: { n: 1 } },
+    { op: "create" as const, collection, document: { n: 2 } },
+    { op: "patch" as const, collection, id: "b1", patch: { m: 2 } },
+    { op: "get" as const, collection, id: "b1" },
+    { op: "delete" as const, collection, id: "b1" },
+    { op: "get" as const, collection, id: "b1" },
+  ];
+  const headers = { "Idempotency-Key": "gents-batch" };
+  const answer = await client.POST("/v1/_batch", { body: { operations }, params: { header: headers } });
+  assert.equal(answer.response.status, 200);
+  const results = answer.data?.results ?? [];
+  assert.deepEqual(
+    results.map((result) => result.status),
+    [201, 201, 200, 200, 204, 404],
+  );
+  assert.deepEqual(results[3].document, { n: 1, m: 2 });
+  assert.equal(results[5].problem?.type, "urn:jetway:problem:not-found");
+  const replayed = await client.POST("/v1/_batch", { body: { operations }, params: { header: headers } });
+  assert.equal(replayed.response.headers.get("Idempotency-Replayed"), "true");
+  const empty = await client.POST("/v1/_batch", { body: { operations: [] } });
+  isProblem(empty.error, 400, "invalid-batch");
+}
+
 await health();
 await docs();
 await documents();
 await collections();
+await batch();
 console.log("typescript client: every operation answered as documented");
