@@ -100,7 +100,8 @@ def from_environment(environ: Optional[Mapping[str, str]] = None) -> Settings:
     if body_budget < max_body:
         raise ConfigError(f"JETWAY_BODY_BUDGET={body_budget}: must be at least JETWAY_MAX_BODY ({max_body})")
     redis_timeout = read("JETWAY_REDIS_TIMEOUT", _positive_float, defaults.redis_timeout)
-    max_batch_bytes = read("JETWAY_MAX_BATCH_BYTES", _positive_int, defaults.max_batch_bytes)
+    # Unset, it follows a smaller body budget; set, it must fit in it.
+    max_batch_bytes = read("JETWAY_MAX_BATCH_BYTES", _positive_int, min(defaults.max_batch_bytes, body_budget))
     if max_batch_bytes > body_budget:
         raise ConfigError(
             f"JETWAY_MAX_BATCH_BYTES={max_batch_bytes}: must be at most JETWAY_BODY_BUDGET ({body_budget})"
