@@ -22,13 +22,14 @@ from api.application import JetwayApplication
 from api.config import Settings
 from api.eager_send import adopt_listening_socket
 from api.logs import start_logging
-from api.observe import Metrics
+from api.observe import HotCacheMetrics, Metrics
 from api.signals import on_signals
+from cache.hot_cache import HotCache
 from cache.metered import MeteredLink
 from cache.store import DocumentStore
 from cache.token_cache import TokenCache
 from cache.tokens import TokenStore
-from cache.topology import connect
+from cache.topology import connect, invalidation_feed
 from handlers.auth import Gate
 
 # A keep-alive connection idle this long during a drain is closed: long
@@ -55,9 +56,14 @@ def run_worker(
     if ready_fd is not None:
         _die_with_parent()
     metrics = Metrics()
-    link = MeteredLink(
-        connect(settings.redis, reactor, settings.redis_timeout, settings.redis_pool), metrics.observe_redis
-    )
+    redis = connect(settings.redis, reactor, settings.redis_timeout, settings.redis_pool)
+    link = MeteredLink(redis, metrics.observe_redis)
+    hot = None
+    if settings.hot_cache_bytes:
+        hot = HotCache(settings.hot_cache_bytes)
+        feed = invalidation_feed(settings.redis, redis, hot, reactor, settings.redis_timeout)
+        metrics.hot_cache = HotCacheMetrics(hot.stats)
+        reactor.addSystemEventTrigger("before", "shutdown", feed.stop)
     write_link = None
     if settings.write_concern.waits:
         # WAIT blocks the connection it is sent on: writes get a pool of their own.
@@ -66,7 +72,7 @@ def run_worker(
             metrics.observe_redis,
         )
         reactor.addSystemEventTrigger("before", "shutdown", write_link.close)
-    store = DocumentStore(link, write_link=write_link, write_concern=settings.write_concern)
+    store = DocumentStore(link, write_link=write_link, write_concern=settings.write_concern, hot=hot)
     tokens = TokenCache(TokenStore(link), settings.redis, reactor, settings.redis_timeout) if settings.auth else None
     app = app_factory(settings, store, Gate(tokens, link, settings.auth), reactor, metrics)
     port = adopt_listening_socket(reactor, fd, _nonblocking_family(fd), app)
