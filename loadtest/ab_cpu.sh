@@ -13,15 +13,17 @@
 # with a token; default off), ENV_A / ENV_B ("NAME=value ..." more
 # environment for that server, e.g. PYPY_GC_NURSERY=8MB or
 # JETWAY_ACCESS_LOG=on; the access log is off otherwise), DUR, WARM, and
-# CASE: get (the ~200 B read, default), get10k (a ~10 KB read) or put (a
-# ~200 B PUT, repeated on one document), and WORKERS (default 1; with more,
+# CASE: get (the ~200 B read, default), get10k (a ~10 KB read), put (a
+# ~200 B PUT, repeated on one document) or miss (~200 B reads of MISS_DOCS
+# documents, default 200,000, in turn: with the hot cache on, every read a
+# miss that fills it and evicts), and WORKERS (default 1; with more,
 # the CPU is their sum and the resident memory the largest).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 A=${1:?revision A}; B=${2:?revision B}; ROUNDS=${3:-3}
 CASE=${CASE:-get}
 WORKERS=${WORKERS:-1}
-case $CASE in get | get10k | put) ;; *) echo "CASE must be get, get10k or put" >&2; exit 2 ;; esac
+case $CASE in get | get10k | put | miss) ;; *) echo "CASE must be get, get10k, put or miss" >&2; exit 2 ;; esac
 WORK=$(mktemp -d)
 cleanup() {
   # Servers a failed run left: the master (its workers follow it) and Redis.
@@ -71,15 +73,32 @@ run() {  # run TREE LABEL AUTH EXTRA_ENV: one server, warm-up, one measured run
     curl -s -X PUT -H "$header" -H 'Content-Type: application/json' --data-binary "@$dir/$doc.json" \
       "localhost:$port/v1/bench/$doc" > /dev/null
   done
-  local target=small method=GET
+  local target=small method=GET ids=0
   [ "$CASE" = get10k ] && target=large
   [ "$CASE" = put ] && method=PUT
+  if [ "$CASE" = miss ]; then  # the documents straight into Redis, laid out as the store does (cache/keys.py)
+    ids=${MISS_DOCS:-200000}
+    python3 -c 'import sys, zlib
+body = open(sys.argv[2], "rb").read()
+out = sys.stdout.buffer
+for n in range(int(sys.argv[1])):
+    i = b"m%d" % n
+    key = b"jw:{bench:%02x}:d:" % (zlib.crc32(i) % 16) + i
+    args = [b"HSET", key, b"b", body, b"e", b""e%d"" % n, b"m", b"Mon, 23 Nov 2026 10:00:00 GMT"]
+    out.write(b"*%d
+" % len(args) + b"".join(b"$%d
+%s
+" % (len(a), a) for a in args))' \
+      "$ids" "$dir/small.json" | redis-cli -s "$dir/r.sock" --pipe > /dev/null
+  fi
   local load=(wrk -t1 -c64 -s loadtest/bench/wrk.lua -H "$header" "http://127.0.0.1:$port/v1/bench/$target")
-  BENCH_METHOD=$method BENCH_BODY_FILE="$dir/small.json" "${load[@]}" -d"${WARM:-10}"s > /dev/null
+  BENCH_IDS=$ids BENCH_PATH_PREFIX=/v1/bench/m BENCH_METHOD=$method BENCH_BODY_FILE="$dir/small.json" \
+    "${load[@]}" -d"${WARM:-10}"s > /dev/null
   local pids
   read -ra pids <<< "$workers"
   t0=$(cpu_ticks "${pids[@]}")
-  out=$(BENCH_METHOD=$method BENCH_BODY_FILE="$dir/small.json" "${load[@]}" -d"${DUR:-5}"s --latency)
+  out=$(BENCH_IDS=$ids BENCH_PATH_PREFIX=/v1/bench/m BENCH_METHOD=$method BENCH_BODY_FILE="$dir/small.json" \
+    "${load[@]}" -d"${DUR:-5}"s --latency)
   t1=$(cpu_ticks "${pids[@]}")
   rss=$(for w in "${pids[@]}"; do awk '/VmRSS/ {print $2}' "/proc/$w/status"; done | sort -n | tail -1)
   [ -n "${VERBOSE:-}" ] && echo "$out" >&2
