@@ -84,7 +84,7 @@ out = sys.stdout.buffer
 for n in range(int(sys.argv[1])):
     i = b"m%d" % n
     key = b"jw:{bench:%02x}:d:" % (zlib.crc32(i) % 16) + i
-    args = [b"HSET", key, b"b", body, b"e", b""e%d"" % n, b"m", b"Mon, 23 Nov 2026 10:00:00 GMT"]
+    args = [b"HSET", key, b"b", body, b"e", b"\"e%d\"" % n, b"m", b"Mon, 23 Nov 2026 10:00:00 GMT"]
     out.write(b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args))' \
       "$ids" "$dir/small.json" | redis-cli -s "$dir/r.sock" --pipe > /dev/null
   fi
