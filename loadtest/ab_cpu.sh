@@ -44,6 +44,11 @@ cpu_ticks() {  # cpu_ticks PID...: their user+system time, in clock ticks
   for w in "$@"; do awk '{print $14+$15}' "/proc/$w/stat"; done | awk '{t+=$1} END {print t}'
 }
 
+invalidations() {  # invalidations PORT: keys the hot caches of all workers were told of so far (0 without)
+  sleep 1.1  # every worker's metrics written (once a second)
+  curl -s "localhost:$1/metrics" | awk '/^jetway_hot_cache_invalidations_total/ {v=$2} END {print v+0}'
+}
+
 run() {  # run TREE LABEL AUTH EXTRA_ENV: one server, warm-up, one measured run
   local tree=$1 label=$2 auth=$3 extra=$4 dir port pid workers header="" token t0 t1 out n rss
   dir=$(mktemp -d -p "$WORK")
@@ -93,15 +98,22 @@ for n in range(int(sys.argv[1])):
     "${load[@]}" -d"${WARM:-10}"s > /dev/null
   local pids
   read -ra pids <<< "$workers"
+  local rpid r0 r1 inv0 inv1
+  rpid=$(cat "$dir/r.pid")
+  inv0=$(invalidations "$port")
   t0=$(cpu_ticks "${pids[@]}")
+  r0=$(cpu_ticks "$rpid")
   out=$(BENCH_IDS=$ids BENCH_PATH_PREFIX=/v1/bench/m BENCH_METHOD=$method BENCH_BODY_FILE="$dir/small.json" \
     "${load[@]}" -d"${DUR:-5}"s --latency)
   t1=$(cpu_ticks "${pids[@]}")
+  r1=$(cpu_ticks "$rpid")
+  inv1=$(invalidations "$port")
   rss=$(for w in "${pids[@]}"; do awk '/VmRSS/ {print $2}' "/proc/$w/status"; done | sort -n | tail -1)
   [ -n "${VERBOSE:-}" ] && echo "$out" >&2
   n=$(echo "$out" | awk '/requests in/ {print $1}')
-  echo "$out" | awk -v l="$label" -v n="$n" -v c=$((t1 - t0)) -v hz="$(getconf CLK_TCK)" -v rss="$rss" \
-    '/Requests\/sec/ {r=$2} / 99%/ {p=$2} END {printf "%s cpu_us_per_request=%.1f rps=%s p99=%s rss_mb=%.0f\n", l, c*1e6/hz/n, r, p, rss/1024}'
+  echo "$out" | awk -v l="$label" -v n="$n" -v c=$((t1 - t0)) -v rc=$((r1 - r0)) -v hz="$(getconf CLK_TCK)" -v rss="$rss" \
+    -v inv="$(awk -v a="$inv0" -v b="$inv1" 'BEGIN {print b - a}')" \
+    '/Requests\/sec/ {r=$2} / 99%/ {p=$2} END {printf "%s cpu_us_per_request=%.1f rps=%s p99=%s rss_mb=%.0f redis_cpu_us_per_request=%.1f invalidations_per_request=%.3f\n", l, c*1e6/hz/n, r, p, rss/1024, rc*1e6/hz/n, inv/n}'
   kill $pid; wait $pid 2>/dev/null || true
   kill "$(cat "$dir/r.pid")"
   rm -f "$dir/server.pid" "$dir/r.pid"
@@ -112,6 +124,8 @@ for _ in $(seq "$ROUNDS"); do
   run "$WORK/b" "B=$B" "${AUTH_B:-off}" "${ENV_B:-}"
 done | tee "$WORK/results"
 for label in "A=$A" "B=$B"; do
-  grep -F "$label " "$WORK/results" | sed 's/.*cpu_us_per_request=\([0-9.]*\).*/\1/' | sort -n |
-    awk -v l="$label" '{v[NR]=$1} END {printf "%s median cpu_us_per_request=%.1f over %d runs\n", l, v[int((NR+1)/2)], NR}'
+  for figure in cpu_us_per_request redis_cpu_us_per_request; do
+    grep -F "$label " "$WORK/results" | sed "s/.* $figure=\([0-9.]*\).*/\1/" | sort -n |
+      awk -v l="$label" -v f="$figure" '{v[NR]=$1} END {printf "%s median %s=%.1f over %d runs\n", l, f, v[int((NR+1)/2)], NR}'
+  done
 done
