@@ -14,16 +14,16 @@
 # environment for that server, e.g. PYPY_GC_NURSERY=8MB or
 # JETWAY_ACCESS_LOG=on; the access log is off otherwise), DUR, WARM, and
 # CASE: get (the ~200 B read, default), get10k (a ~10 KB read), put (a
-# ~200 B PUT, repeated on one document) or miss (~200 B reads of MISS_DOCS
+# ~200 B PUT, repeated on one document), miss (~200 B reads of MISS_DOCS
 # documents, default 200,000, in turn: with the hot cache on, every read a
-# miss that fills it and evicts), and WORKERS (default 1; with more,
+# miss) or putmany (~200 B PUTs over MISS_DOCS ids in turn), and WORKERS (default 1; with more,
 # the CPU is their sum and the resident memory the largest).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 A=${1:?revision A}; B=${2:?revision B}; ROUNDS=${3:-3}
 CASE=${CASE:-get}
 WORKERS=${WORKERS:-1}
-case $CASE in get | get10k | put | miss) ;; *) echo "CASE must be get, get10k, put or miss" >&2; exit 2 ;; esac
+case $CASE in get | get10k | put | miss | putmany) ;; *) echo "CASE must be get, get10k, put, miss or putmany" >&2; exit 2 ;; esac
 WORK=$(mktemp -d)
 cleanup() {
   # Servers a failed run left: the master (its workers follow it) and Redis.
@@ -81,6 +81,7 @@ run() {  # run TREE LABEL AUTH EXTRA_ENV: one server, warm-up, one measured run
   local target=small method=GET ids=0
   [ "$CASE" = get10k ] && target=large
   [ "$CASE" = put ] && method=PUT
+  [ "$CASE" = putmany ] && method=PUT && ids=${MISS_DOCS:-200000}
   if [ "$CASE" = miss ]; then  # the documents straight into Redis, laid out as the store does (cache/keys.py)
     ids=${MISS_DOCS:-200000}
     python3 -c 'import sys, zlib
