@@ -136,11 +136,7 @@ class FastRedisProtocol(txredisapi.RedisProtocol):
             # buffer; a TLS transport's socket feeds its TLS engine, which
             # hands the protocol plain bytes through dataReceived.
             self.transport.doRead = self._read_replies
-        started = super().connectionMade()
-        _PROTO_CONNECTIONS.add(self)
-        if _PROTO_REDIRECT:
-            self.send([(b"CLIENT", b"TRACKING", b"ON", b"REDIRECT", _PROTO_REDIRECT[0])])
-        return started
+        return super().connectionMade()
 
     @property
     def backlog(self) -> int:
@@ -202,7 +198,6 @@ class FastRedisProtocol(txredisapi.RedisProtocol):
         inbox.consume(pos)
 
     def connectionLost(self, why: Any) -> None:
-        _PROTO_CONNECTIONS.discard(self)
         super().connectionLost(why)
         if self._deadline_check is not None and self._deadline_check.active():
             self._deadline_check.cancel()
@@ -251,18 +246,6 @@ class FastRedisProtocol(txredisapi.RedisProtocol):
         for batch in batches:
             if not batch.deferred.called:
                 batch.deferred.errback(error)
-
-
-# PROTOTYPE (measurement only): default-mode tracking on every data connection.
-_PROTO_CONNECTIONS: Any = set()
-_PROTO_REDIRECT: List[Any] = []
-
-
-def proto_redirect_to(client_id: int) -> None:
-    _PROTO_REDIRECT[:] = [client_id]
-    for connection in list(_PROTO_CONNECTIONS):
-        if connection.connected:
-            connection.send([(b"CLIENT", b"TRACKING", b"ON", b"REDIRECT", client_id)])
 
 
 def _only_reply(replies: List[Any]) -> Any:

@@ -24,7 +24,6 @@ cache down with it until it is subscribed again.
 
 from __future__ import annotations
 
-import os
 from collections import deque
 from typing import Any, Callable, Deque, Dict, Iterable, List, Optional
 
@@ -32,7 +31,7 @@ from twisted.internet import task
 from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
 
-from cache import keys, resp
+from cache import keys
 from cache.hot_cache import HotCache
 from cache.resp import Incomplete, encode_command, parse_reply
 
@@ -113,11 +112,6 @@ class _TrackingProtocol(Protocol):
     def _track(self, reply: Reply) -> None:
         if not isinstance(reply, int):
             self._refuse(f"CLIENT ID failed: {reply}")
-            return
-        if os.environ.get("JETWAY_PROTO_TRACKING") == "default":
-            # PROTOTYPE (measurement only): default mode, every data connection tracks what it reads.
-            resp.proto_redirect_to(reply)
-            self._send([((b"SUBSCRIBE", INVALIDATION_CHANNEL), self._subscribed)])
             return
         track = (b"CLIENT", b"TRACKING", b"ON", b"REDIRECT", reply, b"BCAST", b"PREFIX", TRACKED_PREFIX)
         self._send([(track, self._ok), ((b"SUBSCRIBE", INVALIDATION_CHANNEL), self._subscribed)])
