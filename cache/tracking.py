@@ -54,6 +54,14 @@ class _TrackingProtocol(Protocol):
     tracker: Tracker
 
     def connectionMade(self) -> None:
+        try:
+            self._fd = self.transport.fileno()
+        except AttributeError:  # a TLS transport: its requests come in the order the poll gives
+            self._fd = -1
+        read_first = getattr(self.tracker.clock, "read_first", None)
+        if read_first is not None and self._fd >= 0:
+            # Invalidations before the requests that came in the same poll (api/event_loop.py).
+            read_first(self._fd)
         self._buffer = b""
         self._expected: Deque[Callable[[Reply], None]] = deque()
         self.subscribed = False
@@ -136,6 +144,9 @@ class _TrackingProtocol(Protocol):
             self.transport.write(encode_command((b"PING",)))
 
     def connectionLost(self, reason: Any) -> None:
+        read_first = getattr(self.tracker.clock, "read_first", None)
+        if read_first is not None and self._fd >= 0:
+            read_first(self._fd, False)
         self.tracker.lost(self)
 
 
