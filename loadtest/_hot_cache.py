@@ -295,7 +295,7 @@ def _memory_report(args: argparse.Namespace, rows: List[Tuple[int, dict, List[fl
         f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}, {args.workers} workers (production defaults),"
         f" {args.docs:,} documents of {args.size:,} bytes read at random by wrk -c64 for {args.seconds:g} s.",
         "",
-        "| JETWAY_HOT_CACHE_BYTES | req/s | p99 | cache holds (all workers) | each worker's RSS | target |",
+        "| JETWAY_HOT_CACHE_BYTES | req/s | p99 | entries hold (all workers) | each worker's RSS | target |",
         "|---|---|---|---|---|---|",
     ]
     for bound, summary, rss, held in rows:

@@ -11,7 +11,7 @@ from typing import List, Optional
 
 import pytest
 
-from cache.hot_cache import ENTRY_OVERHEAD, MAX_ENTRY_SHARE, Doorkeeper, HotCache, document_size
+from cache.hot_cache import ENTRY_OVERHEAD, HEAP_GROWTH, MAX_ENTRY_SHARE, Doorkeeper, HotCache, document_size
 from cache.store import Document
 
 
@@ -28,7 +28,9 @@ def doc(body: bytes = b'{"a":1}', etag: bytes = b'"e1"') -> Document:
 
 
 def live_cache(max_bytes: int = 1 << 20, clock: Optional[Clock] = None) -> HotCache:
-    cache = HotCache(max_bytes, clock or Clock())
+    """A live cache whose entries may hold ``max_bytes``."""
+    cache = HotCache(int(max_bytes * HEAP_GROWTH + 1), clock or Clock())
+    assert cache.max_bytes == max_bytes
     cache.up()
     return cache
 
@@ -81,6 +83,12 @@ def test_the_bound_holds_and_the_least_recently_used_goes_first():
     assert cache.get(keys[1]) is None
     assert all(cache.get(key) is not None for key in (keys[0], *keys[2:]))
     assert cache.bytes <= cache.max_bytes and cache.evictions == 1
+
+
+def test_the_bound_is_on_the_workers_memory_and_the_entries_keep_to_a_share_of_it():
+    cache = HotCache(90 * 1024 * 1024)
+    assert cache.max_bytes == int(90 * 1024 * 1024 / HEAP_GROWTH) == 50 * 1024 * 1024
+    assert cache.max_entry == cache.max_bytes // MAX_ENTRY_SHARE
 
 
 def test_an_entry_over_its_share_of_the_bound_is_never_cached():
