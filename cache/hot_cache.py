@@ -104,8 +104,18 @@ def document_size(document: Any, key: bytes) -> int:
     Every field, not a fixed list: the ``Document`` may grow fields (compressed
     variants), and those cost memory too.
     """
-    held = sum(len(value) for value in vars(document).values() if isinstance(value, bytes))
-    return held + len(key) + ENTRY_OVERHEAD
+    return _held(vars(document).values()) + len(key) + ENTRY_OVERHEAD
+
+
+def _held(values: Iterable[Any]) -> int:
+    """The bytes in ``values``, also inside tuples (a document's ``(coding, bytes)`` variants)."""
+    held = 0
+    for value in values:
+        if isinstance(value, bytes):
+            held += len(value)
+        elif isinstance(value, tuple):
+            held += _held(value)
+    return held
 
 
 class HotCache:

@@ -106,6 +106,12 @@ def test_size_counts_every_bytes_field_of_the_document_so_new_fields_count_too()
     assert document_size(document, b"key") == 100 + 6 + len(document.last_modified) + 3 + ENTRY_OVERHEAD
 
 
+def test_size_counts_the_stored_compressed_variants_bytes():
+    plain = doc(b"x" * 100, b'"etag"')
+    gzipped = Document(plain.body, plain.etag, plain.last_modified, (("gzip", b"z" * 40),))
+    assert document_size(gzipped, b"key") == document_size(plain, b"key") + 40
+
+
 def test_an_invalidation_between_send_and_reply_refuses_the_fill():
     cache = live_cache()
     read(cache, b"k", doc())
@@ -200,5 +206,5 @@ def test_the_doorkeeper_lets_a_key_in_on_its_second_sighting_and_forgets_after_i
         keeper.admit(b"o%d" % n)
         if keeper._marked == 0:
             break
-    assert n >= 127
+    assert n + 1 >= 127  # k's mark and at least 127 others (more when hashes collide)
     assert not keeper.admit(b"k")
