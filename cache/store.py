@@ -204,6 +204,23 @@ class DocumentStore:
         read = self._link.pipeline_scripts([command, _read_key(key)], scripts)
         return read.addCallback(lambda replies: (replies[0], stored_document(replies[1])))
 
+    def cached(self, collection: bytes, doc_id: bytes) -> Optional[Document]:
+        """The document if this worker's hot cache holds it (None: not held, or no cache)."""
+        hot = self._hot
+        return None if hot is None else hot.get(keys.document_key(collection, doc_id))
+
+    def forget(self, collection: bytes, doc_id: bytes) -> None:
+        """Drop the document's hot-cache entry: it has been written, here or elsewhere (a replay's)."""
+        if self._hot is not None:
+            self._hot.written(keys.document_key(collection, doc_id))
+
+    def forgetting(self, sent: defer.Deferred, doc_keys: Sequence[bytes]) -> defer.Deferred:
+        """``sent`` (writes of ``doc_keys``): their hot-cache entries go before its callbacks, whatever the outcome."""
+        if self._hot is not None:
+            for key in doc_keys:
+                sent.addBoth(_forgetting, self._hot, key)
+        return sent
+
     def _filled(self, replies: Any, key: bytes, ticket: int) -> Any:
         """A filling read's outcome: the document, offered to the hot cache."""
         hot = self._hot
@@ -310,6 +327,9 @@ class DocumentStore:
         for _ in range(self._patch_attempts):
             body, etag, modified = yield self._link.execute(b"HMGET", key, b"b", b"e", b"m")
             if body is not None and planned_etag is not None and etag == planned_etag:
+                # Written by an earlier attempt, maybe on another worker:
+                # this worker's entry goes as if it had written it.
+                self.forget(collection, doc_id)
                 return Document(body, etag, modified)
             if body is None:
                 # RFC 9110 13.1.1: If-Match on a missing representation fails.
@@ -444,12 +464,10 @@ class DocumentStore:
         else:
             assert self._write_link is not None
             sent = self._write_link.run_script_waiting(script, script_keys, args, concern.wait_command())
-        if self._hot is not None:
-            # Whatever the outcome (a timed-out write may have happened), the
-            # document's entry goes before the write is answered: this worker
-            # reads its own writes without waiting for Redis's invalidation.
-            sent.addBoth(_forgetting, self._hot, script_keys[0])
-        return sent
+        # Whatever the outcome (a timed-out write may have happened), the
+        # document's entry goes before the write is answered: this worker
+        # reads its own writes without waiting for Redis's invalidation.
+        return self.forgetting(sent, script_keys[:1])
 
     def _check_replicated(self, confirmed: Optional[int], etag: Optional[bytes]) -> None:
         """Raise ``NotReplicated`` when fewer replicas than the write concern confirmed a write that happened."""

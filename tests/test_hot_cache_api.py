@@ -8,6 +8,7 @@ cached (a worker caches a key on its second miss).
 
 from __future__ import annotations
 
+import gzip
 from collections import Counter
 from typing import Dict, List
 
@@ -80,6 +81,52 @@ def test_if_none_match_is_answered_304_from_the_cache(api, redis_server):
     answers = [fresh_get(api, "/v1/people/ada", **{"If-None-Match": etag}) for _ in range(20)]
     assert [(answer.status_code, answer.headers["ETag"]) for answer in answers] == [(304, etag)] * 20
     assert command_calls(redis_server) - before == Counter()
+
+
+# Over JETWAY_COMPRESS_MIN_BYTES (1 KB by default): stored with a gzip variant.
+LARGE = b'{"text":"' + b"jetway stores JSON as bytes " * 60 + b'"}'
+# What a read answers, but the Date and the request's own id.
+_ANSWER_HEADERS = (
+    "ETag",
+    "Last-Modified",
+    "Content-Encoding",
+    "Content-Length",
+    "Content-Type",
+    "Vary",
+    "Cache-Control",
+)
+
+
+def wire_answer(api, path: str, **headers: str):
+    """Status, the body as sent (not decoded) and the headers of a read on a fresh connection."""
+    with requests.get(api.server.url(path), headers={**api.auth_header, **headers}, timeout=10, stream=True) as got:
+        body = got.raw.read(decode_content=False)
+        return got.status_code, body, {name: got.headers.get(name) for name in _ANSWER_HEADERS}
+
+
+def test_cached_reads_answer_byte_for_byte_as_uncached_ones_gzip_and_validators_included(api, redis_server):
+    written = api.put_json("/v1/people/ada", LARGE)
+    assert written.status_code == 201
+    gzip_tag = fresh_get(api, "/v1/people/ada", **{"Accept-Encoding": "gzip"}).headers["ETag"]
+    assert gzip_tag != written.headers["ETag"]  # the variant's own tag
+    requests_ = {
+        "gzip": {"Accept-Encoding": "gzip"},
+        "identity": {"Accept-Encoding": "identity"},
+        "by date": {"Accept-Encoding": "gzip", "If-Modified-Since": written.headers["Last-Modified"]},
+        "by the gzip tag": {"Accept-Encoding": "identity", "If-None-Match": gzip_tag},
+        "by the identity tag": {"Accept-Encoding": "gzip", "If-None-Match": written.headers["ETag"]},
+    }
+    uncached = {
+        what: wire_answer(api, "/v1/people/ada", **h, **{"Cache-Control": "no-cache"}) for what, h in requests_.items()
+    }
+    warm(api, "/v1/people/ada")
+    before = command_calls(redis_server)
+    for _ in range(4):  # both workers, on fresh connections
+        cached = {what: wire_answer(api, "/v1/people/ada", **headers) for what, headers in requests_.items()}
+        assert cached == uncached
+    assert command_calls(redis_server) - before == Counter()
+    assert [uncached[what][0] for what in requests_] == [200, 200, 304, 304, 304]
+    assert uncached["gzip"][2]["Content-Encoding"] == "gzip" and gzip.decompress(uncached["gzip"][1]) == LARGE
 
 
 def test_a_rated_token_still_spends_its_rate_in_redis_on_a_cached_read(api, redis_server):
