@@ -62,7 +62,7 @@ class Settings:
     json_logs: bool = True
     # Replicas that must have a write before it is answered (cache/write_concern.py).
     write_concern: WriteConcern = PRIMARY_ONLY
-    # Bytes of documents each worker keeps in its hot cache (cache/hot_cache.py); 0: no cache.
+    # What each worker's hot cache may add to its memory (cache/hot_cache.py, HEAP_GROWTH); 0: no cache.
     hot_cache_bytes: int = 64 * 1024 * 1024
     # CPU burnt per request, for testing the load-test gate only (handlers/debug_burn.py).
     debug_burn_us: int = 0
