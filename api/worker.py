@@ -22,15 +22,16 @@ from api.application import JetwayApplication
 from api.config import Settings
 from api.eager_send import adopt_listening_socket
 from api.logs import start_logging
-from api.observe import Metrics
+from api.observe import HotCacheMetrics, Metrics
 from api.signals import on_signals
 from cache.batch import BatchRunner
+from cache.hot_cache import HotCache
 from cache.idempotency import IdempotencyRecords
 from cache.metered import MeteredLink
 from cache.store import DocumentStore
 from cache.token_cache import TokenCache
 from cache.tokens import TokenStore
-from cache.topology import connect
+from cache.topology import connect, invalidation_feed
 from cache.variants import Variants
 from handlers.auth import Gate
 
@@ -58,9 +59,14 @@ def run_worker(
     if ready_fd is not None:
         _die_with_parent()
     metrics = Metrics()
-    link = MeteredLink(
-        connect(settings.redis, reactor, settings.redis_timeout, settings.redis_pool), metrics.observe_redis
-    )
+    redis = connect(settings.redis, reactor, settings.redis_timeout, settings.redis_pool)
+    link = MeteredLink(redis, metrics.observe_redis)
+    hot = None
+    if settings.hot_cache_bytes:
+        hot = HotCache(settings.hot_cache_bytes)
+        feed = invalidation_feed(settings.redis, redis, hot, reactor, settings.redis_timeout)
+        metrics.hot_cache = HotCacheMetrics(hot.stats)
+        reactor.addSystemEventTrigger("before", "shutdown", feed.stop)
     write_link = None
     if settings.write_concern.waits:
         # WAIT blocks the connection it is sent on: writes get a pool of their own.
@@ -73,6 +79,7 @@ def run_worker(
         link,
         write_link=write_link,
         write_concern=settings.write_concern,
+        hot=hot,
         variants=Variants(settings.compress_min_bytes),
     )
     tokens = TokenCache(TokenStore(link), settings.redis, reactor, settings.redis_timeout) if settings.auth else None

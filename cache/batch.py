@@ -14,6 +14,14 @@ batch writes starts a new segment (read, then write), so that it merges
 into what that operation left. A patch is a compare-and-set on the
 document it read: a writer outside the batch that changes it in between
 makes that patch a ``WriteConflict``, to be retried.
+
+With the store's hot cache (``cache.hot_cache``): a get of a document the
+worker holds is answered from it, unless an earlier operation of its
+segment writes that document (the pipeline has not run yet) or the request
+asked for fresh reads; gets do not fill it. The entries of every document a
+segment writes go before the segment's outcomes are read, whatever they
+are, as a single write's do: the batch's answer is followed on this worker
+by reads of what it wrote.
 """
 
 from __future__ import annotations
@@ -83,31 +91,47 @@ class BatchRunner:
         self._concern = concern
 
     @defer.inlineCallbacks
-    def run(self, operations: Sequence[Operation]) -> Any:
-        """Fires with an ``OperationResult`` per operation, in order."""
+    def run(self, operations: Sequence[Operation], fresh: bool = False) -> Any:
+        """Fires with an ``OperationResult`` per operation, in order; ``fresh``: gets read Redis, not the hot cache."""
         results: List[OperationResult] = [OperationResult(operation) for operation in operations]
         for start, end in segments(operations):
-            yield self._run_segment(results[start:end])
+            yield self._run_segment(results[start:end], fresh)
         return results
 
     @defer.inlineCallbacks
-    def _run_segment(self, results: List[OperationResult]) -> Any:
+    def _run_segment(self, results: List[OperationResult], fresh: bool) -> Any:
         bases = yield self._read_bases([result for result in results if result.operation.op == PATCH])
         commands: List[Tuple[Any, ...]] = []
         sent: List[Tuple[OperationResult, Any]] = []
+        written: Set[Tuple[bytes, bytes]] = set()
         for result in results:
+            target = (result.operation.collection, result.operation.doc_id)
+            if result.operation.op == GET and not fresh and target not in written:
+                result.document = self._store.cached(*target)
+                if result.document is not None:
+                    continue
+            elif result.operation.op in WRITES:
+                written.add(target)
             prepared = self._prepare(result, bases.get(id(result)))
             if prepared is not None:
                 sent.append((result, prepared))
                 commands.append(prepared if isinstance(prepared, tuple) else prepared.command())
         if not commands:
+            self._forget(written)  # patches found done by an earlier attempt
             return
         wait = self._concern.wait_command() if self._concern.waits else None
-        outcomes = yield self._link.pipeline_outcomes(commands, [scripts.PUT, scripts.DELETE], wait)
+        outcomes = yield self._store.forgetting(
+            self._link.pipeline_outcomes(commands, [scripts.PUT, scripts.DELETE], wait),
+            [keys.document_key(*target) for target in written],
+        )
         for (result, prepared), (ok, reply) in zip(sent, outcomes):
             _settle(result, prepared, ok, reply)
         if wait is not None:
             self._check_replicated(results, outcomes[-1])
+
+    def _forget(self, written: Set[Tuple[bytes, bytes]]) -> None:
+        for target in written:
+            self._store.forget(*target)
 
     def _read_bases(self, patches: List[OperationResult]) -> defer.Deferred:
         """The stored fields of each patched document, by ``id`` of its result."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from twisted.internet import defer
+from twisted.python.failure import Failure
 
 from cache import codec, keys, scripts
 from cache.errors import (
@@ -24,6 +25,7 @@ from cache.errors import (
     PreconditionFailed,
     WriteConflict,
 )
+from cache.hot_cache import HotCache
 from cache.ids import EtagFactory, UlidFactory
 from cache.link import Link
 from cache.merge_patch import merge_patch
@@ -126,6 +128,9 @@ class DocumentStore:
 
     With a ``write_concern`` that waits for replicas, writes go through
     ``write_link`` (a pool of their own: ``WAIT`` blocks its connection).
+    With a ``hot`` cache, document reads are served from it when they can
+    be and fill it when they may (``cache.hot_cache`` states when), and
+    every write drops its document's entry before it is answered.
     """
 
     def __init__(
@@ -135,6 +140,7 @@ class DocumentStore:
         patch_attempts: int = 100,
         write_link: Optional[Link] = None,
         write_concern: WriteConcern = PRIMARY_ONLY,
+        hot: Optional[HotCache] = None,
         variants: Variants = DEFAULT_VARIANTS,
     ) -> None:
         if write_concern.waits and write_link is None:
@@ -147,6 +153,7 @@ class DocumentStore:
         self._etags = EtagFactory()
         self._last_modified: Tuple[int, bytes] = (-1, b"")
         self._patch_attempts = patch_attempts
+        self._hot = hot
         self._variants = variants
 
     def ping(self) -> defer.Deferred:
@@ -156,16 +163,79 @@ class DocumentStore:
     # The two reads are the hot path: a plain callback costs less than an
     # inlineCallbacks generator (a Deferred, a context copy and a generator
     # per call on PyPy) and reads as well for one step.
-    def get(self, collection: bytes, doc_id: bytes) -> defer.Deferred:
-        """The document, or None: one HMGET of one key."""
-        return self._link.execute(*read_command(collection, doc_id)).addCallback(stored_document)
+    def get(self, collection: bytes, doc_id: bytes, fresh: bool = False) -> defer.Deferred:
+        """The document, or None: from the hot cache, else one HMGET of one key.
+
+        ``fresh``: from Redis even if cached (a request's ``Cache-Control: no-cache``).
+        """
+        key = keys.document_key(collection, doc_id)
+        hot = self._hot
+        if hot is not None:
+            document = None if fresh else hot.get(key)
+            if document is not None:
+                return defer.succeed(document)
+            ticket = hot.reserve(key)
+            if ticket is not None:
+                return self._link.pipeline(_filling_read(key)).addBoth(self._filled, key, ticket)
+        return self._link.execute(*_read_key(key)).addCallback(stored_document)
 
     def get_along(
-        self, collection: bytes, doc_id: bytes, command: Sequence[Any], scripts: Sequence[Any]
+        self,
+        collection: bytes,
+        doc_id: bytes,
+        command: Sequence[Any],
+        scripts: Sequence[Any],
+        fresh: bool = False,
     ) -> defer.Deferred:
-        """``command``'s reply and the document, in one round trip (command first)."""
-        read = self._link.pipeline_scripts([command, read_command(collection, doc_id)], scripts)
+        """``command``'s reply and the document, in one round trip (command first).
+
+        A document in the hot cache is not read: ``command`` goes alone.
+        """
+        key = keys.document_key(collection, doc_id)
+        hot = self._hot
+        if hot is not None:
+            document = None if fresh else hot.get(key)
+            if document is not None:
+                return self._link.pipeline_scripts([command], scripts).addCallback(_along, document)
+            ticket = hot.reserve(key)
+            if ticket is not None:
+                read = self._link.pipeline_scripts([command, *_filling_read(key)], scripts)
+                return read.addBoth(self._filled_along, key, ticket)
+        read = self._link.pipeline_scripts([command, _read_key(key)], scripts)
         return read.addCallback(lambda replies: (replies[0], stored_document(replies[1])))
+
+    def cached(self, collection: bytes, doc_id: bytes) -> Optional[Document]:
+        """The document if this worker's hot cache holds it (None: not held, or no cache)."""
+        hot = self._hot
+        return None if hot is None else hot.get(keys.document_key(collection, doc_id))
+
+    def forget(self, collection: bytes, doc_id: bytes) -> None:
+        """Drop the document's hot-cache entry: it has been written, here or elsewhere (a replay's)."""
+        if self._hot is not None:
+            self._hot.written(keys.document_key(collection, doc_id))
+
+    def forgetting(self, sent: defer.Deferred, doc_keys: Sequence[bytes]) -> defer.Deferred:
+        """``sent`` (writes of ``doc_keys``): their hot-cache entries go before its callbacks, whatever the outcome."""
+        if self._hot is not None:
+            for key in doc_keys:
+                sent.addBoth(_forgetting, self._hot, key)
+        return sent
+
+    def _filled(self, replies: Any, key: bytes, ticket: int) -> Any:
+        """A filling read's outcome: the document, offered to the hot cache."""
+        hot = self._hot
+        assert hot is not None
+        if isinstance(replies, Failure):
+            hot.release(key, ticket)
+            return replies
+        document = stored_document(replies[0])
+        hot.fill(key, ticket, document, replies[1])
+        return document
+
+    def _filled_along(self, replies: Any, key: bytes, ticket: int) -> Any:
+        if isinstance(replies, Failure):
+            return self._filled(replies, key, ticket)
+        return replies[0], self._filled(replies[1:], key, ticket)
 
     def put(
         self,
@@ -257,6 +327,9 @@ class DocumentStore:
         for _ in range(self._patch_attempts):
             body, etag, modified = yield self._link.execute(b"HMGET", key, b"b", b"e", b"m")
             if body is not None and planned_etag is not None and etag == planned_etag:
+                # Written by an earlier attempt, maybe on another worker:
+                # this worker's entry goes as if it had written it.
+                self.forget(collection, doc_id)
                 return Document(body, etag, modified)
             if body is None:
                 # RFC 9110 13.1.1: If-Match on a missing representation fails.
@@ -387,9 +460,14 @@ class DocumentStore:
         """A write script's reply and how many replicas confirmed it (None: not asked)."""
         concern = self._write_concern
         if not concern.waits:
-            return self._link.run_script(script, script_keys, args).addCallback(lambda reply: (reply, None))
-        assert self._write_link is not None
-        return self._write_link.run_script_waiting(script, script_keys, args, concern.wait_command())
+            sent = self._link.run_script(script, script_keys, args).addCallback(lambda reply: (reply, None))
+        else:
+            assert self._write_link is not None
+            sent = self._write_link.run_script_waiting(script, script_keys, args, concern.wait_command())
+        # Whatever the outcome (a timed-out write may have happened), the
+        # document's entry goes before the write is answered: this worker
+        # reads its own writes without waiting for Redis's invalidation.
+        return self.forgetting(sent, script_keys[:1])
 
     def _check_replicated(self, confirmed: Optional[int], etag: Optional[bytes]) -> None:
         """Raise ``NotReplicated`` when fewer replicas than the write concern confirmed a write that happened."""
@@ -420,10 +498,29 @@ class DocumentStore:
 _VARIANT_FIELDS = tuple(FIELDS.values())
 
 
+def _filling_read(key: bytes) -> List[Tuple[bytes, ...]]:
+    """The read, and the key's expiry for the hot cache's entry (see ``cache.hot_cache``)."""
+    return [_read_key(key), (b"PTTL", key)]
+
+
+def _along(replies: List[Any], document: Document) -> Tuple[Any, Document]:
+    return replies[0], document
+
+
+def _forgetting(result: Any, hot: HotCache, key: bytes) -> Any:
+    hot.written(key)
+    return result
+
+
 def read_command(collection: bytes, doc_id: bytes) -> Tuple[bytes, ...]:
+    """The document's read (``stored_document`` reads its reply)."""
+    return _read_key(keys.document_key(collection, doc_id))
+
+
+def _read_key(key: bytes) -> Tuple[bytes, ...]:
     # Every variant comes along: one round trip whatever the client accepts,
-    # and a whole document for whoever keeps it.
-    return (b"HMGET", keys.document_key(collection, doc_id), b"b", b"e", b"m", *_VARIANT_FIELDS)
+    # and a whole document for whoever keeps it (the hot cache too).
+    return (b"HMGET", key, b"b", b"e", b"m", *_VARIANT_FIELDS)
 
 
 def stored_document(fields: Sequence[Optional[bytes]]) -> Optional[Document]:

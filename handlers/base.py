@@ -405,10 +405,15 @@ class ResourceHandler(JsonHandler):
         self.apply_rate(grant.rate)
 
     def read_document(self, collection: bytes, doc_id: bytes) -> defer.Deferred:
-        """The document (or None), with the pending rate step if there is one."""
+        """The document (or None), with the pending rate step if there is one.
+
+        From the worker's hot cache when it holds it, unless the request's
+        ``Cache-Control`` asks for a fresh one.
+        """
+        fresh = validation.wants_fresh(self.request.headers.get("Cache-Control"))
         if self.grant.pending_rate is None:
-            return self.store.get(collection, doc_id)
-        return self.store.get_along(collection, doc_id, self.grant.pending_rate, RATE_SCRIPTS).addCallback(
+            return self.store.get(collection, doc_id, fresh)
+        return self.store.get_along(collection, doc_id, self.grant.pending_rate, RATE_SCRIPTS, fresh).addCallback(
             self._settle_rate
         )
 

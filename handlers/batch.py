@@ -86,14 +86,21 @@ class BatchHandler(ResourceHandler):
                 for item in checked
             ]
         )
-        return respond_once(self, plan, lambda plan: self._run_batch(checked, plan))
+        # A create's id is the first attempt's, unknown to a replay: no entry can predate it.
+        writes = [
+            (item.collection, item.doc_id)
+            for item in checked
+            if isinstance(item, Operation) and item.op in (PUT, PATCH, DELETE)
+        ]
+        return respond_once(self, plan, lambda plan: self._run_batch(checked, plan), writes)
 
     @defer.inlineCallbacks
     def _run_batch(self, checked: List[Checked], plan: bytes) -> Any:
         planned = json.loads(plan)
         ready = [_planned(item, ids) if isinstance(item, Operation) else item for item, ids in zip(checked, planned)]
         operations = [item for item in ready if isinstance(item, Operation)]
-        results = yield self.batches.run(operations) if operations else defer.succeed([])
+        fresh = validation.wants_fresh(self.request.headers.get("Cache-Control"))
+        results = yield self.batches.run(operations, fresh) if operations else defer.succeed([])
         answers = iter(results)
         minimal = "return=minimal" in self.request.headers.get("Prefer", "").replace(" ", "")
         parts = [_result(next(answers), minimal) if isinstance(item, Operation) else _problem(item) for item in ready]

@@ -61,7 +61,9 @@ class DocumentHandler(ResourceHandler):
         conditions = self._if_match(), self.max_body, self._if_unmodified_since()
         # The ETag is chosen before anything is written: an Idempotency-Key's
         # retry finds the document carrying it if the first attempt wrote it.
-        return respond_once(self, self.store.new_etag(), lambda etag: self._patch(keys, patch, conditions, etag))
+        return respond_once(
+            self, self.store.new_etag(), lambda etag: self._patch(keys, patch, conditions, etag), [keys]
+        )
 
     @defer.inlineCallbacks
     def _patch(self, keys: Any, patch: Any, conditions: Any, etag: bytes) -> Any:

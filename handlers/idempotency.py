@@ -23,7 +23,7 @@ its lease carries out the same plan.
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, Iterable, Optional, Tuple
 
 from twisted.internet import defer
 
@@ -103,11 +103,14 @@ def carry_out(
 
 
 @defer.inlineCallbacks
-def respond_once(handler: Any, plan: bytes, execute: Execute) -> Any:
+def respond_once(handler: Any, plan: bytes, execute: Execute, writes: Iterable[Tuple[bytes, bytes]] = ()) -> Any:
     """Send ``execute(plan)``'s response, or, under an ``Idempotency-Key``, what that key's first attempt got.
 
     ``handler`` is a ``ResourceHandler`` whose request was admitted; its
-    records are per token (``b""`` with authorization off).
+    records are per token (``b""`` with authorization off). ``writes``:
+    the (collection, id) of the documents the request writes; a replay
+    drops their hot-cache entries, as the first attempt's worker did, so
+    that the client then reads what it wrote on this worker too.
     """
     key = idempotency_key(handler.request.headers.get(HEADER))
     if key is None:
@@ -115,6 +118,9 @@ def respond_once(handler: Any, plan: bytes, execute: Execute) -> Any:
     else:
         digest = handler.grant.record.digest if handler.grant.record is not None else b""
         response = yield carry_out(handler.idempotency, digest, key, handler.request, plan, execute)
+        if (REPLAYED, "true") in response.headers:
+            for target in writes:
+                handler.store.forget(*target)
     handler.send_stored(response)
 
 
