@@ -10,16 +10,18 @@ from api.config import Settings
 from api.connection import HttpLimits
 from api.logs import AccessLog
 from api.observe import Metrics, Observer, render_metrics
-from cache import codec
+from cache.settings_cache import SettingsCache
 from cache.store import DocumentStore
 from handlers.auth import Gate
 from handlers.base import NoRouteHandler
+from handlers.collection_settings import CollectionSettingsHandler, CollectionSettingsListHandler
 from handlers.collections import CollectionHandler
 from handlers.documents import DocumentHandler
 from handlers.health import PING_TIMEOUT, LivenessHandler, ReadinessHandler, ReadinessProbe
 from handlers.metrics import MetricsHandler
 from handlers.multi_get import MultiGetHandler
-from handlers.openapi import OpenApiHandler, openapi_document
+from handlers.openapi import OpenApiHandler
+from handlers.openapi_collections import OpenApiSource
 
 # Path segments are matched loosely and checked by the handlers, so that a
 # bad collection name or id is a 400 that says why, not a 404.
@@ -27,22 +29,35 @@ SEGMENT = r"([^/]+)"
 
 
 def make_app(
-    settings: Settings, store: DocumentStore, gate: Gate, reactor: Any, metrics: Optional[Metrics] = None
+    settings: Settings,
+    store: DocumentStore,
+    gate: Gate,
+    reactor: Any,
+    metrics: Optional[Metrics] = None,
+    collections: Optional[SettingsCache] = None,
 ) -> JetwayApplication:
     metrics = metrics or Metrics()
-    documents = {"store": store, "max_body": settings.max_body, "gate": gate, "max_ids": settings.max_ids}
+    documents = {
+        "store": store,
+        "max_body": settings.max_body,
+        "gate": gate,
+        "max_ids": settings.max_ids,
+        "collections": collections,
+    }
     readiness = ReadinessProbe(store, reactor, min(PING_TIMEOUT, settings.redis_timeout))
     # Cyclone tries the routes in order and no two overlap: the API's come
     # first, so a document request does not try the operational ones.
     routes = [
         # Jetway's own /v1/_… before the document route, which would take "_get" for a collection.
         (rf"/v1/_get/{SEGMENT}", MultiGetHandler, documents),
+        (rf"/v1/_collections/{SEGMENT}", CollectionSettingsHandler, documents),
+        (r"/v1/_collections/?", CollectionSettingsListHandler, documents),
         (rf"/v1/{SEGMENT}/{SEGMENT}", DocumentHandler, documents),
         (rf"/v1/{SEGMENT}/?", CollectionHandler, documents),
         (r"/healthz", LivenessHandler),
         (r"/readyz", ReadinessHandler, {"probe": readiness}),
         (r"/metrics", MetricsHandler, {"render": render_metrics(metrics)}),
-        (r"/openapi\.json", OpenApiHandler, {"body": codec.dumps(openapi_document(settings.max_ids))}),
+        (r"/openapi\.json", OpenApiHandler, {"source": OpenApiSource(settings.max_ids, collections)}),
     ]
     limits = HttpLimits(
         max_body=settings.max_body,

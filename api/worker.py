@@ -24,7 +24,10 @@ from api.eager_send import adopt_listening_socket
 from api.logs import start_logging
 from api.observe import Metrics
 from api.signals import on_signals
+from cache.collection_settings import CollectionSettingsStore
+from cache.lazy_link import LazyLink
 from cache.metered import MeteredLink
+from cache.settings_cache import SettingsCache
 from cache.store import DocumentStore
 from cache.token_cache import TokenCache
 from cache.tokens import TokenStore
@@ -58,17 +61,23 @@ def run_worker(
     link = MeteredLink(
         connect(settings.redis, reactor, settings.redis_timeout, settings.redis_pool), metrics.observe_redis
     )
-    write_link = None
-    if settings.write_concern.waits:
-        # WAIT blocks the connection it is sent on: writes get a pool of their own.
-        write_link = MeteredLink(
+    # WAIT blocks the connection it is sent on: writes that wait get a pool of
+    # their own, dialled at once when every write waits, else when a
+    # collection's write_replicas first asks for it.
+    write_link = LazyLink(
+        lambda: MeteredLink(
             connect(settings.redis, reactor, settings.redis_timeout, settings.redis_pool, spread=True),
             metrics.observe_redis,
         )
-        reactor.addSystemEventTrigger("before", "shutdown", write_link.close)
+    )
+    if settings.write_concern.waits:
+        write_link.dial()
+    reactor.addSystemEventTrigger("before", "shutdown", write_link.close)
     store = DocumentStore(link, write_link=write_link, write_concern=settings.write_concern)
     tokens = TokenCache(TokenStore(link), settings.redis, reactor, settings.redis_timeout) if settings.auth else None
-    app = app_factory(settings, store, Gate(tokens, link, settings.auth), reactor, metrics)
+    collections = SettingsCache(CollectionSettingsStore(link), settings.redis, reactor, settings.redis_timeout)
+    reactor.addSystemEventTrigger("before", "shutdown", collections.close)
+    app = app_factory(settings, store, Gate(tokens, link, settings.auth), reactor, metrics, collections)
     port = adopt_listening_socket(reactor, fd, _nonblocking_family(fd), app)
     os.close(fd)  # the port took a copy
     app.listen_on(port)

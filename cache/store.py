@@ -113,24 +113,40 @@ class DocumentStore:
         body: bytes,
         conditions: Conditions = NO_CONDITIONS,
         ttl: Optional[int] = None,
+        replicas: Optional[int] = None,
     ) -> defer.Deferred:
-        """Create or replace; fires with ``(Document, created)``."""
-        return self._write(collection, doc_id, body, conditions, b"%d" % (ttl or 0))
+        """Create or replace; fires with ``(Document, created)``.
+
+        ``replicas``: the collection's own write concern (None: the store's).
+        """
+        return self._write(collection, doc_id, body, conditions, b"%d" % (ttl or 0), replicas)
 
     @defer.inlineCallbacks
-    def create(self, collection: bytes, body: bytes, ttl: Optional[int] = None) -> Any:
+    def create(self, collection: bytes, body: bytes, ttl: Optional[int] = None, replicas: Optional[int] = None) -> Any:
         """Store under a new ULID; fires with ``(id, Document)``."""
         doc_id = self._ids.new().encode()
         try:
-            document, _ = yield self.put(collection, doc_id, body, Conditions(if_none_match=b"*"), ttl)
+            document, _ = yield self.put(collection, doc_id, body, Conditions(if_none_match=b"*"), ttl, replicas)
         except NotReplicated as error:
             error.doc_id = doc_id
             raise
         return doc_id, document
 
     @defer.inlineCallbacks
-    def patch(self, collection: bytes, doc_id: bytes, patch: Any, if_match: bytes, max_size: int) -> Any:
-        """Merge ``patch`` into the document; retried until no writer races it."""
+    def patch(
+        self,
+        collection: bytes,
+        doc_id: bytes,
+        patch: Any,
+        if_match: bytes,
+        max_size: int,
+        check: Optional[Callable[[Any, int], None]] = None,
+        replicas: Optional[int] = None,
+    ) -> Any:
+        """Merge ``patch`` into the document; retried until no writer races it.
+
+        ``check(merged, size)`` may refuse the merged document (raising) before it is written.
+        """
         key = keys.document_key(collection, doc_id)
         for _ in range(self._patch_attempts):
             body, etag = yield self._link.execute(b"HMGET", key, b"b", b"e")
@@ -139,31 +155,36 @@ class DocumentStore:
                 raise PreconditionFailed() if if_match else DocumentNotFound()
             if if_match and not _tag_matches(if_match, etag):
                 raise PreconditionFailed()
-            merged = codec.dumps(merge_patch(codec.loads(body), patch))
+            value = merge_patch(codec.loads(body), patch)
+            merged = codec.dumps(value)
             if len(merged) > max_size:
                 raise DocumentTooLarge(len(merged))
+            if check is not None:
+                check(value, len(merged))
             try:
                 # Compare-and-set on the ETag just read: a concurrent write
                 # changes it, and then the merge is redone on the new body.
-                document, _ = yield self._write(collection, doc_id, merged, Conditions(if_match=etag), b"")
+                document, _ = yield self._write(collection, doc_id, merged, Conditions(if_match=etag), b"", replicas)
             except PreconditionFailed:
                 continue
             return document
         raise WriteConflict()
 
     @defer.inlineCallbacks
-    def delete(self, collection: bytes, doc_id: bytes, if_match: bytes = b"") -> Any:
+    def delete(self, collection: bytes, doc_id: bytes, if_match: bytes = b"", replicas: Optional[int] = None) -> Any:
         """Delete; raises ``DocumentNotFound`` or ``PreconditionFailed``."""
+        concern = self._concern(replicas)
         result, confirmed = yield self._run_write(
             scripts.DELETE,
             [keys.document_key(collection, doc_id), keys.index_key_for(collection, doc_id)],
             [doc_id, if_match],
+            concern,
         )
         if result == _DELETE_FAILED:
             raise PreconditionFailed()
         if result == _DELETE_MISSING:
             raise DocumentNotFound()
-        self._check_replicated(confirmed, None)
+        self._check_replicated(confirmed, None, concern)
 
     def page(self, collection: bytes, limit: int, after: Optional[bytes]) -> defer.Deferred:
         """Up to ``limit`` bodies in id order, starting after the id ``after``."""
@@ -197,8 +218,17 @@ class DocumentStore:
         return self._link.pipeline([(b"HGET", keys.document_key(collection, doc_id), b"b") for doc_id in doc_ids])
 
     @defer.inlineCallbacks
-    def _write(self, collection: bytes, doc_id: bytes, body: bytes, conditions: Conditions, ttl: bytes) -> Any:
+    def _write(
+        self,
+        collection: bytes,
+        doc_id: bytes,
+        body: bytes,
+        conditions: Conditions,
+        ttl: bytes,
+        replicas: Optional[int] = None,
+    ) -> Any:
         document = Document(body, self._etags.new(), self._now_as_http_date())
+        concern = self._concern(replicas)
         result, confirmed = yield self._run_write(
             scripts.PUT,
             [keys.document_key(collection, doc_id), keys.index_key_for(collection, doc_id)],
@@ -211,23 +241,31 @@ class DocumentStore:
                 conditions.if_match,
                 conditions.if_none_match,
             ],
+            concern,
         )
         if result == _PUT_FAILED:
             raise PreconditionFailed()
-        self._check_replicated(confirmed, document.etag)
+        self._check_replicated(confirmed, document.etag, concern)
         return document, result == _CREATED
 
-    def _run_write(self, script: Script, script_keys: List[bytes], args: List[Any]) -> defer.Deferred:
+    def _concern(self, replicas: Optional[int]) -> WriteConcern:
+        """The store's write concern, or a collection's own number of replicas with the same timeout."""
+        if replicas is None or replicas == self._write_concern.replicas:
+            return self._write_concern
+        return WriteConcern(replicas, self._write_concern.timeout)
+
+    def _run_write(
+        self, script: Script, script_keys: List[bytes], args: List[Any], concern: WriteConcern
+    ) -> defer.Deferred:
         """A write script's reply and how many replicas confirmed it (None: not asked)."""
-        concern = self._write_concern
         if not concern.waits:
             return self._link.run_script(script, script_keys, args).addCallback(lambda reply: (reply, None))
-        assert self._write_link is not None
+        if self._write_link is None:
+            raise ValueError("a write concern that waits for replicas needs a write link")
         return self._write_link.run_script_waiting(script, script_keys, args, concern.wait_command())
 
-    def _check_replicated(self, confirmed: Optional[int], etag: Optional[bytes]) -> None:
+    def _check_replicated(self, confirmed: Optional[int], etag: Optional[bytes], concern: WriteConcern) -> None:
         """Raise ``NotReplicated`` when fewer replicas than the write concern confirmed a write that happened."""
-        concern = self._write_concern
         if confirmed is not None and confirmed < concern.replicas:
             raise NotReplicated(confirmed, concern.replicas, concern.timeout, etag)
 

@@ -18,6 +18,7 @@ from twisted.python import log
 from twisted.python.failure import Failure
 
 from cache import codec
+from cache.collection_settings import NO_SETTINGS, OverCollectionLimit
 from cache.errors import (
     DocumentNotFound,
     DocumentTooLarge,
@@ -31,6 +32,8 @@ from cache.errors import (
     WriteConflict,
 )
 from cache.ratelimit import RateDecision
+from cache.schema import DocumentInvalid
+from cache.settings_cache import SettingsCache
 from cache.store import Document, DocumentStore
 from handlers.auth import RATE_SCRIPTS, Gate, Grant
 from handlers.debug_burn import burn_cpu
@@ -68,6 +71,10 @@ _STORE_ERRORS: Dict[Type[Exception], Any] = {
     PreconditionFailed: lambda e: precondition_failed(),
     WriteConflict: lambda e: ApiError(409, "write-conflict", "too many concurrent writers; retry"),
     DocumentTooLarge: lambda e: ApiError(413, "body-too-large", str(e)),
+    OverCollectionLimit: lambda e: ApiError(413, "body-too-large", str(e)),
+    DocumentInvalid: lambda e: ApiError(
+        422, "schema-violation", str(e), extensions={"errors": [v.as_json() for v in e.violations]}
+    ),
     codec.JsonError: lambda e: ApiError(422, "unrepresentable", str(e)),
 }
 
@@ -239,12 +246,21 @@ class NoRouteHandler(JsonHandler):
 class ResourceHandler(JsonHandler):
     """A ``/v1`` handler: the request is authorized before its method runs."""
 
-    def initialize(self, store: DocumentStore, max_body: int, gate: Gate, max_ids: int) -> None:
+    def initialize(
+        self, store: DocumentStore, max_body: int, gate: Gate, max_ids: int, collections: Optional[SettingsCache] = None
+    ) -> None:
         self.store = store
         self.max_body = max_body
         self.max_ids = max_ids
         self.gate = gate
         self.grant = Grant(None)
+        self.collections = collections
+
+    def collection_settings(self, collection: bytes) -> defer.Deferred:
+        """The collection's settings (``NO_SETTINGS`` when it has none): what a write must obey."""
+        if self.collections is None:
+            return defer.succeed(NO_SETTINGS)
+        return self.collections.get(collection.decode()).addCallback(lambda found: found or NO_SETTINGS)
 
     def writes(self) -> bool:
         """Whether the request needs write scope (a multi-get by POST does not)."""

@@ -62,12 +62,15 @@ class CollectionHandler(ResourceHandler):
     @defer.inlineCallbacks
     def post(self, collection: str) -> Any:
         name = validation.collection_name(collection)
-        validation.json_document(
+        value = validation.json_document(
             self.request.body, self.request.headers.get("Content-Type"), validation.JSON, self.max_body
         )
+        ttl = validation.ttl(self.query_argument("ttl"))
+        rules = yield self.collection_settings(name)
+        rules.check(value, len(self.request.body))  # before anything is stored
         try:
             doc_id, document = yield self.store.create(
-                name, self.request.body, validation.ttl(self.query_argument("ttl"))
+                name, self.request.body, rules.ttl_or_default(ttl), rules.write_replicas
             )
         except NotReplicated as error:
             # Stored on the primary under an id the client has not seen: say where.

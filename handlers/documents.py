@@ -41,14 +41,18 @@ class DocumentHandler(ResourceHandler):
     @defer.inlineCallbacks
     def put(self, collection: str, doc_id: str) -> Any:
         keys = validation.collection_name(collection), validation.document_id(doc_id)
-        validation.json_document(
+        value = validation.json_document(
             self.request.body, self.request.headers.get("Content-Type"), validation.JSON, self.max_body
         )
+        ttl = validation.ttl(self.query_argument("ttl"))
+        rules = yield self.collection_settings(keys[0])
+        rules.check(value, len(self.request.body))  # before anything is stored
         document, created = yield self.store.put(
             *keys,
             self.request.body,
             Conditions(self._if_match(), validation.entity_tags(self.request.headers.get("If-None-Match"), weak=True)),
-            validation.ttl(self.query_argument("ttl")),
+            rules.ttl_or_default(ttl),
+            rules.write_replicas,
         )
         self.send_document(201 if created else 200, document)
 
@@ -58,13 +62,18 @@ class DocumentHandler(ResourceHandler):
         patch = validation.json_document(
             self.request.body, self.request.headers.get("Content-Type"), validation.MERGE_PATCH_JSON, self.max_body
         )
-        document = yield self.store.patch(*keys, patch, self._if_match(), self.max_body)
+        rules = yield self.collection_settings(keys[0])
+        # The merged document is checked inside the store's compare-and-set loop, before it is written.
+        document = yield self.store.patch(
+            *keys, patch, self._if_match(), self.max_body, rules.check, rules.write_replicas
+        )
         self.send_document(200, document)
 
     @defer.inlineCallbacks
     def delete(self, collection: str, doc_id: str) -> Any:
         keys = validation.collection_name(collection), validation.document_id(doc_id)
-        yield self.store.delete(*keys, self._if_match())
+        rules = yield self.collection_settings(keys[0])
+        yield self.store.delete(*keys, self._if_match(), rules.write_replicas)
         self.send_no_content()
 
     def _if_match(self) -> bytes:

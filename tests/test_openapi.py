@@ -22,9 +22,10 @@ from cache.errors import DocumentTooLarge, RedisReplyError, RedisTimeout, RedisU
 from handlers import validation
 from handlers.base import as_api_error
 from handlers.errors import PROBLEM_TYPE_PREFIX
-from handlers.openapi import COLLECTION, DOCUMENT, HEALTHZ, OPENAPI, READYZ, openapi_document
+from handlers.openapi import COLLECTION, DOCUMENT, HEALTHZ, OPENAPI, READYZ
+from handlers.openapi_settings import SETTINGS, SETTINGS_LIST, api_document
 
-SPEC = openapi_document()
+SPEC = api_document()
 PATHS: Dict[str, Any] = SPEC["paths"]
 HTTP_METHODS = ("get", "head", "put", "patch", "delete", "post", "options", "trace")
 JSON_TYPE = "application/json"
