@@ -268,6 +268,16 @@ CASES = [
     ("POST", "/v1/users?ttl=x", b"{}", JSON_HEADERS, 400, COLLECTION),
     ("POST", "/v1/users", b"{}", TEXT, 415, COLLECTION),
     ("POST", "/v1/users", BIG, JSON_HEADERS, 413, COLLECTION),
+    ("GET", "/v1/_collections", None, {}, 200, SETTINGS_LIST),
+    ("HEAD", "/v1/_collections/", None, {}, 200, SETTINGS_LIST),
+    ("GET", "/v1/_collections/users", None, {}, 404, SETTINGS),
+    ("GET", "/v1/_collections/Users", None, {}, 400, SETTINGS),
+    ("PUT", "/v1/_collections/users", b'{"ttl":60}', JSON_HEADERS, 201, SETTINGS),
+    ("PUT", "/v1/_collections/users", b'{"ttl":60}', TEXT, 415, SETTINGS),
+    ("PUT", "/v1/_collections/users", b'{"ttl":60}', {**JSON_HEADERS, **STALE}, 412, SETTINGS),
+    ("PUT", "/v1/_collections/users", b'{"schema":{"type":"nope"}}', JSON_HEADERS, 422, SETTINGS),
+    ("PUT", "/v1/_collections/users", b'{"bogus":1}', JSON_HEADERS, 422, SETTINGS),
+    ("DELETE", "/v1/_collections/users", None, {}, 404, SETTINGS),
 ]
 
 
@@ -304,6 +314,33 @@ def check_body(response, documented: Dict[str, Any]) -> None:
     if media_type == PROBLEM_TYPE:
         assert body["status"] == response.status_code
         assert body["type"] in documented_problem_types()
+
+
+STRICT_SCHEMA = b'{"schema":{"type":"object","required":["email"],"properties":{"email":{"format":"email"}}}}'
+
+
+@pytest.mark.parametrize(
+    "method,url,body,headers,path",
+    [
+        ("PUT", "/v1/strict/s1", b'{"email":"nope"}', JSON_HEADERS, DOCUMENT),
+        ("POST", "/v1/strict", b"{}", JSON_HEADERS, COLLECTION),
+        ("PATCH", "/v1/strict/ok", b'{"email":null}', MERGE, DOCUMENT),
+    ],
+)
+def test_schema_violations_match_their_documentation(api, method, url, body, headers, path):
+    assert api.put_json("/v1/_collections/strict", STRICT_SCHEMA).status_code == 201
+    assert api.put_json("/v1/strict/ok", b'{"email":"a@example.com"}').status_code == 201
+    response = api.request(method, url, data=body, headers=headers)
+    assert response.status_code == 422, response.text
+    assert response.json()["type"] == PROBLEM_TYPE_PREFIX + "schema-violation"
+    assert response.json()["errors"], response.text
+    check_body(response, operations(path)[method.lower()]["responses"]["422"])
+
+
+def test_settings_routes_are_documented_with_the_admin_scope():
+    for path in (SETTINGS, SETTINGS_LIST):
+        for operation in operations(path).values():
+            assert "admin" in operation["responses"]["403"]["description"]
 
 
 @pytest.mark.parametrize("path", list(PATHS))
