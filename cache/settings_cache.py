@@ -6,7 +6,9 @@ is used only while this worker is subscribed to
 collection's name in the script that makes it, and the entry is dropped
 when the message arrives (within a round trip, on every worker of every
 instance). While the subscription is down (starting, or its connection
-lost) the cache is emptied and every lookup reads Redis. A read that was
+lost) the cache is emptied and every lookup reads Redis. A change that
+bypasses the scripts (FLUSHALL, a key edited by hand) publishes nothing:
+publish ``*`` after it (``FORGET_ALL``). A read that was
 under way when an invalidation came is not cached (its answer may predate
 the change). A schema is compiled once per version (its ETag), however
 often it is read again.
@@ -27,6 +29,9 @@ from cache.token_cache import _SubscriberFactory as _TokenSubscriberFactory
 from cache.topology import subscriber_endpoint
 
 _NONE: Tuple[()] = ()  # cached "this collection has no settings"
+# Published by hand (``PUBLISH jw:collections:changed '*'``) after a FLUSHALL or
+# an edit of the keys that bypassed the scripts: every worker drops every entry.
+FORGET_ALL = b"*"
 
 
 class _Subscriber(_TokenSubscriber):
@@ -89,7 +94,11 @@ class SettingsCache:
         return settings
 
     def forget(self, name: bytes) -> None:
-        self._entries.pop(name.decode("utf-8", "replace"), None)
+        """Drop a collection's entry; ``*`` drops them all (what to publish after changing keys by hand)."""
+        if name == FORGET_ALL:
+            self._entries.clear()
+        else:
+            self._entries.pop(name.decode("utf-8", "replace"), None)
         self._changed()
 
     def close(self) -> defer.Deferred:
