@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 from urllib.parse import urlsplit
 
+from loadtest import _bench_validators as _validators
 from loadtest import _data, _token
 from loadtest._run import machine
 from loadtest._servers import CPYTHON, PYPY, Processes, stop_on_sigterm
@@ -53,6 +54,8 @@ WRK_SCRIPT = HERE / "wrk.lua"
 RESULTS = ROOT / "loadtest" / "results"
 REFERENCE = "pypy"
 FRESH = "pypy-fresh"  # the reference, started anew for the memory run
+SCHEMA_COLLECTION = "bench-schema"
+SCHEMA_DOCUMENT = json.dumps(_validators.document(), separators=(",", ":"))
 LIST_DOCS = 200
 MULTI_GET = 20
 MULTI_GET_MANY = 500
@@ -159,6 +162,12 @@ def endpoints(small: int, large: int) -> List[Endpoint]:
         Endpoint("get-small", f"GET /v1/{{coll}}/{{id}} ({small} B)", "GET", "/v1/bench-small/doc"),
         Endpoint("get-large", f"GET /v1/{{coll}}/{{id}} ({large // 1024} KB)", "GET", "/v1/bench-large/doc"),
         Endpoint("put", f"PUT /v1/{{coll}}/{{id}} ({small} B)", "PUT", "/v1/bench-put/doc"),
+        # The same ~1 KB document into a collection without settings and into one with a
+        # 10-property schema (issue 21's target: with / without >= 0.85), one after the other.
+        Endpoint("put-1k", "PUT 1 KB, no schema", "PUT", "/v1/bench-put-1k/doc", SCHEMA_DOCUMENT),
+        Endpoint(
+            "put-1k-schema", "PUT 1 KB, 10-property schema", "PUT", f"/v1/{SCHEMA_COLLECTION}/doc", SCHEMA_DOCUMENT
+        ),
         Endpoint("list-100", f"GET list page of {PAGE}", "GET", f"/v1/bench-list?limit={PAGE}"),
         Endpoint("mget-20", f"GET multi-get of {MULTI_GET}", "GET", f"/v1/bench-mget?ids={mget}"),
         Endpoint(
@@ -269,6 +278,12 @@ class Bench:
         for collection in ("bench-list", "bench-mget", "bench-mget-many"):
             documents += [(collection, doc_id, small) for doc_id in _data.ids("m", LIST_DOCS)]
         with Client(base, self.headers) as client:
+            settings = json.dumps({"schema": _validators.SCHEMA}).encode()
+            status, body = client.send("PUT", f"/v1/_collections/{SCHEMA_COLLECTION}", settings)
+            if status not in (200, 201):
+                raise RuntimeError(f"setting the bench schema: {status} {body[:200]!r}")
+            for path in ("/v1/bench-put-1k/doc", f"/v1/{SCHEMA_COLLECTION}/doc"):
+                client.send("PUT", path, SCHEMA_DOCUMENT.encode())
             for collection, doc_id, size in documents:
                 status, body = client.send("PUT", f"/v1/{collection}/{doc_id}", _data.document(doc_id, size))
                 if status not in (200, 201):
