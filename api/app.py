@@ -10,16 +10,22 @@ from api.config import Settings
 from api.connection import HttpLimits
 from api.logs import AccessLog
 from api.observe import Metrics, Observer, render_metrics
+from cache.batch import BatchRunner
+from cache.idempotency import IdempotencyRecords
 from cache.settings_cache import SettingsCache
 from cache.store import DocumentStore
 from handlers.auth import Gate
 from handlers.base import NoRouteHandler
+from handlers.batch import BatchHandler
 from handlers.collection_settings import CollectionSettingsHandler, CollectionSettingsListHandler
 from handlers.collections import CollectionHandler
+from handlers.cors import CorsPolicy
+from handlers.docs import DocsAssetHandler, DocsPageHandler, DocsSite
 from handlers.documents import DocumentHandler
 from handlers.health import PING_TIMEOUT, LivenessHandler, ReadinessHandler, ReadinessProbe
 from handlers.metrics import MetricsHandler
 from handlers.multi_get import MultiGetHandler
+from handlers.negotiation import Negotiator
 from handlers.openapi import OpenApiHandler
 from handlers.openapi_collections import OpenApiSource
 
@@ -34,6 +40,8 @@ def make_app(
     gate: Gate,
     reactor: Any,
     metrics: Optional[Metrics] = None,
+    idempotency: Optional[IdempotencyRecords] = None,
+    batches: Optional[BatchRunner] = None,
     collections: Optional[SettingsCache] = None,
 ) -> JetwayApplication:
     metrics = metrics or Metrics()
@@ -42,14 +50,20 @@ def make_app(
         "max_body": settings.max_body,
         "gate": gate,
         "max_ids": settings.max_ids,
+        "cache_control": settings.cache_control,
+        "negotiator": Negotiator(),
+        "compress_min_bytes": settings.compress_min_bytes,
+        "idempotency": idempotency,
         "collections": collections,
     }
+    docs = {"site": DocsSite.load()} if settings.docs else None
     readiness = ReadinessProbe(store, reactor, min(PING_TIMEOUT, settings.redis_timeout))
     # Cyclone tries the routes in order and no two overlap: the API's come
     # first, so a document request does not try the operational ones.
     routes = [
         # Jetway's own /v1/_… before the document route, which would take "_get" for a collection.
         (rf"/v1/_get/{SEGMENT}", MultiGetHandler, documents),
+        (r"/v1/_batch", BatchHandler, {**documents, "batches": batches, "max_operations": settings.max_batch_ops}),
         (rf"/v1/_collections/{SEGMENT}", CollectionSettingsHandler, documents),
         (r"/v1/_collections/?", CollectionSettingsListHandler, documents),
         (rf"/v1/{SEGMENT}/{SEGMENT}", DocumentHandler, documents),
@@ -57,10 +71,17 @@ def make_app(
         (r"/healthz", LivenessHandler),
         (r"/readyz", ReadinessHandler, {"probe": readiness}),
         (r"/metrics", MetricsHandler, {"render": render_metrics(metrics)}),
-        (r"/openapi\.json", OpenApiHandler, {"source": OpenApiSource(settings.max_ids, collections)}),
+        (r"/openapi\.json", OpenApiHandler, {"source": OpenApiSource(settings.max_ids, collections, settings.docs)}),
+        # Swagger UI over /openapi.json, unless JETWAY_DOCS=off.
+        *(
+            [(r"/docs/?", DocsPageHandler, docs), (rf"/docs/assets/{SEGMENT}", DocsAssetHandler, docs)]
+            if docs is not None
+            else []
+        ),
     ]
     limits = HttpLimits(
         max_body=settings.max_body,
+        max_batch_body=settings.max_batch_bytes,
         header_timeout=settings.header_timeout,
         body_timeout=settings.body_timeout,
         keepalive_timeout=settings.keepalive_timeout,
@@ -73,4 +94,5 @@ def make_app(
     observer = Observer(metrics, access_log)
     app = JetwayApplication(routes, reactor, limits, observer, error_handler=NoRouteHandler)
     app.debug_burn_seconds = settings.debug_burn_us / 1e6
+    app.cors = CorsPolicy(settings.cors_origins)
     return app

@@ -24,7 +24,9 @@ from api.eager_send import adopt_listening_socket
 from api.logs import start_logging
 from api.observe import Metrics
 from api.signals import on_signals
+from cache.batch import BatchRunner
 from cache.collection_settings import CollectionSettingsStore
+from cache.idempotency import IdempotencyRecords
 from cache.lazy_link import LazyLink
 from cache.metered import MeteredLink
 from cache.settings_cache import SettingsCache
@@ -32,6 +34,7 @@ from cache.store import DocumentStore
 from cache.token_cache import TokenCache
 from cache.tokens import TokenStore
 from cache.topology import connect
+from cache.variants import Variants
 from handlers.auth import Gate
 
 # A keep-alive connection idle this long during a drain is closed: long
@@ -73,11 +76,19 @@ def run_worker(
     if settings.write_concern.waits:
         write_link.dial()
     reactor.addSystemEventTrigger("before", "shutdown", write_link.close)
-    store = DocumentStore(link, write_link=write_link, write_concern=settings.write_concern)
+    store = DocumentStore(
+        link,
+        write_link=write_link,
+        write_concern=settings.write_concern,
+        variants=Variants(settings.compress_min_bytes),
+    )
     tokens = TokenCache(TokenStore(link), settings.redis, reactor, settings.redis_timeout) if settings.auth else None
     collections = SettingsCache(CollectionSettingsStore(link), settings.redis, reactor, settings.redis_timeout)
     reactor.addSystemEventTrigger("before", "shutdown", collections.close)
-    app = app_factory(settings, store, Gate(tokens, link, settings.auth), reactor, metrics, collections)
+    idempotency = IdempotencyRecords(link, settings.idempotency_lease)
+    batches = BatchRunner(store, link, settings.write_concern, write_link)
+    gate = Gate(tokens, link, settings.auth)
+    app = app_factory(settings, store, gate, reactor, metrics, idempotency, batches, collections)
     port = adopt_listening_socket(reactor, fd, _nonblocking_family(fd), app)
     os.close(fd)  # the port took a copy
     app.listen_on(port)

@@ -41,6 +41,11 @@ class LazyLink:
     def pipeline_scripts(self, commands: Sequence[Command], scripts: Sequence[Script]) -> defer.Deferred:
         return self._target().pipeline_scripts(commands, scripts)
 
+    def pipeline_outcomes(
+        self, commands: Sequence[Command], scripts: Sequence[Script], wait: Optional[Command] = None
+    ) -> defer.Deferred:
+        return self._target().pipeline_outcomes(commands, scripts, wait)
+
     def run_script(self, script: Script, keys: Sequence[bytes], args: Sequence[Arg]) -> defer.Deferred:
         return self._target().run_script(script, keys, args)
 

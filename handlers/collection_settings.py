@@ -20,6 +20,7 @@ from cache.schema import InvalidSchema
 from handlers import validation
 from handlers.auth import Grant
 from handlers.base import ResourceHandler
+from handlers.cache_policy import cache_policy
 from handlers.errors import ApiError, not_found, precondition_failed
 
 ADMIN = "admin"
@@ -28,7 +29,9 @@ ADMIN = "admin"
 class _AdminHandler(ResourceHandler):
     """Admitted only with the ``admin`` scope (a ``write:*`` token may not change the rules)."""
 
-    def prepare(self) -> defer.Deferred:
+    def prepare(self) -> Optional[defer.Deferred]:
+        if self.request.method == "OPTIONS":
+            return None  # a CORS preflight carries no credentials
         authorization = self.request.headers.get("Authorization")
         return self.gate.admit(authorization, "_collections", self.writes(), False).addCallback(self._admin_only)
 
@@ -40,7 +43,7 @@ class _AdminHandler(ResourceHandler):
 
 class CollectionSettingsHandler(_AdminHandler):
     ROUTE = "collection_settings"
-    SUPPORTED_METHODS = ("GET", "HEAD", "PUT", "DELETE")
+    SUPPORTED_METHODS = ("GET", "HEAD", "PUT", "DELETE", "OPTIONS")
 
     @defer.inlineCallbacks
     def get(self, collection: str) -> Any:
@@ -64,6 +67,12 @@ class CollectionSettingsHandler(_AdminHandler):
         values = validation.json_document(
             self.request.body, self.request.headers.get("Content-Type"), validation.JSON, self.max_body
         )
+        if isinstance(values.get("cache_control"), str):
+            # Checked as JETWAY_CACHE_CONTROL is (handlers/cache_policy.py), and kept normalized.
+            try:
+                values["cache_control"] = cache_policy(values["cache_control"])
+            except ValueError as error:
+                raise ApiError(422, "invalid-settings", f"cache_control: {error}") from None
         try:
             stored: Optional[Tuple[CollectionSettings, bool]] = yield self.collections.store.put(
                 name,
@@ -95,7 +104,7 @@ class CollectionSettingsHandler(_AdminHandler):
 
 class CollectionSettingsListHandler(_AdminHandler):
     ROUTE = "collection_settings_list"
-    SUPPORTED_METHODS = ("GET", "HEAD")
+    SUPPORTED_METHODS = ("GET", "HEAD", "OPTIONS")
 
     @defer.inlineCallbacks
     def get(self) -> Any:

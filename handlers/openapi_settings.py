@@ -51,7 +51,8 @@ def _settings_schema() -> Json:
                 "type": "string",
                 "minLength": 1,
                 "maxLength": 256,
-                "description": "The `Cache-Control` value for the collection's reads.",
+                "description": "The `Cache-Control` of the collection's document reads and list pages, in place of"
+                " `JETWAY_CACHE_CONTROL` (the same directives are accepted; stored normalized).",
             },
             "write_replicas": {
                 "type": "integer",
@@ -147,19 +148,21 @@ def _paths() -> Json:
     return {
         SETTINGS: _path_item(
             "A collection's settings (admin scope).",
+            "CollectionSettings",
             _secured({**_with_head(get, "headCollectionSettings"), "put": put, "delete": delete}),
             ("collection",),
         ),
         SETTINGS_LIST: _path_item(
             "Every collection's settings (admin scope; a trailing slash is accepted).",
+            "CollectionSettingsList",
             _secured(_with_head(listing, "headCollectionSettingsList")),
         ),
     }
 
 
-def api_document(max_ids: int = validation.MAX_IDS) -> Json:
+def api_document(max_ids: int = validation.MAX_IDS, with_docs: bool = True) -> Json:
     """``handlers.openapi.openapi_document`` with the collection-settings routes."""
-    spec = openapi_document(max_ids)
+    spec = openapi_document(max_ids, with_docs)
     spec["paths"].update(_paths())
     spec["components"]["schemas"].update(_schemas())
     return spec
