@@ -61,6 +61,7 @@ class Operation:
     etag: Optional[bytes] = None  # the ETag a write stores (planned: a retry writes the same)
     max_size: int = 1 << 20  # of a patch's merged document
     check: Optional[Check] = None
+    replicas: Optional[int] = None  # the collection's own write_replicas (None: the deployment's)
 
 
 @dataclass
@@ -93,22 +94,30 @@ class BatchRunner:
         self._concern = concern
 
     @defer.inlineCallbacks
-    def run(self, operations: Sequence[Operation], replicas: Optional[int] = None) -> Any:
-        """Fires with an ``OperationResult`` per operation, in order.
-
-        ``replicas``: how many replicas the batch's writes wait for (the
-        largest ``write_replicas`` of their collections); None: the
-        deployment's write concern.
-        """
-        concern = self._concern
-        if replicas is not None and replicas != concern.replicas:
-            concern = WriteConcern(replicas, concern.timeout)
+    def run(self, operations: Sequence[Operation]) -> Any:
+        """Fires with an ``OperationResult`` per operation, in order."""
+        concern = self.concern_of(operations)
         if concern.waits and self._write_link is None:
             raise ValueError("a write concern that waits for replicas needs a write link")
         results: List[OperationResult] = [OperationResult(operation) for operation in operations]
         for start, end in segments(operations):
             yield self._run_segment(results[start:end], concern)
         return results
+
+    def concern_of(self, operations: Sequence[Operation]) -> WriteConcern:
+        """What the batch's writes wait for: the most replicas any of them asks for.
+
+        The writes share a pipeline and one ``WAIT`` at its end, so the
+        batch waits as its most careful write would alone (its collection's
+        ``write_replicas``, else the deployment's); the others wait with it.
+        """
+        asked = [
+            self._concern.replicas if operation.replicas is None else operation.replicas
+            for operation in operations
+            if operation.op in WRITES
+        ]
+        replicas = max(asked, default=self._concern.replicas)
+        return self._concern if replicas == self._concern.replicas else WriteConcern(replicas, self._concern.timeout)
 
     @defer.inlineCallbacks
     def _run_segment(self, results: List[OperationResult], concern: WriteConcern) -> Any:
@@ -129,7 +138,7 @@ class BatchRunner:
         for (result, prepared), (ok, reply) in zip(sent, outcomes):
             _settle(result, prepared, ok, reply)
         if wait is not None:
-            _check_replicated(results, outcomes[-1], concern)
+            _check_replicated(results, outcomes[-1], concern, self._concern.replicas)
 
     def _read_bases(self, patches: List[OperationResult]) -> defer.Deferred:
         """The stored fields of each patched document, by ``id`` of its result."""
@@ -205,15 +214,24 @@ def segments(operations: Sequence[Operation]) -> List[Tuple[int, int]]:
     return [bound for bound in bounds if bound[0] < bound[1]]
 
 
-def _check_replicated(results: List[OperationResult], waited: Tuple[bool, Any], concern: WriteConcern) -> None:
-    """Every write of a segment whose ``WAIT`` fell short becomes ``NotReplicated`` (it did happen)."""
+def _check_replicated(
+    results: List[OperationResult], waited: Tuple[bool, Any], concern: WriteConcern, default: int
+) -> None:
+    """Each write that fewer replicas confirmed than it asks for becomes ``NotReplicated`` (it did happen).
+
+    A write asks for its collection's ``write_replicas``, else ``default``
+    (the deployment's): one that asks for fewer than the ``WAIT`` got is
+    answered as it would be alone.
+    """
     ok, confirmed = waited
-    if ok and confirmed >= concern.replicas:
+    reached = confirmed if ok else 0
+    if reached >= concern.replicas:
         return
     for result in results:
-        if result.written:
+        wanted = default if result.operation.replicas is None else result.operation.replicas
+        if result.written and reached < wanted:
             etag = result.document.etag if result.document is not None else None
-            result.error = NotReplicated(confirmed if ok else 0, concern.replicas, concern.timeout, etag)
+            result.error = NotReplicated(reached, wanted, concern.timeout, etag)
 
 
 def _settle(result: OperationResult, prepared: Any, ok: bool, reply: Any) -> None:
