@@ -21,7 +21,13 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from twisted.internet import defer
 
 from cache.address import RedisAddress
-from cache.collection_settings import CHANGED_CHANNEL, CollectionSettings, CollectionSettingsStore, parse_settings
+from cache.collection_settings import (
+    CHANGED_CHANNEL,
+    NO_SETTINGS,
+    CollectionSettings,
+    CollectionSettingsStore,
+    parse_settings,
+)
 from cache.schema import CompiledSchema
 from cache.token_cache import MAX_ENTRIES, keep_bounded
 from cache.token_cache import _Subscriber as _TokenSubscriber
@@ -75,6 +81,17 @@ class SettingsCache:
         if entry is not None and self._live is not None:
             return defer.succeed(entry or None)  # every write to a known collection: no Redis
         return self.store.read(name).addCallback(self._remember, name, self.generation)
+
+    def peek(self, name: str) -> Optional[CollectionSettings]:
+        """The collection's settings if this worker knows them now (``NO_SETTINGS`` for none); else None.
+
+        No Deferred: for reads, which want the cache policy at the cost of a
+        dictionary lookup and read Redis only when the settings are not known.
+        """
+        entry = self._entries.get(name)
+        if entry is None or self._live is None:
+            return None
+        return entry or NO_SETTINGS
 
     def _remember(self, row: Optional[Tuple[bytes, bytes]], name: str, generation: int) -> Optional[CollectionSettings]:
         settings = None if row is None else self.parsed(name, *row)

@@ -19,7 +19,7 @@ from twisted.python import log
 from twisted.python.failure import Failure
 
 from cache import codec
-from cache.collection_settings import NO_SETTINGS, OverCollectionLimit
+from cache.collection_settings import NO_SETTINGS, CollectionSettings, OverCollectionLimit
 from cache.errors import (
     DocumentNotFound,
     DocumentTooLarge,
@@ -317,6 +317,37 @@ class ResourceHandler(JsonHandler):
         if self.collections is None:
             return defer.succeed(NO_SETTINGS)
         return self.collections.get(collection.decode()).addCallback(lambda found: found or NO_SETTINGS)
+
+    def with_collection_policy(self, collection: bytes, reading: defer.Deferred) -> defer.Deferred:
+        """``reading``, once the collection's ``cache_control`` (if it has one) replaces the default.
+
+        Known settings cost a dictionary lookup; unknown ones (the first
+        read of a collection on this worker, or every read while the
+        settings subscription is down) are read alongside ``reading``, not
+        before it.
+        """
+        if self.collections is None:
+            return reading
+        known = self.collections.peek(collection.decode())
+        if known is not None:
+            self._use_policy(known)
+            return reading
+        return self.collection_settings(collection).addCallbacks(
+            self._policy_then, self._drop_reading, callbackArgs=(reading,), errbackArgs=(reading,)
+        )
+
+    def _use_policy(self, settings: CollectionSettings) -> None:
+        if settings.cache_control is not None:
+            self.cache_control = settings.cache_control
+
+    def _policy_then(self, settings: CollectionSettings, reading: defer.Deferred) -> defer.Deferred:
+        self._use_policy(settings)
+        return reading
+
+    @staticmethod
+    def _drop_reading(failure: Failure, reading: defer.Deferred) -> Failure:
+        reading.addErrback(lambda _: None)  # the settings' error is the answer; the read's is not logged
+        return failure
 
     def writes(self) -> bool:
         """Whether the request needs write scope (a multi-get by POST does not)."""

@@ -46,10 +46,10 @@ class CollectionHandler(ResourceHandler):
                 raise bad_request("ids cannot be combined with cursor", "invalid-ids")
             wanted = validation.id_list(ids, self.max_ids)
             validation.limit_beside_ids(self.query_argument("limit"), len(wanted))
-            return self.store.get_many(name, wanted).addCallback(self._send_many)
+            return self.with_collection_policy(name, self.store.get_many(name, wanted)).addCallback(self._send_many)
         limit = validation.limit(self.query_argument("limit"))
         after = validation.decode_cursor(self.query_argument("cursor"))
-        return self.store.page(name, limit, after).addCallback(self._send_page)
+        return self.with_collection_policy(name, self.store.page(name, limit, after)).addCallback(self._send_page)
 
     def _send_many(self, bodies: List[Optional[bytes]]) -> None:
         send_items(self, bodies)

@@ -25,8 +25,9 @@ class DocumentHandler(ResourceHandler):
         # locals would then be kept through the next minor collection and
         # copied to the old generation, though the response has long been
         # sent (README, "The read path").
-        read = self.read_document(validation.collection_name(collection), validation.document_id(doc_id))
-        return read.addCallback(self._answer_read)
+        name = validation.collection_name(collection)
+        read = self.read_document(name, validation.document_id(doc_id))
+        return self.with_collection_policy(name, read).addCallback(self._answer_read)
 
     def _answer_read(self, document: Optional[Document]) -> None:
         if document is None:

@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 
 import requests
 
@@ -123,12 +124,22 @@ def test_put_post_and_patch_are_checked_before_anything_is_stored(api, redis_cli
     assert api.patch_merge("/v1/users/u1", b'{"age":36}').json()["age"] == 36
 
 
-def test_a_schema_change_applies_to_the_next_write(api):
+def settled(send, status: int, within: float = 3.0) -> requests.Response:
+    """``send()`` again until it answers ``status`` (a change reaches each worker within a second)."""
+    deadline = time.monotonic() + within
+    response = send()
+    while response.status_code != status and time.monotonic() < deadline:
+        time.sleep(0.05)
+        response = send()
+    return response
+
+
+def test_a_schema_change_applies_to_the_writes_after_it(api):
     assert api.put_json("/v1/users/u1", b'{"free":true}').status_code == 201
     assert settings(api, "users", {"schema": USERS_SCHEMA}).status_code == 201
-    problem(api.put_json("/v1/users/u1", b'{"free":true}'), 422, "schema-violation")
+    problem(settled(lambda: api.put_json("/v1/users/u1", b'{"free":true}'), 422), 422, "schema-violation")
     assert api.delete("/v1/_collections/users").status_code == 204
-    assert api.put_json("/v1/users/u1", b'{"free":true}').status_code == 200
+    assert settled(lambda: api.put_json("/v1/users/u1", b'{"free":true}'), 200).status_code == 200
 
 
 def test_the_default_ttl_applies_when_a_write_gives_none(api, redis_client):
@@ -162,17 +173,87 @@ def test_a_collections_write_replicas_waits_for_replicas_it_does_not_have(api):
     assert "0 of 1 replicas" in body["detail"]
     assert api.put_json("/v1/careless/c1", b"{}").status_code == 201
     assert settings(api, "careful", {"write_replicas": 0}).status_code == 200
-    # The other worker hears of the change within a second (tested below); a
-    # write it takes before then may still wait for the old number.
-    time.sleep(1.0)
-    again = api.put_json("/v1/careful/c2", b"{}")
+    again = settled(lambda: api.put_json("/v1/careful/c2", b"{}"), 201)
     assert again.status_code == 201, again.text
 
 
-def test_the_cache_policy_is_stored_and_answered(api):
-    assert settings(api, "pages", {"cache_control": "public, max-age=60"}).status_code == 201
+def test_the_cache_policy_is_checked_as_the_variable_is_and_stored_normalized(api):
+    assert settings(api, "pages", {"cache_control": "Public,  MAX-AGE=60"}).status_code == 201
     assert api.get("/v1/_collections/pages").json() == {"cache_control": "public, max-age=60"}
     problem(settings(api, "pages", {"cache_control": "a\nb"}), 422, "invalid-settings")
+    body = problem(settings(api, "pages", {"cache_control": "max-age"}), 422, "invalid-settings")
+    assert "cache_control" in body["detail"] and "max-age=N" in body["detail"]
+    body = problem(settings(api, "pages", {"cache_control": "public, private"}), 422, "invalid-settings")
+    assert "contradict" in body["detail"]
+
+
+def fresh_name(prefix: str) -> str:
+    """A collection no worker has looked up yet, so none holds a stale entry for it."""
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+def test_a_collections_cache_policy_replaces_the_default_on_its_reads_and_pages(api):
+    cached, plain = fresh_name("cached"), fresh_name("plain")
+    assert settings(api, cached, {"cache_control": "private, max-age=60"}).status_code == 201
+    for collection in (cached, plain):
+        assert api.put_json(f"/v1/{collection}/d1", b'{"a":1}').status_code == 201
+    # Twice each, so both the first read (settings read alongside) and a cached one are seen.
+    for _ in range(4):
+        read = api.get(f"/v1/{cached}/d1")
+        assert read.headers["Cache-Control"] == "private, max-age=60"
+        not_modified = api.get(f"/v1/{cached}/d1", headers={"If-None-Match": read.headers["ETag"]})
+        assert not_modified.status_code == 304 and not_modified.headers["Cache-Control"] == "private, max-age=60"
+        for path in (f"/v1/{cached}", f"/v1/{cached}?ids=d1"):
+            assert api.get(path).headers["Cache-Control"] == "private, max-age=60"
+        by_post = api.post_json(f"/v1/_get/{cached}", b'{"ids":["d1"]}')
+        assert by_post.status_code == 200 and by_post.headers["Cache-Control"] == "private, max-age=60"
+        # Another collection, and errors, keep theirs.
+        assert api.get(f"/v1/{plain}/d1").headers["Cache-Control"] == "no-cache"
+        assert api.get(f"/v1/{plain}").headers["Cache-Control"] == "no-cache"
+        assert api.get(f"/v1/{cached}/missing").headers["Cache-Control"] == "no-store"
+
+
+def test_a_cache_policy_change_reaches_the_reads_within_a_second(api):
+    collection = fresh_name("policy")
+    assert api.put_json(f"/v1/{collection}/d1", b'{"a":1}').status_code == 201
+    assert api.get(f"/v1/{collection}/d1").headers["Cache-Control"] == "no-cache"
+    assert settings(api, collection, {"cache_control": "max-age=5"}).status_code == 201
+    time.sleep(1.0)  # the documented bound for a change to reach every worker
+    assert {api.get(f"/v1/{collection}/d1").headers["Cache-Control"] for _ in range(6)} == {"max-age=5"}
+    assert api.delete(f"/v1/_collections/{collection}").status_code == 204
+    time.sleep(1.0)
+    assert {api.get(f"/v1/{collection}/d1").headers["Cache-Control"] for _ in range(6)} == {"no-cache"}
+
+
+# -- Idempotency-Key and a schema -----------------------------------------------------
+
+
+def test_a_schema_violation_under_an_idempotency_key_is_recorded_and_replayed(api, redis_client):
+    """POST and PATCH: the 422 is the request's answer; a retry gets it again, even once the schema allows it."""
+    collection = fresh_name("idem")
+    assert settings(api, collection, {"schema": USERS_SCHEMA}).status_code == 201
+    invalid = b'{"email":"not an email","name":"x"}'
+    key = {"Idempotency-Key": uuid.uuid4().hex}
+    first = api.post_json(f"/v1/{collection}", invalid, headers=key)
+    body = problem(first, 422, "schema-violation")
+    assert [error["keyword"] for error in body["errors"]] == ["format"]
+    assert settings(api, collection, {}).status_code == 200  # no schema any more
+    time.sleep(1.0)
+    again = api.post_json(f"/v1/{collection}", invalid, headers=key)
+    assert again.status_code == 422 and again.headers["Idempotency-Replayed"] == "true"
+    assert again.content == first.content
+    assert api.get(f"/v1/{collection}").json()["items"] == [], "nothing was stored"
+
+    assert settings(api, collection, {"schema": USERS_SCHEMA}).status_code == 200
+    assert api.put_json(f"/v1/{collection}/u1", b'{"email":"a@example.com","name":"A"}').status_code == 201
+    time.sleep(1.0)
+    key = {"Idempotency-Key": uuid.uuid4().hex}
+    patched = api.patch_merge(f"/v1/{collection}/u1", b'{"name":""}', headers=key)
+    assert [e["keyword"] for e in problem(patched, 422, "schema-violation")["errors"]] == ["minLength"]
+    retried = api.patch_merge(f"/v1/{collection}/u1", b'{"name":""}', headers=key)
+    assert retried.status_code == 422 and retried.headers["Idempotency-Replayed"] == "true"
+    assert retried.content == patched.content
+    assert api.get(f"/v1/{collection}/u1").json()["name"] == "A"
 
 
 # -- every worker, within a second ----------------------------------------------------
