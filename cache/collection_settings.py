@@ -105,10 +105,6 @@ class CollectionSettings:
     cache_control: Optional[str] = None
     write_replicas: Optional[int] = None
 
-    def cache_policy(self) -> Optional[str]:
-        """The ``Cache-Control`` value for this collection's reads, or None for the default."""
-        return self.cache_control
-
     def check(self, document: Any, size: int) -> None:
         """Raise ``OverCollectionLimit`` or ``DocumentInvalid`` for a document this collection refuses.
 
