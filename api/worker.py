@@ -25,9 +25,12 @@ from api.logs import start_logging
 from api.observe import HotCacheMetrics, Metrics
 from api.signals import on_signals
 from cache.batch import BatchRunner
+from cache.collection_settings import CollectionSettingsStore
 from cache.hot_cache import HotCache
 from cache.idempotency import IdempotencyRecords
+from cache.lazy_link import LazyLink
 from cache.metered import MeteredLink
+from cache.settings_cache import SettingsCache
 from cache.store import DocumentStore
 from cache.token_cache import TokenCache
 from cache.tokens import TokenStore
@@ -67,14 +70,18 @@ def run_worker(
         feed = invalidation_feed(settings.redis, redis, hot, reactor, settings.redis_timeout)
         metrics.hot_cache = HotCacheMetrics(hot.stats)
         reactor.addSystemEventTrigger("before", "shutdown", feed.stop)
-    write_link = None
-    if settings.write_concern.waits:
-        # WAIT blocks the connection it is sent on: writes get a pool of their own.
-        write_link = MeteredLink(
+    # WAIT blocks the connection it is sent on: writes that wait get a pool of
+    # their own, dialled at once when every write waits, else when a
+    # collection's write_replicas first asks for it.
+    write_link = LazyLink(
+        lambda: MeteredLink(
             connect(settings.redis, reactor, settings.redis_timeout, settings.redis_pool, spread=True),
             metrics.observe_redis,
         )
-        reactor.addSystemEventTrigger("before", "shutdown", write_link.close)
+    )
+    if settings.write_concern.waits:
+        write_link.dial()
+    reactor.addSystemEventTrigger("before", "shutdown", write_link.close)
     store = DocumentStore(
         link,
         write_link=write_link,
@@ -83,10 +90,12 @@ def run_worker(
         variants=Variants(settings.compress_min_bytes),
     )
     tokens = TokenCache(TokenStore(link), settings.redis, reactor, settings.redis_timeout) if settings.auth else None
+    collections = SettingsCache(CollectionSettingsStore(link), settings.redis, reactor, settings.redis_timeout)
+    reactor.addSystemEventTrigger("before", "shutdown", collections.close)
     idempotency = IdempotencyRecords(link, settings.idempotency_lease)
-    batches = BatchRunner(store, write_link or link, settings.write_concern)
+    batches = BatchRunner(store, link, settings.write_concern, write_link)
     gate = Gate(tokens, link, settings.auth)
-    app = app_factory(settings, store, gate, reactor, metrics, idempotency, batches)
+    app = app_factory(settings, store, gate, reactor, metrics, idempotency, batches, collections)
     port = adopt_listening_socket(reactor, fd, _nonblocking_family(fd), app)
     os.close(fd)  # the port took a copy
     app.listen_on(port)

@@ -245,19 +245,29 @@ class DocumentStore:
         conditions: Conditions = NO_CONDITIONS,
         ttl: Optional[int] = None,
         etag: Optional[bytes] = None,
+        replicas: Optional[int] = None,
     ) -> defer.Deferred:
-        """Create or replace; fires with ``(Document, Created)``; ``etag``: a planned one (``new_etag``)."""
+        """Create or replace; fires with ``(Document, Created)``; ``etag``: a planned one (``new_etag``).
+
+        ``replicas``: the collection's own write concern (None: the store's).
+        """
         if conditions.unmodified_since is not None and not conditions.if_match:
-            return self._write_unmodified(collection, doc_id, body, conditions, ttl)
-        return self._write(collection, doc_id, body, conditions, b"%d" % (ttl or 0), etag)
+            return self._write_unmodified(collection, doc_id, body, conditions, ttl, replicas)
+        return self._write(collection, doc_id, body, conditions, b"%d" % (ttl or 0), etag, replicas)
 
     @defer.inlineCallbacks
     def _write_unmodified(
-        self, collection: bytes, doc_id: bytes, body: bytes, conditions: Conditions, ttl: Optional[int]
+        self,
+        collection: bytes,
+        doc_id: bytes,
+        body: bytes,
+        conditions: Conditions,
+        ttl: Optional[int],
+        replicas: Optional[int] = None,
     ) -> Any:
         """A PUT with ``If-Unmodified-Since``: checked against the document read, then compare-and-set on it."""
         checked = yield self._unmodified_condition(collection, doc_id, conditions)
-        result = yield self._write(collection, doc_id, body, checked, b"%d" % (ttl or 0))
+        result = yield self._write(collection, doc_id, body, checked, b"%d" % (ttl or 0), None, replicas)
         return result
 
     @defer.inlineCallbacks
@@ -295,12 +305,13 @@ class DocumentStore:
         ttl: Optional[int] = None,
         doc_id: Optional[bytes] = None,
         etag: Optional[bytes] = None,
+        replicas: Optional[int] = None,
     ) -> Any:
         """Store under a new ULID (or the planned ``doc_id``); fires with ``(id, Document)``."""
         doc_id = doc_id or self.new_id()
         try:
             document, _ = yield self._write(
-                collection, doc_id, body, Conditions(if_none_match=b"*"), b"%d" % (ttl or 0), etag
+                collection, doc_id, body, Conditions(if_none_match=b"*"), b"%d" % (ttl or 0), etag, replicas
             )
         except NotReplicated as error:
             error.doc_id = doc_id
@@ -317,11 +328,14 @@ class DocumentStore:
         max_size: int,
         unmodified_since: Optional[int] = None,
         planned_etag: Optional[bytes] = None,
+        check: Optional[Callable[[Any, int], None]] = None,
+        replicas: Optional[int] = None,
     ) -> Any:
         """Merge ``patch`` into the document; retried until no writer races it.
 
         With a ``planned_etag`` (an Idempotency-Key's plan), a document that
         already carries it is this patch done before: it is answered as it is.
+        ``check(merged, size)`` may refuse the merged document (raising) before it is written.
         """
         key = keys.document_key(collection, doc_id)
         for _ in range(self._patch_attempts):
@@ -338,13 +352,18 @@ class DocumentStore:
                 raise PreconditionFailed()
             if not if_match and unmodified_since is not None and _epoch_of(modified) > unmodified_since:
                 raise PreconditionFailed()
-            merged = codec.dumps(merge_patch(codec.loads(body), patch))
+            value = merge_patch(codec.loads(body), patch)
+            merged = codec.dumps(value)
             if len(merged) > max_size:
                 raise DocumentTooLarge(len(merged))
+            if check is not None:
+                check(value, len(merged))
             try:
                 # Compare-and-set on the ETag just read: a concurrent write
                 # changes it, and then the merge is redone on the new body.
-                written = self._write(collection, doc_id, merged, Conditions(if_match=etag), b"", planned_etag)
+                written = self._write(
+                    collection, doc_id, merged, Conditions(if_match=etag), b"", planned_etag, replicas
+                )
                 document, _ = yield written
             except PreconditionFailed:
                 continue
@@ -353,7 +372,12 @@ class DocumentStore:
 
     @defer.inlineCallbacks
     def delete(
-        self, collection: bytes, doc_id: bytes, if_match: bytes = b"", unmodified_since: Optional[int] = None
+        self,
+        collection: bytes,
+        doc_id: bytes,
+        if_match: bytes = b"",
+        unmodified_since: Optional[int] = None,
+        replicas: Optional[int] = None,
     ) -> Any:
         """Delete; raises ``DocumentNotFound`` or ``PreconditionFailed``."""
         if unmodified_since is not None and not if_match:
@@ -364,9 +388,10 @@ class DocumentStore:
                 raise DocumentNotFound()
             if_match = checked.if_match
         write = self.prepare_delete(collection, doc_id, if_match)
-        result, confirmed = yield self._run_write(scripts.DELETE, write.keys, write.args)
+        concern = self._concern(replicas)
+        result, confirmed = yield self._run_write(scripts.DELETE, write.keys, write.args, concern)
         delete_outcome(result)
-        self._check_replicated(confirmed, None)
+        self._check_replicated(confirmed, None, concern)
 
     def page(self, collection: bytes, limit: int, after: Optional[bytes]) -> defer.Deferred:
         """Up to ``limit`` bodies in id order, starting after the id ``after``."""
@@ -408,12 +433,14 @@ class DocumentStore:
         conditions: Conditions,
         ttl: bytes,
         etag: Optional[bytes] = None,
+        replicas: Optional[int] = None,
     ) -> Any:
         write = self.prepare_put(collection, doc_id, body, conditions, ttl, etag)
-        result, confirmed = yield self._run_write(scripts.PUT, write.keys, write.args)
+        concern = self._concern(replicas)
+        result, confirmed = yield self._run_write(scripts.PUT, write.keys, write.args, concern)
         outcome = put_outcome(write, result)
         if outcome[1] is not None:
-            self._check_replicated(confirmed, write.document.etag)
+            self._check_replicated(confirmed, write.document.etag, concern)
         return outcome
 
     def prepare_put(
@@ -456,22 +483,29 @@ class DocumentStore:
             [keys.document_key(collection, doc_id), keys.index_key_for(collection, doc_id)], [doc_id, if_match]
         )
 
-    def _run_write(self, script: Script, script_keys: List[bytes], args: List[Any]) -> defer.Deferred:
+    def _concern(self, replicas: Optional[int]) -> WriteConcern:
+        """The store's write concern, or a collection's own number of replicas with the same timeout."""
+        if replicas is None or replicas == self._write_concern.replicas:
+            return self._write_concern
+        return WriteConcern(replicas, self._write_concern.timeout)
+
+    def _run_write(
+        self, script: Script, script_keys: List[bytes], args: List[Any], concern: WriteConcern
+    ) -> defer.Deferred:
         """A write script's reply and how many replicas confirmed it (None: not asked)."""
-        concern = self._write_concern
         if not concern.waits:
             sent = self._link.run_script(script, script_keys, args).addCallback(lambda reply: (reply, None))
         else:
-            assert self._write_link is not None
+            if self._write_link is None:
+                raise ValueError("a write concern that waits for replicas needs a write link")
             sent = self._write_link.run_script_waiting(script, script_keys, args, concern.wait_command())
         # Whatever the outcome (a timed-out write may have happened), the
         # document's entry goes before the write is answered: this worker
         # reads its own writes without waiting for Redis's invalidation.
         return self.forgetting(sent, script_keys[:1])
 
-    def _check_replicated(self, confirmed: Optional[int], etag: Optional[bytes]) -> None:
+    def _check_replicated(self, confirmed: Optional[int], etag: Optional[bytes], concern: WriteConcern) -> None:
         """Raise ``NotReplicated`` when fewer replicas than the write concern confirmed a write that happened."""
-        concern = self._write_concern
         if confirmed is not None and confirmed < concern.replicas:
             raise NotReplicated(confirmed, concern.replicas, concern.timeout, etag)
 

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 from urllib.parse import urlsplit
 
+from loadtest import _bench_validators as _validators
 from loadtest import _data, _token
 from loadtest._run import machine
 from loadtest._servers import CPYTHON, PYPY, Processes, stop_on_sigterm
@@ -53,6 +54,8 @@ WRK_SCRIPT = HERE / "wrk.lua"
 RESULTS = ROOT / "loadtest" / "results"
 REFERENCE = "pypy"
 FRESH = "pypy-fresh"  # the reference, started anew for the memory run
+SCHEMA_COLLECTION = "bench-schema"
+SCHEMA_DOCUMENT = json.dumps(_validators.document(), separators=(",", ":"))
 LIST_DOCS = 200
 MULTI_GET = 20
 MULTI_GET_MANY = 500
@@ -191,6 +194,12 @@ def endpoints(small: int, large: int) -> List[Endpoint]:
             headers=(("Accept-Encoding", "gzip"),),
         ),
         Endpoint("put", f"PUT /v1/{{coll}}/{{id}} ({small} B)", "PUT", "/v1/bench-put/doc"),
+        # The same ~1 KB document into a collection without settings and into one with a
+        # 10-property schema (issue 21's target: with / without >= 0.85), one after the other.
+        Endpoint("put-1k", "PUT 1 KB, no schema", "PUT", "/v1/bench-put-1k/doc", SCHEMA_DOCUMENT),
+        Endpoint(
+            "put-1k-schema", "PUT 1 KB, 10-property schema", "PUT", f"/v1/{SCHEMA_COLLECTION}/doc", SCHEMA_DOCUMENT
+        ),
         Endpoint(
             "put-large", f"PUT /v1/{{coll}}/{{id}} ({large // 1024} KB)", "PUT", "/v1/bench-put-large/doc", size="large"
         ),
@@ -285,6 +294,7 @@ class Bench:
                 )
         token = _token.resolve(str(PYPY), redis_url, os.environ.get("JETWAY_TOKEN", ""))
         self.headers, self.token_source = token.headers(), token.source
+        self._set_schema(redis_url)
         self._seed(self.bases[REFERENCE])
         if any(server.kind == "nginx" for server in self.servers):
             root = self._static_root()
@@ -320,6 +330,8 @@ class Bench:
         for collection in ("bench-list", "bench-mget", "bench-mget-many"):
             documents += [(collection, doc_id, small) for doc_id in _data.ids("m", LIST_DOCS)]
         with Client(base, self.headers) as client:
+            for path in ("/v1/bench-put-1k/doc", f"/v1/{SCHEMA_COLLECTION}/doc"):
+                client.send("PUT", path, SCHEMA_DOCUMENT.encode())
             for collection, doc_id, size in documents:
                 status, body = client.send("PUT", f"/v1/{collection}/{doc_id}", _data.document(doc_id, size))
                 if status not in (200, 201):
@@ -329,6 +341,17 @@ class Bench:
                 if status != 200:
                     raise RuntimeError(f"{endpoint.method} {endpoint.path} on the reference: {status} {body[:200]!r}")
                 self.expected[endpoint.key] = body
+
+    def _set_schema(self, redis_url: str) -> None:
+        """The 10-property schema on ``SCHEMA_COLLECTION``, with the CLI (the bench's token is not admin)."""
+        schema_file = self.scratch / "bench-schema.json"
+        schema_file.write_text(json.dumps(_validators.SCHEMA))
+        command = [str(PYPY), "-m", "api", "collections", "set", SCHEMA_COLLECTION, "--schema", str(schema_file)]
+        result = subprocess.run(
+            command, cwd=ROOT, env={**os.environ, "REDIS_URL": redis_url}, capture_output=True, text=True, timeout=60
+        )
+        if result.returncode != 0:
+            raise RuntimeError(f"setting the bench schema: {result.stderr}")
 
     def _body(self, endpoint: Endpoint) -> Optional[bytes]:
         if endpoint.body is not None:

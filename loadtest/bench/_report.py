@@ -56,6 +56,7 @@ TARGETS = [
     ("200 B PUT / 200 B read, 2 workers", "put/pypy", "get-small/pypy", ">=", 0.5),
     ("500-id multi-get, POST form / GET form, 2 workers", "mget-500-post/pypy", "mget-500/pypy", ">=", 0.9),
     ("200 B PUT, JETWAY_WRITE_REPLICAS=1 / 0, a healthy replica", "put/wait1", "put/pypy", ">=", 0.7),
+    ("1 KB PUT, 10-property schema / none, 2 workers", "put-1k-schema/pypy", "put-1k/pypy", ">=", 0.85),
     ("10 KB read, gzip variant / stored bytes, 2 workers", "get-large-gzip/pypy", "get-large/pypy", ">=", 0.9),
     ("10 KB read, gzip variant / stored bytes: response bytes", "get-large-gzip/pypy", "get-large/pypy", "<=", 0.34),
     ("10 KB PUT, variants made / none, 2 workers", "put-large/pypy", "put-large/plain", ">=", 0.7),

@@ -34,6 +34,15 @@ from jetway_client.api.meta import (
     head_metrics,
     head_open_api,
 )
+from jetway_client.api.settings import (
+    delete_collection_settings,
+    get_collection_settings,
+    head_collection_settings,
+    head_collection_settings_list,
+    list_collection_settings,
+    put_collection_settings,
+)
+from jetway_client.api.typed import create_typed_document, put_typed_document
 from jetway_client.models import (
     BatchCreate,
     BatchDelete,
@@ -42,6 +51,9 @@ from jetway_client.models import (
     BatchPut,
     BatchRequest,
     BatchResults,
+    CollectionSettings,
+    CollectionSettingsList,
+    CollectionSettingsSchema,
     DocsAsset,
     Document,
     IdList,
@@ -49,6 +61,7 @@ from jetway_client.models import (
     MergePatch,
     Page,
     Problem,
+    TypedDocument,
 )
 from jetway_client.types import Response
 
@@ -195,6 +208,46 @@ def batch(client: AuthenticatedClient) -> None:
     problem(run_batch.sync_detailed(client=client, body=BatchRequest(operations=[])), 400, "invalid-batch")
 
 
+def collection_settings(client: AuthenticatedClient) -> None:
+    """The settings operations, and collection ``typed``'s own typed writes (its schema set by the test)."""
+    rules = "genpy-rules"
+    schema = CollectionSettingsSchema()
+    schema.additional_properties = {"type": "object", "required": ["n"], "properties": {"n": {"type": "integer"}}}
+    made = put_collection_settings.sync_detailed(rules, client=client, body=CollectionSettings(schema=schema, ttl=60))
+    assert expect(made, 201).ttl == 60
+    etag = made.headers["ETag"]
+    got = expect(get_collection_settings.sync_detailed(rules, client=client), 200)
+    assert isinstance(got, CollectionSettings) and got.schema.additional_properties["required"] == ["n"]
+    assert get_collection_settings.sync_detailed(rules, client=client, if_none_match=etag).status_code == 304
+    assert head_collection_settings.sync_detailed(rules, client=client).headers["ETag"] == etag
+    listed = expect(list_collection_settings.sync_detailed(client=client), 200)
+    assert isinstance(listed, CollectionSettingsList)
+    assert {item.collection for item in listed.items} == {rules, "typed"}
+    assert head_collection_settings_list.sync_detailed(client=client).status_code == 200
+    bad = CollectionSettingsSchema()
+    bad.additional_properties = {"type": "nope"}
+    problem(
+        put_collection_settings.sync_detailed(rules, client=client, body=CollectionSettings(schema=bad)),
+        422,
+        "invalid-schema",
+    )
+    violation = problem(
+        put_document.sync_detailed(rules, "r1", client=client, body=document({"n": "one"})), 422, "schema-violation"
+    )
+    assert [(error.pointer, error.keyword) for error in violation.errors] == [("/n", "type")]
+    problem(
+        delete_collection_settings.sync_detailed(rules, client=client, if_match='"stale"'), 412, "precondition-failed"
+    )
+    expect(delete_collection_settings.sync_detailed(rules, client=client, if_match=etag), 204)
+    problem(get_collection_settings.sync_detailed(rules, client=client), 404, "not-found")
+
+    typed = TypedDocument(email="ada@example.com", age=36)
+    assert expect(put_typed_document.sync_detailed("t1", client=client, body=typed), 201)["age"] == 36
+    assert expect(create_typed_document.sync_detailed(client=client, body=typed), 201)["email"] == "ada@example.com"
+    refused = put_typed_document.sync_detailed("t2", client=client, body=TypedDocument(email="not an email"))
+    assert problem(refused, 422, "schema-violation").errors[0].keyword == "format"
+
+
 def main(base_url: str, token: str) -> None:
     anonymous = Client(base_url=base_url, raise_on_unexpected_status=True)
     client = AuthenticatedClient(base_url=base_url, token=token, raise_on_unexpected_status=True)
@@ -203,6 +256,7 @@ def main(base_url: str, token: str) -> None:
     documents(client, anonymous)
     collections(client)
     batch(client)
+    collection_settings(client)
     print(f"python client: every operation answered as documented ({HTTPStatus.OK.phrase})")
 
 
