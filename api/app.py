@@ -10,13 +10,14 @@ from api.config import Settings
 from api.connection import HttpLimits
 from api.logs import AccessLog
 from api.observe import Metrics, Observer, render_metrics
-from cache import codec
 from cache.batch import BatchRunner
 from cache.idempotency import IdempotencyRecords
+from cache.settings_cache import SettingsCache
 from cache.store import DocumentStore
 from handlers.auth import Gate
 from handlers.base import NoRouteHandler
 from handlers.batch import BatchHandler
+from handlers.collection_settings import CollectionSettingsHandler, CollectionSettingsListHandler
 from handlers.collections import CollectionHandler
 from handlers.cors import CorsPolicy
 from handlers.docs import DocsAssetHandler, DocsPageHandler, DocsSite
@@ -25,7 +26,8 @@ from handlers.health import PING_TIMEOUT, LivenessHandler, ReadinessHandler, Rea
 from handlers.metrics import MetricsHandler
 from handlers.multi_get import MultiGetHandler
 from handlers.negotiation import Negotiator
-from handlers.openapi import OpenApiHandler, openapi_document
+from handlers.openapi import OpenApiHandler
+from handlers.openapi_collections import OpenApiSource
 
 # Path segments are matched loosely and checked by the handlers, so that a
 # bad collection name or id is a 400 that says why, not a 404.
@@ -40,6 +42,7 @@ def make_app(
     metrics: Optional[Metrics] = None,
     idempotency: Optional[IdempotencyRecords] = None,
     batches: Optional[BatchRunner] = None,
+    collections: Optional[SettingsCache] = None,
 ) -> JetwayApplication:
     metrics = metrics or Metrics()
     documents = {
@@ -51,6 +54,7 @@ def make_app(
         "negotiator": Negotiator(),
         "compress_min_bytes": settings.compress_min_bytes,
         "idempotency": idempotency,
+        "collections": collections,
     }
     docs = {"site": DocsSite.load()} if settings.docs else None
     readiness = ReadinessProbe(store, reactor, min(PING_TIMEOUT, settings.redis_timeout))
@@ -60,12 +64,14 @@ def make_app(
         # Jetway's own /v1/_… before the document route, which would take "_get" for a collection.
         (rf"/v1/_get/{SEGMENT}", MultiGetHandler, documents),
         (r"/v1/_batch", BatchHandler, {**documents, "batches": batches, "max_operations": settings.max_batch_ops}),
+        (rf"/v1/_collections/{SEGMENT}", CollectionSettingsHandler, documents),
+        (r"/v1/_collections/?", CollectionSettingsListHandler, documents),
         (rf"/v1/{SEGMENT}/{SEGMENT}", DocumentHandler, documents),
         (rf"/v1/{SEGMENT}/?", CollectionHandler, documents),
         (r"/healthz", LivenessHandler),
         (r"/readyz", ReadinessHandler, {"probe": readiness}),
         (r"/metrics", MetricsHandler, {"render": render_metrics(metrics)}),
-        (r"/openapi\.json", OpenApiHandler, {"body": codec.dumps(openapi_document(settings.max_ids, settings.docs))}),
+        (r"/openapi\.json", OpenApiHandler, {"source": OpenApiSource(settings.max_ids, collections, settings.docs)}),
         # Swagger UI over /openapi.json, unless JETWAY_DOCS=off.
         *(
             [(r"/docs/?", DocsPageHandler, docs), (rf"/docs/assets/{SEGMENT}", DocsAssetHandler, docs)]

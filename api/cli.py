@@ -2,7 +2,8 @@
 
 ``serve`` runs the master (which binds and runs the workers); ``worker``
 runs one worker on a socket another process opened (supervisor, or the
-master itself).
+master itself); ``keys`` and ``collections`` change tokens and collection
+settings in Redis.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import argparse
 import sys
 from typing import List, Optional
 
-from api import check, config, keys
+from api import check, collections_cli, config, keys
 from api.logs import start_logging
 from api.metrics_dir import metrics_directory
 from api.sockets import BindError, bind_listeners, raise_fd_limit
@@ -29,6 +30,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         return _serve(settings)
     if args.command == "keys":
         return keys.run(settings, args)
+    if args.command == "collections":
+        return collections_cli.run(settings, args)
     if args.command == "check":
         return check.run(settings)
     from twisted.internet import reactor
@@ -66,6 +69,7 @@ def _parser() -> argparse.ArgumentParser:
     serving.add_argument("--port", type=int, help="port to bind (env JETWAY_PORT, default 8080)")
     serving.add_argument("--workers", type=int, help="worker processes (env JETWAY_WORKERS, default: the cores)")
     keys.add_parser(commands)
+    collections_cli.add_parser(commands)
     commands.add_parser("check", help="validate the configuration and reach Redis; exit 0 or 1")
     working = commands.add_parser("worker", help="serve on a listening socket opened by another process")
     working.add_argument("--fd", type=int, required=True, help="the listening socket's file descriptor")

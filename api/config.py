@@ -62,6 +62,8 @@ class Settings:
     json_logs: bool = True
     # Replicas that must have a write before it is answered (cache/write_concern.py).
     write_concern: WriteConcern = PRIMARY_ONLY
+    # What each worker's hot cache may add to its memory (cache/hot_cache.py, HEAP_GROWTH); 0: no cache.
+    hot_cache_bytes: int = 64 * 1024 * 1024
     # CPU burnt per request, for testing the load-test gate only (handlers/debug_burn.py).
     debug_burn_us: int = 0
     # Cache-Control of document and list responses (handlers/cache_policy.py).
@@ -100,7 +102,8 @@ def from_environment(environ: Optional[Mapping[str, str]] = None) -> Settings:
     if body_budget < max_body:
         raise ConfigError(f"JETWAY_BODY_BUDGET={body_budget}: must be at least JETWAY_MAX_BODY ({max_body})")
     redis_timeout = read("JETWAY_REDIS_TIMEOUT", _positive_float, defaults.redis_timeout)
-    max_batch_bytes = read("JETWAY_MAX_BATCH_BYTES", _positive_int, defaults.max_batch_bytes)
+    # Unset, it follows a smaller body budget; set, it must fit in it.
+    max_batch_bytes = read("JETWAY_MAX_BATCH_BYTES", _positive_int, min(defaults.max_batch_bytes, body_budget))
     if max_batch_bytes > body_budget:
         raise ConfigError(
             f"JETWAY_MAX_BATCH_BYTES={max_batch_bytes}: must be at most JETWAY_BODY_BUDGET ({body_budget})"
@@ -137,6 +140,7 @@ def from_environment(environ: Optional[Mapping[str, str]] = None) -> Settings:
         auth=read("JETWAY_AUTH", _flag, defaults.auth),
         json_logs=read("JETWAY_LOG_FORMAT", _log_format, defaults.json_logs),
         write_concern=write_concern,
+        hot_cache_bytes=read("JETWAY_HOT_CACHE_BYTES", _non_negative_int, defaults.hot_cache_bytes),
         debug_burn_us=read("JETWAY_DEBUG_BURN_US", _non_negative_int, defaults.debug_burn_us),
         cache_control=read("JETWAY_CACHE_CONTROL", cache_policy, defaults.cache_control),
         compress_min_bytes=read("JETWAY_COMPRESS_MIN_BYTES", _non_negative_int, defaults.compress_min_bytes),

@@ -12,7 +12,7 @@ import bisect
 import os
 import re
 from collections import defaultdict
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
@@ -78,6 +78,7 @@ class Metrics:
             "jetway_open_connections", "Open client connections", multiprocess_mode="livesum", registry=None
         )
         self.open_connections = 0
+        self.hot_cache: Optional[HotCacheMetrics] = None
         self._bounds = (*_BUCKETS, float("inf"))
         self._requests: Dict[Tuple[str, str, str], int] = defaultdict(int)
         self._latency: Dict[str, HistogramBatch] = {}
@@ -106,12 +107,70 @@ class Metrics:
         for operation, batch in self._redis_latency.items():
             batch.flush_into(self.redis_latency.labels(operation))
         self.connections.set(self.open_connections)
+        if self.hot_cache is not None:
+            self.hot_cache.flush()
 
     def _batch(self, batches: Dict[str, HistogramBatch], label: str) -> HistogramBatch:
         batch = batches.get(label)
         if batch is None:
             batch = batches[label] = HistogramBatch(self._bounds)
         return batch
+
+
+class HotCacheMetrics:
+    """The hot cache's figures (``cache.hot_cache.HotCache.stats``), per worker and summed over the instance.
+
+    The cache counts in plain attributes on the read path; a flush turns the
+    counts since the last one into counter increments (summed over workers)
+    and sets the worker's own gauges (one series per worker, by ``pid``).
+    """
+
+    COUNTS = ("hits", "misses", "evictions", "invalidations", "refused_fills")
+    LEVELS = ("bytes", "entries", "bypassed")
+
+    def __init__(self, stats: Callable[[], Dict[str, int]]) -> None:
+        self._stats = stats
+        self._flushed: Dict[str, int] = dict.fromkeys(self.COUNTS, 0)
+        self.counters = {
+            name: Counter(f"jetway_hot_cache_{name}", f"Hot cache {name.replace('_', ' ')}", registry=None)
+            for name in self.COUNTS
+        }
+        self.levels = {
+            "bytes": Gauge(
+                "jetway_hot_cache_bytes", "Bytes the hot caches hold", multiprocess_mode="livesum", registry=None
+            ),
+            "entries": Gauge(
+                "jetway_hot_cache_entries", "Documents the hot caches hold", multiprocess_mode="livesum", registry=None
+            ),
+            "bypassed": Gauge(
+                "jetway_hot_cache_bypassed",
+                "Workers whose hot cache is bypassed (an invalidation connection is down)",
+                multiprocess_mode="livesum",
+                registry=None,
+            ),
+        }
+        self.worker = Gauge(
+            "jetway_hot_cache_worker",
+            "One worker's hot cache figures: counts since it started, and its bytes, entries and bypass state now",
+            ["stat"],
+            multiprocess_mode="liveall",
+            registry=None,
+        )
+
+    def flush(self) -> None:
+        stats = self._stats()
+        for name in self.COUNTS:
+            delta = stats[name] - self._flushed[name]
+            if delta:
+                self.counters[name].inc(delta)
+            self._flushed[name] = stats[name]
+        for name in self.LEVELS:
+            self.levels[name].set(stats[name])
+        for name in (*self.COUNTS, *self.LEVELS):
+            self.worker.labels(name).set(stats[name])
+
+    def metrics(self) -> List[Any]:
+        return [*self.counters.values(), *self.levels.values(), self.worker]
 
 
 def worker_restarts() -> Counter:
@@ -132,6 +191,8 @@ def render_metrics(fallback: Metrics) -> Callable[[], bytes]:
             for metric in vars(fallback).values():
                 if isinstance(metric, (Counter, Gauge, Histogram)):
                     registry.register(metric)
+            for metric in fallback.hot_cache.metrics() if fallback.hot_cache else ():
+                registry.register(metric)
         return generate_latest(registry)
 
     return render

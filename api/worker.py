@@ -22,15 +22,19 @@ from api.application import JetwayApplication
 from api.config import Settings
 from api.eager_send import adopt_listening_socket
 from api.logs import start_logging
-from api.observe import Metrics
+from api.observe import HotCacheMetrics, Metrics
 from api.signals import on_signals
 from cache.batch import BatchRunner
+from cache.collection_settings import CollectionSettingsStore
+from cache.hot_cache import HotCache
 from cache.idempotency import IdempotencyRecords
+from cache.lazy_link import LazyLink
 from cache.metered import MeteredLink
+from cache.settings_cache import SettingsCache
 from cache.store import DocumentStore
 from cache.token_cache import TokenCache
 from cache.tokens import TokenStore
-from cache.topology import connect
+from cache.topology import connect, invalidation_feed
 from cache.variants import Variants
 from handlers.auth import Gate
 
@@ -58,28 +62,40 @@ def run_worker(
     if ready_fd is not None:
         _die_with_parent()
     metrics = Metrics()
-    link = MeteredLink(
-        connect(settings.redis, reactor, settings.redis_timeout, settings.redis_pool), metrics.observe_redis
-    )
-    write_link = None
-    if settings.write_concern.waits:
-        # WAIT blocks the connection it is sent on: writes get a pool of their own.
-        write_link = MeteredLink(
+    redis = connect(settings.redis, reactor, settings.redis_timeout, settings.redis_pool)
+    link = MeteredLink(redis, metrics.observe_redis)
+    hot = None
+    if settings.hot_cache_bytes:
+        hot = HotCache(settings.hot_cache_bytes)
+        feed = invalidation_feed(settings.redis, redis, hot, reactor, settings.redis_timeout)
+        metrics.hot_cache = HotCacheMetrics(hot.stats)
+        reactor.addSystemEventTrigger("before", "shutdown", feed.stop)
+    # WAIT blocks the connection it is sent on: writes that wait get a pool of
+    # their own, dialled at once when every write waits, else when a
+    # collection's write_replicas first asks for it.
+    write_link = LazyLink(
+        lambda: MeteredLink(
             connect(settings.redis, reactor, settings.redis_timeout, settings.redis_pool, spread=True),
             metrics.observe_redis,
         )
-        reactor.addSystemEventTrigger("before", "shutdown", write_link.close)
+    )
+    if settings.write_concern.waits:
+        write_link.dial()
+    reactor.addSystemEventTrigger("before", "shutdown", write_link.close)
     store = DocumentStore(
         link,
         write_link=write_link,
         write_concern=settings.write_concern,
+        hot=hot,
         variants=Variants(settings.compress_min_bytes),
     )
     tokens = TokenCache(TokenStore(link), settings.redis, reactor, settings.redis_timeout) if settings.auth else None
+    collections = SettingsCache(CollectionSettingsStore(link), settings.redis, reactor, settings.redis_timeout)
+    reactor.addSystemEventTrigger("before", "shutdown", collections.close)
     idempotency = IdempotencyRecords(link, settings.idempotency_lease)
-    batches = BatchRunner(store, write_link or link, settings.write_concern)
+    batches = BatchRunner(store, link, settings.write_concern, write_link)
     gate = Gate(tokens, link, settings.auth)
-    app = app_factory(settings, store, gate, reactor, metrics, idempotency, batches)
+    app = app_factory(settings, store, gate, reactor, metrics, idempotency, batches, collections)
     port = adopt_listening_socket(reactor, fd, _nonblocking_family(fd), app)
     os.close(fd)  # the port took a copy
     app.listen_on(port)

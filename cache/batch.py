@@ -14,6 +14,14 @@ batch writes starts a new segment (read, then write), so that it merges
 into what that operation left. A patch is a compare-and-set on the
 document it read: a writer outside the batch that changes it in between
 makes that patch a ``WriteConflict``, to be retried.
+
+With the store's hot cache (``cache.hot_cache``): a get of a document the
+worker holds is answered from it, unless an earlier operation of its
+segment writes that document (the pipeline has not run yet) or the request
+asked for fresh reads; gets do not fill it. The entries of every document a
+segment writes go before the segment's outcomes are read, whatever they
+are, as a single write's do: the batch's answer is followed on this worker
+by reads of what it wrote.
 """
 
 from __future__ import annotations
@@ -61,6 +69,7 @@ class Operation:
     etag: Optional[bytes] = None  # the ETag a write stores (planned: a retry writes the same)
     max_size: int = 1 << 20  # of a patch's merged document
     check: Optional[Check] = None
+    replicas: Optional[int] = None  # the collection's own write_replicas (None: the deployment's)
 
 
 @dataclass
@@ -75,39 +84,85 @@ class OperationResult:
 
 
 class BatchRunner:
-    """Carries out batches on a store's link (its write link when writes wait for replicas)."""
+    """Carries out batches on a store's link; writes that wait for replicas go through ``write_link``.
 
-    def __init__(self, store: DocumentStore, link: Link, concern: WriteConcern) -> None:
+    ``WAIT`` blocks the connection it is sent on, so a batch that waits
+    (the deployment's write concern, or a collection's ``write_replicas``)
+    sends its writes on the write pool, as the store's single writes do.
+    """
+
+    def __init__(
+        self, store: DocumentStore, link: Link, concern: WriteConcern, write_link: Optional[Link] = None
+    ) -> None:
+        if concern.waits and write_link is None:
+            raise ValueError("a write concern that waits for replicas needs a write link")
         self._store = store
         self._link = link
+        self._write_link = write_link
         self._concern = concern
 
     @defer.inlineCallbacks
-    def run(self, operations: Sequence[Operation]) -> Any:
-        """Fires with an ``OperationResult`` per operation, in order."""
+    def run(self, operations: Sequence[Operation], fresh: bool = False) -> Any:
+        """Fires with an ``OperationResult`` per operation, in order; ``fresh``: gets read Redis, not the hot cache."""
+        concern = self.concern_of(operations)
+        if concern.waits and self._write_link is None:
+            raise ValueError("a write concern that waits for replicas needs a write link")
         results: List[OperationResult] = [OperationResult(operation) for operation in operations]
         for start, end in segments(operations):
-            yield self._run_segment(results[start:end])
+            yield self._run_segment(results[start:end], concern, fresh)
         return results
 
+    def concern_of(self, operations: Sequence[Operation]) -> WriteConcern:
+        """What the batch's writes wait for: the most replicas any of them asks for.
+
+        The writes share a pipeline and one ``WAIT`` at its end, so the
+        batch waits as its most careful write would alone (its collection's
+        ``write_replicas``, else the deployment's); the others wait with it.
+        """
+        asked = [
+            self._concern.replicas if operation.replicas is None else operation.replicas
+            for operation in operations
+            if operation.op in WRITES
+        ]
+        replicas = max(asked, default=self._concern.replicas)
+        return self._concern if replicas == self._concern.replicas else WriteConcern(replicas, self._concern.timeout)
+
     @defer.inlineCallbacks
-    def _run_segment(self, results: List[OperationResult]) -> Any:
+    def _run_segment(self, results: List[OperationResult], concern: WriteConcern, fresh: bool) -> Any:
         bases = yield self._read_bases([result for result in results if result.operation.op == PATCH])
         commands: List[Tuple[Any, ...]] = []
         sent: List[Tuple[OperationResult, Any]] = []
+        written: Set[Tuple[bytes, bytes]] = set()
         for result in results:
+            target = (result.operation.collection, result.operation.doc_id)
+            if result.operation.op == GET and not fresh and target not in written:
+                result.document = self._store.cached(*target)
+                if result.document is not None:
+                    continue
+            elif result.operation.op in WRITES:
+                written.add(target)
             prepared = self._prepare(result, bases.get(id(result)))
             if prepared is not None:
                 sent.append((result, prepared))
                 commands.append(prepared if isinstance(prepared, tuple) else prepared.command())
         if not commands:
+            self._forget(written)  # patches found done by an earlier attempt
             return
-        wait = self._concern.wait_command() if self._concern.waits else None
-        outcomes = yield self._link.pipeline_outcomes(commands, [scripts.PUT, scripts.DELETE], wait)
+        wait = concern.wait_command() if concern.waits else None
+        link = self._write_link if wait is not None else self._link
+        assert link is not None
+        outcomes = yield self._store.forgetting(
+            link.pipeline_outcomes(commands, [scripts.PUT, scripts.DELETE], wait),
+            [keys.document_key(*target) for target in written],
+        )
         for (result, prepared), (ok, reply) in zip(sent, outcomes):
             _settle(result, prepared, ok, reply)
         if wait is not None:
-            self._check_replicated(results, outcomes[-1])
+            _check_replicated(results, outcomes[-1], concern, self._concern.replicas)
+
+    def _forget(self, written: Set[Tuple[bytes, bytes]]) -> None:
+        for target in written:
+            self._store.forget(*target)
 
     def _read_bases(self, patches: List[OperationResult]) -> defer.Deferred:
         """The stored fields of each patched document, by ``id`` of its result."""
@@ -163,16 +218,6 @@ class BatchRunner:
         cas = Conditions(if_match=etag)
         return self._store.prepare_put(operation.collection, operation.doc_id, merged, cas, b"", operation.etag)
 
-    def _check_replicated(self, results: List[OperationResult], waited: Tuple[bool, Any]) -> None:
-        ok, confirmed = waited
-        if ok and confirmed >= self._concern.replicas:
-            return
-        for result in results:
-            if result.written:
-                etag = result.document.etag if result.document is not None else None
-                replicas = confirmed if ok else 0
-                result.error = NotReplicated(replicas, self._concern.replicas, self._concern.timeout, etag)
-
 
 def segments(operations: Sequence[Operation]) -> List[Tuple[int, int]]:
     """Runs of operations that can go in one pipeline.
@@ -191,6 +236,26 @@ def segments(operations: Sequence[Operation]) -> List[Tuple[int, int]]:
             written.add(target)
     bounds.append((start, len(operations)))
     return [bound for bound in bounds if bound[0] < bound[1]]
+
+
+def _check_replicated(
+    results: List[OperationResult], waited: Tuple[bool, Any], concern: WriteConcern, default: int
+) -> None:
+    """Each write that fewer replicas confirmed than it asks for becomes ``NotReplicated`` (it did happen).
+
+    A write asks for its collection's ``write_replicas``, else ``default``
+    (the deployment's): one that asks for fewer than the ``WAIT`` got is
+    answered as it would be alone.
+    """
+    ok, confirmed = waited
+    reached = confirmed if ok else 0
+    if reached >= concern.replicas:
+        return
+    for result in results:
+        wanted = default if result.operation.replicas is None else result.operation.replicas
+        if result.written and reached < wanted:
+            etag = result.document.etag if result.document is not None else None
+            result.error = NotReplicated(reached, wanted, concern.timeout, etag)
 
 
 def _settle(result: OperationResult, prepared: Any, ok: bool, reply: Any) -> None:

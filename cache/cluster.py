@@ -29,7 +29,7 @@ node:
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from twisted.internet import defer, task
 from twisted.internet.interfaces import IStreamClientEndpoint
@@ -124,9 +124,13 @@ class ClusterLink:
         self._spread = spread  # each node's pool (RedisLink)
         self._links: Dict[Node, RedisLink] = {}
         self._owners: List[Optional[Node]] = [None] * SLOTS
+        self._loaded_owners: List[Optional[Node]] = []
         self._mapped = False
         self._waiting: List[defer.Deferred] = []
         self._closed = False
+        # Told of every change of the slot map, and of every redirection (the hot cache's feed).
+        self._on_map: List[Callable[[List[Node]], Any]] = []
+        self._on_redirect: List[Callable[[], Any]] = []
         self._stale()
 
     def execute(self, *command: Arg) -> defer.Deferred:
@@ -171,6 +175,14 @@ class ClusterLink:
     def masters(self) -> List[Node]:
         """The nodes that serve slots, as the map has them now."""
         return sorted({node for node in self._owners if node is not None})
+
+    def watch(self, on_map: Callable[[List[Node]], Any], on_redirect: Callable[[], Any]) -> None:
+        """Call ``on_map(masters)`` whenever the slot map changes (now, if it is
+        loaded), and ``on_redirect()`` on every MOVED or ASK."""
+        self._on_map.append(on_map)
+        self._on_redirect.append(on_redirect)
+        if self._mapped:
+            on_map(self.masters())
 
     def refresh(self) -> defer.Deferred:
         """Reload the slot map; callers that come while a reload runs share it."""
@@ -286,6 +298,9 @@ class ClusterLink:
             return None
         message = str(error)
         kind = message.split(" ", 1)[0]
+        if kind in ("MOVED", "ASK"):
+            for redirected in self._on_redirect:
+                redirected()
         if kind == "MOVED":
             slot, target = _redirection(message, node)
             self._owners[slot] = target
@@ -365,8 +380,14 @@ class ClusterLink:
             # An empty host means "the address you reached me at".
             owner = (_text(master[0]) or node[0], int(master[1]))
             owners[int(start) : int(end) + 1] = [owner] * (int(end) - int(start) + 1)
+        # Against the map last loaded, not self._owners, which a MOVED corrects in place.
+        changed = owners != self._loaded_owners
         self._owners = owners
+        self._loaded_owners = list(owners)
         self._mapped = True
+        if changed:
+            for changed_map in self._on_map:
+                changed_map(self.masters())
 
     def _loaded(self, result: Any) -> None:
         waiting, self._waiting = self._waiting, []

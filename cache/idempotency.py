@@ -72,11 +72,12 @@ return 1
 """
 )
 
-# KEYS: record. ARGV: owner. Gives a claim back if it is still this owner's and running.
-RELEASE = Script(
+# KEYS: record. ARGV: owner. Ends the lease of a claim still this owner's and
+# running, keeping its plan: a retry takes it over at once and writes the same.
+END_LEASE = Script(
     b"""
 if redis.call('HGET', KEYS[1], 's') == 'running' and redis.call('HGET', KEYS[1], 'o') == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
+  return redis.call('HSET', KEYS[1], 'l', 0)
 end
 return 0
 """
@@ -125,9 +126,10 @@ class IdempotencyRecords:
         call = RECORD.call([record_key(token_digest, key)], [response.status, headers, response.body])
         return self._link.pipeline_scripts([call], [RECORD])
 
-    def release(self, token_digest: bytes, key: str, owner: bytes) -> defer.Deferred:
-        call = RELEASE.call([record_key(token_digest, key)], [owner])
-        return self._link.pipeline_scripts([call], [RELEASE])
+    def end_lease(self, token_digest: bytes, key: str, owner: bytes) -> defer.Deferred:
+        """After a failure that is not recorded: the next retry carries out the same plan without waiting."""
+        call = END_LEASE.call([record_key(token_digest, key)], [owner])
+        return self._link.pipeline_scripts([call], [END_LEASE])
 
 
 def record_key(token_digest: bytes, key: str) -> bytes:

@@ -19,6 +19,7 @@ from twisted.python import log
 from twisted.python.failure import Failure
 
 from cache import codec
+from cache.collection_settings import NO_SETTINGS, CollectionSettings, OverCollectionLimit
 from cache.errors import (
     DocumentNotFound,
     DocumentTooLarge,
@@ -33,6 +34,8 @@ from cache.errors import (
 )
 from cache.idempotency import IdempotencyRecords, StoredResponse
 from cache.ratelimit import RateDecision
+from cache.schema import DocumentInvalid
+from cache.settings_cache import SettingsCache
 from cache.store import Document, DocumentStore
 from cache.variants import gzip_of, variant_tag
 from handlers import conditional, validation
@@ -76,6 +79,10 @@ _STORE_ERRORS: Dict[Type[Exception], Any] = {
     PreconditionFailed: lambda e: precondition_failed(),
     WriteConflict: lambda e: ApiError(409, "write-conflict", "too many concurrent writers; retry"),
     DocumentTooLarge: lambda e: ApiError(413, "body-too-large", str(e)),
+    OverCollectionLimit: lambda e: ApiError(413, "body-too-large", str(e)),
+    DocumentInvalid: lambda e: ApiError(
+        422, "schema-violation", str(e), extensions={"errors": [v.as_json() for v in e.violations]}
+    ),
     codec.JsonError: lambda e: ApiError(422, "unrepresentable", str(e)),
 }
 
@@ -315,6 +322,7 @@ class ResourceHandler(JsonHandler):
         negotiator: Negotiator,
         compress_min_bytes: int,
         idempotency: IdempotencyRecords,
+        collections: Optional[SettingsCache] = None,
     ) -> None:
         self.store = store
         self.max_body = max_body
@@ -325,6 +333,44 @@ class ResourceHandler(JsonHandler):
         self.negotiator = negotiator
         self.compress_min_bytes = compress_min_bytes
         self.idempotency = idempotency
+        self.collections = collections
+
+    def collection_settings(self, collection: bytes) -> defer.Deferred:
+        """The collection's settings (``NO_SETTINGS`` when it has none): what a write must obey."""
+        if self.collections is None:
+            return defer.succeed(NO_SETTINGS)
+        return self.collections.get(collection.decode()).addCallback(lambda found: found or NO_SETTINGS)
+
+    def with_collection_policy(self, collection: bytes, reading: defer.Deferred) -> defer.Deferred:
+        """``reading``, once the collection's ``cache_control`` (if it has one) replaces the default.
+
+        Known settings cost a dictionary lookup; unknown ones (the first
+        read of a collection on this worker, or every read while the
+        settings subscription is down) are read alongside ``reading``, not
+        before it.
+        """
+        if self.collections is None:
+            return reading
+        known = self.collections.peek(collection.decode())
+        if known is not None:
+            self._use_policy(known)
+            return reading
+        return self.collection_settings(collection).addCallbacks(
+            self._policy_then, self._drop_reading, callbackArgs=(reading,), errbackArgs=(reading,)
+        )
+
+    def _use_policy(self, settings: CollectionSettings) -> None:
+        if settings.cache_control is not None:
+            self.cache_control = settings.cache_control
+
+    def _policy_then(self, settings: CollectionSettings, reading: defer.Deferred) -> defer.Deferred:
+        self._use_policy(settings)
+        return reading
+
+    @staticmethod
+    def _drop_reading(failure: Failure, reading: defer.Deferred) -> Failure:
+        reading.addErrback(lambda _: None)  # the settings' error is the answer; the read's is not logged
+        return failure
 
     def writes(self) -> bool:
         """Whether the request needs write scope (a multi-get by POST does not)."""
@@ -428,10 +474,15 @@ class ResourceHandler(JsonHandler):
         self.apply_rate(grant.rate)
 
     def read_document(self, collection: bytes, doc_id: bytes) -> defer.Deferred:
-        """The document (or None), with the pending rate step if there is one."""
+        """The document (or None), with the pending rate step if there is one.
+
+        From the worker's hot cache when it holds it, unless the request's
+        ``Cache-Control`` asks for a fresh one.
+        """
+        fresh = validation.wants_fresh(self.request.headers.get("Cache-Control"))
         if self.grant.pending_rate is None:
-            return self.store.get(collection, doc_id)
-        return self.store.get_along(collection, doc_id, self.grant.pending_rate, RATE_SCRIPTS).addCallback(
+            return self.store.get(collection, doc_id, fresh)
+        return self.store.get_along(collection, doc_id, self.grant.pending_rate, RATE_SCRIPTS, fresh).addCallback(
             self._settle_rate
         )
 

@@ -23,7 +23,7 @@ its lease carries out the same plan.
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, Iterable, Optional, Tuple
 
 from twisted.internet import defer
 
@@ -89,18 +89,28 @@ def carry_out(
         refusal = as_api_error(error)
         if refusal is not None and refusal.status_code in _KEPT:
             yield records.record(token_digest, key, problem_response(refusal))
+        else:
+            # A 5xx or 429 may come again or not: the retry runs (with this
+            # plan, so what did reach Redis is found done), not a 409 until
+            # the lease runs out. Best effort: if Redis is gone, it runs out.
+            yield records.end_lease(token_digest, key, claim.owner).addErrback(lambda _: None)
         raise
     if response.status in _KEPT:
         yield records.record(token_digest, key, response)
+    else:
+        yield records.end_lease(token_digest, key, claim.owner).addErrback(lambda _: None)
     return response
 
 
 @defer.inlineCallbacks
-def respond_once(handler: Any, plan: bytes, execute: Execute) -> Any:
+def respond_once(handler: Any, plan: bytes, execute: Execute, writes: Iterable[Tuple[bytes, bytes]] = ()) -> Any:
     """Send ``execute(plan)``'s response, or, under an ``Idempotency-Key``, what that key's first attempt got.
 
     ``handler`` is a ``ResourceHandler`` whose request was admitted; its
-    records are per token (``b""`` with authorization off).
+    records are per token (``b""`` with authorization off). ``writes``:
+    the (collection, id) of the documents the request writes; a replay
+    drops their hot-cache entries, as the first attempt's worker did, so
+    that the client then reads what it wrote on this worker too.
     """
     key = idempotency_key(handler.request.headers.get(HEADER))
     if key is None:
@@ -108,6 +118,9 @@ def respond_once(handler: Any, plan: bytes, execute: Execute) -> Any:
     else:
         digest = handler.grant.record.digest if handler.grant.record is not None else b""
         response = yield carry_out(handler.idempotency, digest, key, handler.request, plan, execute)
+        if (REPLAYED, "true") in response.headers:
+            for target in writes:
+                handler.store.forget(*target)
     handler.send_stored(response)
 
 

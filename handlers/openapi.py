@@ -11,6 +11,8 @@ from __future__ import annotations
 import copy
 from typing import Any, Dict, Iterable, List, Optional, Pattern, Tuple
 
+from twisted.internet import defer
+
 from handlers import docs, validation
 from handlers.base import JSON_TYPE, PROBLEM_TYPE, RETRY_AFTER_SECONDS, JsonHandler
 from handlers.errors import PROBLEM_TYPE_PREFIX
@@ -53,9 +55,17 @@ PROBLEM_TYPES: Tuple[Tuple[str, str], ...] = (
     ("idempotency-key-reused", "422: this `Idempotency-Key` was used for a different request"),
     ("not-acceptable", "406: `Accept-Encoding` refuses every coding the document is stored in (`identity;q=0`)"),
     ("precondition-failed", "412: an `If-Match`, `If-None-Match` or `If-Unmodified-Since` condition does not hold"),
+    ("invalid-batch", '400: not `{"operations": [...]}`, or a batch operation malformed on its own (in its result)'),
+    ("batch-too-large", "413: more batch operations than `JETWAY_MAX_BATCH_OPS` or than the token's burst"),
     ("body-too-large", "413: the body, or the merged document, is larger than the limit"),
     ("unsupported-media-type", "415: the body is not labelled with the media type the operation takes"),
     ("unrepresentable", "422: the merged document cannot be serialized as JSON (e.g. a number out of range)"),
+    (
+        "schema-violation",
+        "422: the document (on PATCH, the merged document) breaks its collection's JSON Schema; `errors` lists where",
+    ),
+    ("invalid-schema", "422: collection settings whose `schema` is not a valid Draft 2020-12 JSON Schema"),
+    ("invalid-settings", "422: collection settings with an unknown member or a value out of range"),
     ("internal", "500: a bug; the server failed to handle the request"),
     ("rate-limited", "429: over the token's rate"),
     ("redis-error", "502: Redis answered with an error"),
@@ -91,11 +101,12 @@ _ERRORS: Dict[int, str] = {
     408: "The request head or body did not arrive in time (`request-timeout`); the connection closes.",
     409: "The merge patch lost the race to concurrent writers too many times; retry.",
     412: "An `If-Match`, `If-None-Match` or `If-Unmodified-Since` condition does not hold.",
-    413: "The body is larger than `JETWAY_MAX_BODY` bytes (default 1 MiB).",
+    413: "The body is larger than `JETWAY_MAX_BODY` bytes (default 1 MiB), or than the collection's `max_bytes`.",
     414: "The request line is longer than 8 KiB (`request-line-too-long`); the connection closes.",
     415: "The body is not labelled `application/json` (a `charset=utf-8` parameter is allowed).",
     431: "More than 100 header lines or 64 KiB of them (`headers-too-large`); the connection closes.",
-    422: "The merged document cannot be serialized as JSON.",
+    422: "The document breaks its collection's JSON Schema (`schema-violation`, with `errors`),"
+    " or the merged document cannot be serialized as JSON.",
     500: "A bug: the server failed to handle the request.",
     502: "Redis answered with an error.",
     503: "Redis cannot be reached, or is failing over, loading or busy (`redis-not-ready`);"
@@ -367,7 +378,7 @@ def _document_operations() -> Json:
             "200": _stored("Replaced; the body is the document as stored."),
             "201": _stored("Created; the body is the document as stored."),
             **_write_errors(
-                (400, 412, 413, 415, 507, *_REDIS),
+                (400, 412, 413, 415, 422, 507, *_REDIS),
                 "ETag",
                 e400="Invalid collection name, document id or `ttl`; malformed JSON; or not an object.",
                 e412="`If-Match` does not match, or `If-None-Match` matches (`*`: the document exists).",
@@ -395,8 +406,9 @@ def _document_operations() -> Json:
                 e413="The patch, or the merged document, is larger than `JETWAY_MAX_BODY` bytes (default 1 MiB).",
                 e415="The body is not labelled `application/merge-patch+json` (`charset=utf-8` allowed).",
                 e409="The merge patch lost the race to concurrent writers too many times; retry. Or: " + _KEY_IN_USE,
-                e422="The stored document merged with the patch cannot be serialized as JSON "
-                "(e.g. a number beyond the range of a double). Or: " + _KEY_REUSED,
+                e422="The merged document breaks its collection's JSON Schema (`schema-violation`, with `errors`),"
+                " or cannot be serialized as JSON (e.g. a number beyond the range of a double; `unrepresentable`)."
+                " Or: " + _KEY_REUSED,
             ),
         },
         parameters=_parameters_named("If-Match", "If-Unmodified-Since", "Idempotency-Key"),
@@ -457,7 +469,8 @@ def _collection_operations() -> Json:
                 "Location",
                 e400="Invalid collection name, `ttl` or `Idempotency-Key`; malformed JSON; or not an object.",
                 e409=_KEY_IN_USE,
-                e422=_KEY_REUSED,
+                e422="The document breaks its collection's JSON Schema (`schema-violation`, with `errors`). Or: "
+                + _KEY_REUSED,
             ),
         },
         parameters=_parameters_named("ttl", "Idempotency-Key"),
@@ -577,6 +590,12 @@ def _parameters(max_ids: int) -> Json:
             " `identity;q=0` with nothing else available accepted is a 406.",
             {"type": "string"},
         ),
+        "Prefer": _parameter(
+            "Prefer",
+            "header",
+            "`return=minimal`: a batch's write results carry no `document` (RFC 7240).",
+            {"type": "string"},
+        ),
         "If-None-Match": _parameter(
             "If-None-Match",
             "header",
@@ -633,6 +652,21 @@ def _problem_schema() -> Json:
             "title": {"type": "string", "description": "The reason phrase of `status`."},
             "status": {"type": "integer", "minimum": 400, "maximum": 599},
             "detail": {"type": "string", "description": "What went wrong with this request."},
+            "errors": {
+                "type": "array",
+                "maxItems": 20,
+                "description": "`schema-violation` only: each way the document breaks its collection's schema"
+                " (the first 20).",
+                "items": _object(
+                    {
+                        "pointer": {"type": "string", "description": "RFC 6901 JSON Pointer into the document."},
+                        "keyword": {"type": "string", "description": "The schema keyword that failed."},
+                        "message": {"type": "string", "description": "What is wrong, for a person."},
+                    },
+                    ["pointer", "keyword", "message"],
+                    "One schema violation.",
+                ),
+            },
         },
         ["type", "title", "status", "detail"],
         "An RFC 9457 problem detail.",
@@ -686,6 +720,9 @@ def _schemas(max_ids: int) -> Json:
 
 def openapi_document(max_ids: int = validation.MAX_IDS, with_docs: bool = True) -> Json:
     """The whole OpenAPI 3.1.0 document, as plain JSON values."""
+    # Imported here: handlers.openapi_batch is built from this module's builders.
+    from handlers.openapi_batch import BATCH, batch_operations, batch_schemas
+
     return {
         "openapi": "3.1.0",
         "info": {
@@ -707,9 +744,10 @@ def openapi_document(max_ids: int = validation.MAX_IDS, with_docs: bool = True) 
             MULTI_GET: _path_item(
                 "A multi-get by POST.", "MultiGet", _secured(_multi_get_operations()), ("collection",)
             ),
+            BATCH: _path_item("Many operations in one request.", "Batch", _secured(batch_operations())),
         },
         "components": {
-            "schemas": _schemas(max_ids),
+            "schemas": {**_schemas(max_ids), **batch_schemas()},
             "parameters": _parameters(max_ids),
             "headers": _headers(),
             "responses": {"MethodNotAllowed": _errors((405,))["405"]},
@@ -727,11 +765,14 @@ def openapi_document(max_ids: int = validation.MAX_IDS, with_docs: bool = True) 
 class OpenApiHandler(JsonHandler):
     ROUTE = "openapi"
 
-    def initialize(self, body: bytes) -> None:
-        # Serialized once per process by make_app: it never changes while serving.
-        self.body = body
+    def initialize(self, source: Any) -> None:
+        # handlers.openapi_collections.OpenApiSource: serialized once, again only after a settings change.
+        self.source = source
 
-    def get(self) -> None:
-        self.send_bytes(200, self.body)
+    def get(self) -> defer.Deferred:
+        return self.source.body().addCallback(self._send)
+
+    def _send(self, body: bytes) -> None:
+        self.send_bytes(200, body)
 
     head = get

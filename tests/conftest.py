@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import http.client
 import re
+import time
 from dataclasses import dataclass
 from typing import Dict, Iterator, List, Optional, Tuple
 
@@ -17,6 +18,9 @@ import pytest
 import redis
 import requests
 
+from cache.collection_settings import CHANGED_CHANNEL as SETTINGS_CHANNEL
+from cache.collection_settings import NAMES_KEY as SETTINGS_NAMES
+from cache.settings_cache import FORGET_ALL
 from tests.browser import Browser, PageServer, missing_browser
 from tests.multinode import servers_for
 from tests.support import JetwayServer, RedisServer
@@ -82,7 +86,12 @@ def suite_token(jetway: JetwayServer, redis_server: RedisServer) -> Tuple[str, D
 @pytest.fixture
 def redis_client(redis_server: RedisServer) -> Iterator[redis.Redis]:
     client = redis_server.client()
+    had_settings = client.exists(SETTINGS_NAMES)
     client.flushall()
+    if had_settings:
+        # A flush publishes nothing: tell the workers' settings caches (cache/settings_cache.py).
+        client.publish(SETTINGS_CHANNEL, FORGET_ALL)
+        time.sleep(0.05)
     try:
         yield client
     finally:

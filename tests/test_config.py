@@ -55,6 +55,13 @@ def test_redis_urls():
     assert "s3cret" not in parse_redis_url("redis://:s3cret@h/0").describe()
 
 
+def test_a_batch_fits_in_the_body_budget():
+    assert from_environment({}).max_batch_bytes == 8 * 1024 * 1024
+    assert from_environment({"JETWAY_BODY_BUDGET": "4194304"}).max_batch_bytes == 4194304
+    with pytest.raises(ConfigError, match="JETWAY_MAX_BATCH_BYTES=.*at most JETWAY_BODY_BUDGET"):
+        from_environment({"JETWAY_BODY_BUDGET": "4194304", "JETWAY_MAX_BATCH_BYTES": "4194305"})
+
+
 def test_the_body_budget_holds_at_least_one_body_of_the_largest_size():
     assert from_environment({}).body_budget == 64 * 1024 * 1024
     assert from_environment({"JETWAY_MAX_BODY": str(100 * 1024 * 1024)}).body_budget == 100 * 1024 * 1024

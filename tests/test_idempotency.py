@@ -8,6 +8,7 @@ import signal
 import threading
 import time
 from pathlib import Path
+from typing import Iterator, Tuple
 
 import pytest
 import requests
@@ -15,6 +16,7 @@ import requests
 from cache.idempotency import RECORD, fingerprint, record_key
 from cache.tokens import digest_of
 from tests.conftest import document_keys
+from tests.multinode import ReplicatedPair
 from tests.redis_tap import RedisTap
 from tests.support import JetwayServer, make_token
 
@@ -208,3 +210,39 @@ def children(pid: int) -> list:
 
 def order_keys(client) -> list:
     return [key for key in client.scan_iter(match=b"jw:{orders:*}:d:*")]
+
+
+# -- a failure that is not recorded: the retry runs at once, with the same plan --
+
+
+@pytest.fixture
+def waits_for_a_replica(tmp_path) -> Iterator[Tuple[ReplicatedPair, JetwayServer]]:
+    pair = ReplicatedPair(tmp_path / "pair")
+    env = {"JETWAY_WRITE_REPLICAS": "1", "JETWAY_WRITE_TIMEOUT": "0.3"}
+    server = JetwayServer(pair.url, tmp_path / "jetway.log", env=env)
+    try:
+        pair.start()
+        yield pair, server.start(["--workers", "1"])
+    finally:
+        server.stop()
+        pair.stop()
+
+
+def test_a_retry_after_a_5xx_runs_at_once_and_writes_what_the_first_planned(waits_for_a_replica):
+    pair, server = waits_for_a_replica
+    url, headers = server.url("/v1/orders"), {"Content-Type": "application/json", **KEY}
+    pair.replica.process.send_signal(signal.SIGSTOP)
+    try:
+        first = requests.post(url, data=b'{"total":12}', headers=headers, timeout=10)
+    finally:
+        pair.replica.process.send_signal(signal.SIGCONT)
+    # Applied on the primary, not confirmed: not recorded, and the claim's lease ended.
+    assert first.status_code == 503 and first.json()["type"] == "urn:jetway:problem:not-replicated"
+    retry = requests.post(url, data=b'{"total":12}', headers=headers, timeout=10)
+    assert retry.status_code == 201, retry.text
+    assert "Idempotency-Replayed" not in retry.headers
+    assert retry.headers["ETag"] == first.headers["ETag"]
+    assert retry.headers["Location"] == first.headers["Location"]
+    assert len(requests.get(url, timeout=10).json()["items"]) == 1
+    again = requests.post(url, data=b'{"total":12}', headers=headers, timeout=10)
+    assert again.headers["Idempotency-Replayed"] == "true" and again.content == retry.content

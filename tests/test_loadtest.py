@@ -111,7 +111,7 @@ def test_locust_f_loadtest_imports_only_locustfiles():
         for path in (ROOT / "loadtest").rglob("*.py")
         if not path.name.startswith("_") and "__pycache__" not in path.parts
     )
-    assert plain == ["listers.py", "readers.py", "writers.py"]
+    assert plain == ["batchers.py", "listers.py", "readers.py", "writers.py"]
 
 
 # --- data, token, bench pieces ------------------------------------------------------
@@ -202,6 +202,15 @@ def test_bench_report_checks_the_targets_it_has_figures_for():
     assert f"| {fresh} | 140, 149 | <= 150 | yes |" in text
     assert "after the whole bench, PyPy (MB, each; beyond the target) | 120, 151 | <= 150 | **no** |" in text
     assert "10 KB read" not in text  # no such case in this summary
+
+
+def test_the_batch_target_compares_documents_per_second():
+    summary = synthetic_summary()
+    case = summary["cases"]["get-small/pypy"]
+    summary["cases"]["batch-100/pypy"] = case | {"rps": 300, "documents_per_s": 30000}
+    summary["cases"]["put-1c/pypy"] = case | {"rps": 2000, "documents_per_s": 2000}
+    text = _report.markdown(summary)
+    assert "| 100 PUTs of 200 B on 1 connection, one batch / one request each | 15.00 | >= 10 | yes |" in text
 
 
 # --- the real thing, in the load-test environment ------------------------------------
