@@ -126,20 +126,19 @@ class LineWriter:
                 self._reactor.removeWriter(self)
 
     def _write_shared(self, data: bytes) -> None:
-        view = memoryview(data)
-        while view:
-            chunk = view if not self._chunked else view[: whole_lines_within(view, select.PIPE_BUF)]
+        while data:
+            size = whole_lines_within(data, select.PIPE_BUF) if self._chunked else len(data)
             try:
-                written = os.write(self.fd, chunk)
+                written = os.write(self.fd, data if size == len(data) else data[:size])
             except InterruptedError:
                 continue
             except OSError:
-                self._drop(view)
+                self._drop(data)
                 return
-            view = view[written:]
+            data = data[written:]
 
-    def _drop(self, data: Any) -> None:
-        lines = bytes(data).count(b"\n")
+    def _drop(self, data: bytes) -> None:
+        lines = data.count(b"\n")
         if lines:
             self._dropped(lines)
 
@@ -159,16 +158,14 @@ class LineWriter:
         return "LineWriter"
 
 
-def whole_lines_within(view: memoryview, size: int) -> int:
-    """How much of ``view`` to write at once: whole lines up to ``size`` bytes, or one longer line."""
-    if len(view) <= size:
-        return len(view)
-    head = bytes(view[:size])
-    end = head.rfind(b"\n") + 1
+def whole_lines_within(data: bytes, size: int) -> int:
+    """How much of ``data`` to write at once: whole lines up to ``size`` bytes, or one longer line."""
+    if len(data) <= size:
+        return len(data)
+    end = data.rfind(b"\n", 0, size) + 1
     if end:
         return end
-    rest = bytes(view).find(b"\n", size) + 1
-    return rest or len(view)
+    return data.find(b"\n", size) + 1 or len(data)
 
 
 def _set_nonblocking(fd: int) -> None:

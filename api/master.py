@@ -79,14 +79,8 @@ class WorkerProcess(protocol.ProcessProtocol):
         self.ended: defer.Deferred = defer.Deferred()
 
     def childDataReceived(self, childFD: int, data: bytes) -> None:
-        if childFD == LOG_FD:
-            self.slot.master.relay.feed(self, data)
-        elif childFD == READY_FD and b"ready" in data and not self.ready.called:
+        if childFD == READY_FD and b"ready" in data and not self.ready.called:
             self.ready.callback(self)
-
-    def childConnectionLost(self, childFD: int) -> None:
-        if childFD == LOG_FD:
-            self.slot.master.relay.source_closed(self)
 
     def processEnded(self, reason: Any) -> None:
         if not self.ready.called:
@@ -142,13 +136,22 @@ class Master:
     def spawn(self, slot: Slot) -> WorkerProcess:
         worker = WorkerProcess(slot, self.reactor.seconds())
         args = [self.python, "-m", "api", "worker", "--fd", str(LISTEN_FD), "--ready-fd", str(READY_FD), "--log-pipe"]
-        worker.pid = self.reactor.spawnProcess(
-            worker,
-            self.python,
-            args,
-            env=worker_environment(os.environ),
-            childFDs={0: "w", LOG_FD: "r", 2: 2, LISTEN_FD: slot.listener.fileno(), READY_FD: "r"},
-        ).pid
+        # The worker's stdout: a pipe the relay reads on its own schedule (api.log_relay).
+        log_read, log_write = os.pipe()
+        try:
+            worker.pid = self.reactor.spawnProcess(
+                worker,
+                self.python,
+                args,
+                env=worker_environment(os.environ),
+                childFDs={0: "w", LOG_FD: log_write, 2: 2, LISTEN_FD: slot.listener.fileno(), READY_FD: "r"},
+            ).pid
+        except BaseException:
+            os.close(log_read)
+            raise
+        finally:
+            os.close(log_write)
+        self.relay.watch(worker, log_read)
         worker.ready.addErrback(lambda failure: log.msg(f"slot {slot.index}: {failure.getErrorMessage()}"))
         slot.worker = worker
         return worker

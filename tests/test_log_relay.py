@@ -17,7 +17,7 @@ from typing import Iterator, List, Tuple
 import pytest
 import requests
 
-from api.log_relay import MAX_LINE, Relay
+from api.log_relay import MAX_LINE, MAX_OWN_LINES, Relay
 from tests.support import JetwayServer, stop_process, wait_until
 from tests.test_master import worker_pids
 
@@ -44,56 +44,70 @@ def pipe() -> Iterator[Tuple[int, int]]:
 
 
 def read_until(fd: int, size: int, timeout: float = 10.0) -> bytes:
+    """What the pipe gives until ``size`` bytes came, ``timeout`` passed, or nothing came for a second."""
     data = b""
     deadline = time.monotonic() + timeout
     while len(data) < size and time.monotonic() < deadline:
-        if select.select([fd], [], [], 0.1)[0]:
-            data += os.read(fd, 1 << 16)
+        if not select.select([fd], [], [], 1.0)[0]:
+            break
+        data += os.read(fd, 1 << 16)
     return data
 
 
-def test_lines_fed_in_pieces_from_two_sources_come_out_whole(pipe):
+def test_lines_written_in_pieces_to_two_pipes_come_out_whole(pipe):
     read_end, write_end = pipe
-    relay = Relay(write_end, Drops())
-    first = b"".join(b'{"source": 1, "n": %d}\n' % n for n in range(100))
-    second = b"".join(b'{"source": 2, "n": %d}\n' % n for n in range(100))
-    for start in range(0, len(first), 7):  # odd-sized pieces, alternating
-        relay.feed("one", first[start : start + 7])
-        relay.feed("two", second[start : start + 7])
-    out = read_until(read_end, len(first) + len(second))
+    relay = Relay(write_end, Drops(), interval=0.005)
+    sources = [os.pipe() for _ in range(2)]
+    for number, (source_read, _) in enumerate(sources):
+        relay.watch(number, source_read)
+    sent = [b"".join(b'{"source": %d, "n": %d}\n' % (number, n) for n in range(300)) for number in range(2)]
+    for start in range(0, len(sent[0]), 7):  # odd-sized pieces, alternating, read as they come
+        for number, (_, source_write) in enumerate(sources):
+            os.write(source_write, sent[number][start : start + 7])
+        if start % 700 == 0:
+            time.sleep(0.002)
+    for _, source_write in sources:
+        os.close(source_write)
+    out = read_until(read_end, sum(map(len, sent)))
     relay.close(5)
     lines = out.splitlines(keepends=True)
-    assert sorted(lines) == sorted(first.splitlines(keepends=True) + second.splitlines(keepends=True))
-    assert [line for line in lines if b'"source": 1' in line] == first.splitlines(keepends=True)
+    for number in range(2):
+        assert [line for line in lines if b'"source": %d' % number in line] == sent[number].splitlines(keepends=True)
+    assert len(lines) == 600
 
 
-def test_a_line_its_source_left_unfinished_is_dropped_not_passed_on_cut(pipe):
+def test_a_line_a_worker_left_unfinished_is_dropped_not_passed_on_cut(pipe):
     read_end, write_end = pipe
     drops = Drops()
-    relay = Relay(write_end, drops)
-    relay.feed("worker", b"whole\nhal")
-    relay.source_closed("worker")
+    relay = Relay(write_end, drops, interval=0.005)
+    source_read, source_write = os.pipe()
+    relay.watch("worker", source_read)
+    os.write(source_write, b"whole\nhal")
+    os.close(source_write)  # the worker ended
+    time.sleep(0.1)
     relay.add("next\n")
     assert read_until(read_end, 11) == b"whole\nnext\n"
     relay.close(5)
     assert drops.count == 1
 
 
-def test_a_stdout_nobody_reads_stops_neither_feeding_nor_closing(pipe):
+def test_a_stdout_nobody_reads_blocks_only_the_relay_thread(pipe):
     read_end, write_end = pipe
     drops = Drops()
-    relay = Relay(write_end, drops, limit=1 << 20)
+    relay = Relay(write_end, drops, interval=0.005)
     started = time.monotonic()
-    for n in range(40_000):  # 8 MB: the pipe and the relay's limit are far smaller
-        relay.feed("worker", b"%06d " % n + b"x" * 192 + b"\n")
-    assert drops.count > 0
+    total = 3 * MAX_OWN_LINES
+    for n in range(total):  # 6 MB of the master's own lines: the pipe holds 64 KiB
+        relay.add(f"{n:06d} {'x' * 192}\n")
     relay.close(0.5)  # the thread is stuck in a write: close gives up after the timeout
-    assert time.monotonic() - started < 30
-    # Once read, what was kept is whole lines, in order.
-    kept = read_until(read_end, 1 << 30, timeout=1).splitlines()
-    assert kept and all(len(line) == 199 for line in kept)
+    assert time.monotonic() - started < 10
+    assert drops.count > 0
+    # Once read, what was kept is whole lines, in order, and all of it comes.
+    kept = read_until(read_end, 1 << 30, timeout=5).splitlines()
+    assert all(len(line) == 199 for line in kept)
     numbers = [int(line[:6]) for line in kept]
     assert numbers == sorted(numbers)
+    assert len(kept) + drops.count == total
 
 
 def test_a_closed_stdout_drops_and_counts_the_lines(pipe):
@@ -101,7 +115,8 @@ def test_a_closed_stdout_drops_and_counts_the_lines(pipe):
     os.close(read_end)
     drops = Drops()
     relay = Relay(write_end, drops)
-    relay.feed("worker", b"one\ntwo\n")
+    relay.add("one\n")
+    relay.add("two\n")
     relay.close(5)
     assert drops.count == 2
 
@@ -121,11 +136,19 @@ def test_a_full_disk_drops_and_counts_the_lines():
 def test_a_line_longer_than_max_line_is_dropped_to_its_end(pipe):
     read_end, write_end = pipe
     drops = Drops()
-    relay = Relay(write_end, drops)
-    relay.feed("worker", b"before\n" + b"y" * (MAX_LINE + 1))
-    relay.feed("worker", b"y" * 1000)
-    relay.feed("worker", b"yyy\nafter\n")
+    relay = Relay(write_end, drops, interval=0.005)
+    source_read, source_write = os.pipe()
+    relay.watch("worker", source_read)
+
+    def worker() -> None:
+        for piece in (b"before\n", b"y" * (3 * MAX_LINE), b"yyy\nafter\n"):
+            os.write(source_write, piece)  # blocks while the relay reads: a thread of its own
+        os.close(source_write)
+
+    writing = threading.Thread(target=worker)
+    writing.start()
     assert read_until(read_end, 13) == b"before\nafter\n"
+    writing.join(10)
     relay.close(5)
     assert drops.count == 1
 

@@ -157,12 +157,12 @@ def test_a_shared_file_gets_every_line(tmp_path):
 
 
 def test_a_shared_pipe_is_written_whole_lines_at_a_time_within_pipe_buf():
-    data = memoryview("".join(line(n, 300) for n in range(50)).encode())
+    data = "".join(line(n, 300) for n in range(50)).encode()
     first = whole_lines_within(data, select.PIPE_BUF)
     assert first == 300 * (select.PIPE_BUF // 300)
-    long_line = memoryview(b"y" * 10_000 + b"\n" + b"z\n")
+    long_line = b"y" * 10_000 + b"\n" + b"z\n"
     assert whole_lines_within(long_line, select.PIPE_BUF) == 10_001  # one line longer than PIPE_BUF: alone
-    assert whole_lines_within(memoryview(b"short\n"), select.PIPE_BUF) == 6
+    assert whole_lines_within(b"short\n", select.PIPE_BUF) == 6
 
 
 def test_close_waits_for_a_full_pipe_that_is_being_read(pipe, tmp_path):
