@@ -14,7 +14,7 @@ REQUIREMENTS := requirements.txt requirements-nodeps.txt requirements-dev.txt
 HOST ?= 127.0.0.1
 PORT ?= 8080
 
-.PHONY: setup setup-cpython setup-clients client-packages system-packages run private-redis stop-redis test lint clean
+.PHONY: setup setup-cpython setup-clients client-packages browser-packages system-packages run private-redis stop-redis test lint clean
 
 setup: $(VENV)/.installed
 
@@ -118,7 +118,19 @@ $(NODE_CLIENTS)/node_modules/.installed: $(NODE_CLIENTS)/package.json $(NODE_CLI
 	cd $(NODE_CLIENTS) && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
-test: setup setup-cpython setup-clients lint
+# Debian's chromium and chromedriver for the browser tests (tests/browser.py;
+# selenium itself is in requirements-dev.txt). Never on a server: `make setup`
+# leaves them out.
+browser-packages: | system-packages
+	@missing=""; \
+	[ -x /usr/bin/chromium ] || missing="$$missing chromium"; \
+	[ -x /usr/bin/chromedriver ] || missing="$$missing chromium-driver"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+	fi
+
+test: setup setup-cpython setup-clients browser-packages lint
 	$(PY) -m pytest
 
 clean:

@@ -12,14 +12,20 @@ from api.log_writer import LineWriter
 from api.logs import AccessLog, Lines
 from api.observe import Metrics, Observer, render_metrics
 from cache import codec
+from cache.batch import BatchRunner
+from cache.idempotency import IdempotencyRecords
 from cache.store import DocumentStore
 from handlers.auth import Gate
 from handlers.base import NoRouteHandler
+from handlers.batch import BatchHandler
 from handlers.collections import CollectionHandler
+from handlers.cors import CorsPolicy
+from handlers.docs import DocsAssetHandler, DocsPageHandler, DocsSite
 from handlers.documents import DocumentHandler
 from handlers.health import PING_TIMEOUT, LivenessHandler, ReadinessHandler, ReadinessProbe
 from handlers.metrics import MetricsHandler
 from handlers.multi_get import MultiGetHandler
+from handlers.negotiation import Negotiator
 from handlers.openapi import OpenApiHandler, openapi_document
 
 # Path segments are matched loosely and checked by the handlers, so that a
@@ -33,26 +39,46 @@ def make_app(
     gate: Gate,
     reactor: Any,
     metrics: Optional[Metrics] = None,
+    idempotency: Optional[IdempotencyRecords] = None,
+    batches: Optional[BatchRunner] = None,
     log_lines: Optional[Lines] = None,
 ) -> JetwayApplication:
     """The application; access lines go to ``log_lines`` (the worker's ``LineWriter``), or else to stdout."""
     metrics = metrics or Metrics()
-    documents = {"store": store, "max_body": settings.max_body, "gate": gate, "max_ids": settings.max_ids}
+    documents = {
+        "store": store,
+        "max_body": settings.max_body,
+        "gate": gate,
+        "max_ids": settings.max_ids,
+        "cache_control": settings.cache_control,
+        "negotiator": Negotiator(),
+        "compress_min_bytes": settings.compress_min_bytes,
+        "idempotency": idempotency,
+    }
+    docs = {"site": DocsSite.load()} if settings.docs else None
     readiness = ReadinessProbe(store, reactor, min(PING_TIMEOUT, settings.redis_timeout))
     # Cyclone tries the routes in order and no two overlap: the API's come
     # first, so a document request does not try the operational ones.
     routes = [
         # Jetway's own /v1/_… before the document route, which would take "_get" for a collection.
         (rf"/v1/_get/{SEGMENT}", MultiGetHandler, documents),
+        (r"/v1/_batch", BatchHandler, {**documents, "batches": batches, "max_operations": settings.max_batch_ops}),
         (rf"/v1/{SEGMENT}/{SEGMENT}", DocumentHandler, documents),
         (rf"/v1/{SEGMENT}/?", CollectionHandler, documents),
         (r"/healthz", LivenessHandler),
         (r"/readyz", ReadinessHandler, {"probe": readiness}),
         (r"/metrics", MetricsHandler, {"render": render_metrics(metrics)}),
-        (r"/openapi\.json", OpenApiHandler, {"body": codec.dumps(openapi_document(settings.max_ids))}),
+        (r"/openapi\.json", OpenApiHandler, {"body": codec.dumps(openapi_document(settings.max_ids, settings.docs))}),
+        # Swagger UI over /openapi.json, unless JETWAY_DOCS=off.
+        *(
+            [(r"/docs/?", DocsPageHandler, docs), (rf"/docs/assets/{SEGMENT}", DocsAssetHandler, docs)]
+            if docs is not None
+            else []
+        ),
     ]
     limits = HttpLimits(
         max_body=settings.max_body,
+        max_batch_body=settings.max_batch_bytes,
         header_timeout=settings.header_timeout,
         body_timeout=settings.body_timeout,
         keepalive_timeout=settings.keepalive_timeout,
@@ -68,4 +94,5 @@ def make_app(
     observer = Observer(metrics, access_log)
     app = JetwayApplication(routes, reactor, limits, observer, error_handler=NoRouteHandler)
     app.debug_burn_seconds = settings.debug_burn_us / 1e6
+    app.cors = CorsPolicy(settings.cors_origins)
     return app

@@ -18,6 +18,7 @@ from twisted.logger import Logger
 from api.body_budget import BodyBudget
 from api.connection import HttpLimits, JetwayConnection
 from api.observe import Observer
+from handlers.cors import NO_CORS, CorsPolicy
 
 # How often the application looks for connections past their deadline, so a
 # timeout fires at most this late. One sweep replaces a Twisted timer made
@@ -38,6 +39,8 @@ class JetwayApplication(cyclone.web.Application):
     protocol = JetwayConnection
     # JETWAY_DEBUG_BURN_US in seconds (handlers/debug_burn.py); 0 in production.
     debug_burn_seconds = 0.0
+    # The browser origins allowed (JETWAY_CORS_ORIGINS); make_app sets it.
+    cors: CorsPolicy = NO_CORS
 
     def __init__(self, handlers: Any, clock: Any, limits: HttpLimits, observer: Observer, **settings: Any) -> None:
         # No output transforms: every response has a Content-Length, so

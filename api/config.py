@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import resource
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping, Optional, Tuple, TypeVar, Union
 
 from cache.address import RedisAddress, parse_redis_url
 from cache.write_concern import PRIMARY_ONLY, WriteConcern
+from handlers.cache_policy import DEFAULT_POLICY, cache_policy
 
 T = TypeVar("T")
 Network = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
@@ -21,6 +23,8 @@ Network = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
 __all__ = ["ConfigError", "Settings", "from_environment", "replace"]
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+# An origin as browsers send it: scheme, host and maybe a port; no path.
+_ORIGIN = re.compile(r"https?://(?:[a-z0-9.-]+|\[[0-9a-f:.]+\])(?::\d{1,5})?\Z")
 
 
 class ConfigError(ValueError):
@@ -60,6 +64,19 @@ class Settings:
     write_concern: WriteConcern = PRIMARY_ONLY
     # CPU burnt per request, for testing the load-test gate only (handlers/debug_burn.py).
     debug_burn_us: int = 0
+    # Cache-Control of document and list responses (handlers/cache_policy.py).
+    cache_control: str = DEFAULT_POLICY
+    # Documents of at least this many bytes are stored with compressed variants (cache/variants.py); 0: none.
+    compress_min_bytes: int = 1024
+    # Browser origins allowed to call the API (handlers/cors.py); "*" for any.
+    cors_origins: Tuple[str, ...] = ()
+    # Seconds an Idempotency-Key's attempt holds its claim before a retry may take it over (cache/idempotency.py).
+    idempotency_lease: float = 10.0
+    # Operations and bytes one POST /v1/_batch may carry (handlers/batch.py).
+    max_batch_ops: int = 1000
+    max_batch_bytes: int = 8 * 1024 * 1024
+    # Swagger UI at /docs (handlers/docs.py).
+    docs: bool = True
 
 
 def from_environment(environ: Optional[Mapping[str, str]] = None) -> Settings:
@@ -83,6 +100,11 @@ def from_environment(environ: Optional[Mapping[str, str]] = None) -> Settings:
     if body_budget < max_body:
         raise ConfigError(f"JETWAY_BODY_BUDGET={body_budget}: must be at least JETWAY_MAX_BODY ({max_body})")
     redis_timeout = read("JETWAY_REDIS_TIMEOUT", _positive_float, defaults.redis_timeout)
+    max_batch_bytes = read("JETWAY_MAX_BATCH_BYTES", _positive_int, defaults.max_batch_bytes)
+    if max_batch_bytes > body_budget:
+        raise ConfigError(
+            f"JETWAY_MAX_BATCH_BYTES={max_batch_bytes}: must be at most JETWAY_BODY_BUDGET ({body_budget})"
+        )
     write_concern = WriteConcern(
         read("JETWAY_WRITE_REPLICAS", _non_negative_int, PRIMARY_ONLY.replicas),
         read("JETWAY_WRITE_TIMEOUT", _positive_float, PRIMARY_ONLY.timeout),
@@ -116,6 +138,13 @@ def from_environment(environ: Optional[Mapping[str, str]] = None) -> Settings:
         json_logs=read("JETWAY_LOG_FORMAT", _log_format, defaults.json_logs),
         write_concern=write_concern,
         debug_burn_us=read("JETWAY_DEBUG_BURN_US", _non_negative_int, defaults.debug_burn_us),
+        cache_control=read("JETWAY_CACHE_CONTROL", cache_policy, defaults.cache_control),
+        compress_min_bytes=read("JETWAY_COMPRESS_MIN_BYTES", _non_negative_int, defaults.compress_min_bytes),
+        cors_origins=read("JETWAY_CORS_ORIGINS", _origins, defaults.cors_origins),
+        idempotency_lease=read("JETWAY_IDEMPOTENCY_LEASE", _positive_float, defaults.idempotency_lease),
+        max_batch_ops=read("JETWAY_MAX_BATCH_OPS", _positive_int, defaults.max_batch_ops),
+        max_batch_bytes=max_batch_bytes,
+        docs=read("JETWAY_DOCS", _flag, defaults.docs),
     )
 
 
@@ -131,6 +160,14 @@ def _networks(text: str) -> Tuple[Network, ...]:
         return tuple(ipaddress.ip_network(part.strip()) for part in text.split(",") if part.strip())
     except ValueError as error:
         raise ValueError(f"not a comma-separated list of CIDRs ({error})") from None
+
+
+def _origins(text: str) -> Tuple[str, ...]:
+    origins = tuple(part.strip().lower() for part in text.split(",") if part.strip())
+    for origin in origins:
+        if origin != "*" and not _ORIGIN.match(origin):
+            raise ValueError(f"{origin!r} is not an origin (scheme://host[:port], no path) or *")
+    return origins
 
 
 def _log_format(text: str) -> bool:

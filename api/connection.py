@@ -43,6 +43,7 @@ from api.chunked import ChunkedDecoder
 from api.client_address import Network, client_address
 from api.request_head import MAX_HEADER_BYTES, MAX_REQUEST_LINE, ProtocolError, RequestHead, parse_head
 from cache import codec
+from handlers.cache_policy import ERROR_POLICY
 from handlers.errors import ApiError
 
 if TYPE_CHECKING:  # the application imports this module
@@ -69,9 +70,14 @@ _ABORT = -1
 BUSY_RETRY_AFTER = "1"
 
 
+# The one path whose bodies may be larger than a document (handlers/batch.py).
+BATCH_PATH = "/v1/_batch"
+
+
 @dataclass(frozen=True)
 class HttpLimits:
     max_body: int = 1024 * 1024
+    max_batch_body: int = 8 * 1024 * 1024
     header_timeout: float = 10.0
     body_timeout: float = 30.0
     keepalive_timeout: float = 75.0
@@ -210,10 +216,11 @@ class JetwayConnection(cyclone.httpserver.HTTPConnection):
     def _expect_body(self, head: RequestHead) -> None:
         if not head.has_body:
             return
-        if head.content_length > self.limits.max_body:
-            raise ProtocolError(413, f"the body is larger than {self.limits.max_body} bytes")
+        limit = self.limits.max_batch_body if head.target.partition("?")[0] == BATCH_PATH else self.limits.max_body
+        if head.content_length > limit:
+            raise ProtocolError(413, f"the body is larger than {limit} bytes")
         if head.chunked:
-            self._chunks = ChunkedDecoder(self.limits.max_body)
+            self._chunks = ChunkedDecoder(limit)
         self._reserve_body(head.content_length)
         self._arm(self.limits.body_timeout, 408)
         if head.expects_continue:
@@ -298,11 +305,16 @@ class JetwayConnection(cyclone.httpserver.HTTPConnection):
 
     def _reject(self, error: ProtocolError) -> None:
         """Answer a request that cannot be served, and close."""
+        head = self._head
         self._disarm()
         self._drop_input()
         body = codec.dumps(ApiError(error.status, error.problem, error.detail).as_problem())
         phrase = http.HTTPStatus(error.status).phrase.encode()
-        extra = b"".join(b"%s: %s\r\n" % (name.encode(), value.encode()) for name, value in error.headers.items())
+        headers = [*error.headers.items(), ("Cache-Control", ERROR_POLICY)]
+        if head is not None:
+            # A page on an allowed origin reads this problem too, not an opaque network error.
+            headers += self.factory.cors.response_headers(head.headers.get("Origin"))
+        extra = b"".join(b"%s: %s\r\n" % (name.encode(), value.encode()) for name, value in headers)
         self.transport.write(
             b"HTTP/1.1 %d %s\r\nContent-Type: application/problem+json\r\nContent-Length: %d\r\n"
             b"%sConnection: close\r\n\r\n%s" % (error.status, phrase, len(body), extra, body)

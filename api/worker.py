@@ -27,11 +27,14 @@ from api.log_writer import LineWriter
 from api.logs import LineStream, start_logging
 from api.observe import Metrics
 from api.signals import on_signals
+from cache.batch import BatchRunner
+from cache.idempotency import IdempotencyRecords
 from cache.metered import MeteredLink
 from cache.store import DocumentStore
 from cache.token_cache import TokenCache
 from cache.tokens import TokenStore
 from cache.topology import connect
+from cache.variants import Variants
 from handlers.auth import Gate
 
 # A keep-alive connection idle this long during a drain is closed: long
@@ -74,9 +77,17 @@ def run_worker(
             metrics.observe_redis,
         )
         reactor.addSystemEventTrigger("before", "shutdown", write_link.close)
-    store = DocumentStore(link, write_link=write_link, write_concern=settings.write_concern)
+    store = DocumentStore(
+        link,
+        write_link=write_link,
+        write_concern=settings.write_concern,
+        variants=Variants(settings.compress_min_bytes),
+    )
     tokens = TokenCache(TokenStore(link), settings.redis, reactor, settings.redis_timeout) if settings.auth else None
-    app = app_factory(settings, store, Gate(tokens, link, settings.auth), reactor, metrics, lines)
+    idempotency = IdempotencyRecords(link, settings.idempotency_lease)
+    batches = BatchRunner(store, write_link or link, settings.write_concern)
+    gate = Gate(tokens, link, settings.auth)
+    app = app_factory(settings, store, gate, reactor, metrics, idempotency, batches, log_lines=lines)
     port = adopt_listening_socket(reactor, fd, _nonblocking_family(fd), app)
     os.close(fd)  # the port took a copy
     app.listen_on(port)

@@ -153,6 +153,17 @@ class ClusterLink:
         sent = self._resolve([script.call(keys, args)], [script], wait=wait)
         return sent.addCallback(lambda replies: replies[0])
 
+    def pipeline_outcomes(
+        self, commands: Sequence[Command], scripts: Sequence[Script], wait: Optional[Command] = None
+    ) -> defer.Deferred:
+        """``RedisLink.pipeline_outcomes`` over the nodes: each command on the node owning its key.
+
+        With ``wait``, a ``WAIT`` follows each command on its connection, and
+        the last outcome is the fewest replicas any of them reached.
+        """
+        resolved = self._resolve(commands, scripts, wait=wait, each=True)
+        return resolved if wait is None else resolved.addCallback(_split_waits)
+
     def close(self) -> defer.Deferred:
         self._closed = True
         return defer.gatherResults([link.close() for link in self._links.values()], consumeErrors=True)
@@ -224,6 +235,7 @@ class ClusterLink:
         first: Optional[List] = None,
         started: Optional[float] = None,
         wait: Optional[Command] = None,
+        each: bool = False,
     ) -> Any:
         """Send, follow redirections, retry, until every command has its reply or its error.
 
@@ -260,6 +272,8 @@ class ClusterLink:
                 raise RedisUnavailable("the cluster did not settle on where the keys are")
             if pause:
                 yield task.deferLater(self._reactor, pause, lambda: None)
+        if each:
+            return [(False, errors[index]) if index in errors else (True, reply) for index, reply in enumerate(replies)]
         if errors:
             raise errors[min(errors)]
         return replies
@@ -370,6 +384,13 @@ def _with_wait(attempt: _Attempt, results: List[Tuple[bool, Any]], place: int) -
         return ok, reply
     waited_ok, waited = results[place + 1]
     return (True, (reply, waited)) if waited_ok else (False, waited)
+
+
+def _split_waits(outcomes: List[Tuple[bool, Any]]) -> List[Tuple[bool, Any]]:
+    """Per-command (reply, replicas) pairs as the commands' outcomes and, last, the fewest replicas."""
+    commands = [(ok, value[0] if ok else value) for ok, value in outcomes]
+    confirmed = [value[1] for ok, value in outcomes if ok]
+    return [*commands, (True, min(confirmed, default=0))]
 
 
 def _concatenated(groups: List[List[Any]]) -> List[Any]:

@@ -47,15 +47,25 @@ class Script:
 
 # KEYS: document, index shard.
 # ARGV: id, body, etag, last-modified, ttl ('' keeps the expiry, '0' removes
-# it, N sets N seconds), If-Match, If-None-Match.
-# Returns 0 when a condition failed, 1 when replaced, 2 when created.
+# it, N sets N seconds), If-Match, If-None-Match, then the number N of
+# compressed variants, N field/value pairs (cache.variants), and last the
+# variant fields to remove (an earlier version may have had them).
+# Returns 0 when a condition failed, 1 when replaced, 2 when created, and
+# {3, last-modified} when the document already carries this write's ETag:
+# ETags are never reused, so this very write was applied before (a retry
+# carrying out an Idempotency-Key's plan again, cache.idempotency).
 PUT = Script(
     (
         _CONDITIONS
         + """
 local current = redis.call('HGET', KEYS[1], 'e')
+if current == ARGV[3] then return {3, redis.call('HGET', KEYS[1], 'm')} end
 if not holds(current, ARGV[6], ARGV[7]) then return 0 end
-redis.call('HSET', KEYS[1], 'b', ARGV[2], 'e', ARGV[3], 'm', ARGV[4])
+local stale = 9 + 2 * tonumber(ARGV[8])
+local fields = {'b', ARGV[2], 'e', ARGV[3], 'm', ARGV[4]}
+for i = 9, stale - 1 do fields[#fields + 1] = ARGV[i] end
+redis.call('HSET', KEYS[1], unpack(fields))
+if current and #ARGV >= stale then redis.call('HDEL', KEYS[1], unpack(ARGV, stale)) end
 if ARGV[5] == '0' then
   redis.call('PERSIST', KEYS[1])
 elseif ARGV[5] ~= '' then

@@ -11,7 +11,7 @@ from __future__ import annotations
 import email.utils
 import heapq
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from twisted.internet import defer
@@ -28,27 +28,45 @@ from cache.ids import EtagFactory, UlidFactory
 from cache.link import Link
 from cache.merge_patch import merge_patch
 from cache.scripts import Script
+from cache.variants import CODINGS, DEFAULT_VARIANTS, FIELDS, Variants
 from cache.write_concern import PRIMARY_ONLY, WriteConcern
 
 _PUT_FAILED, _REPLACED, _CREATED = 0, 1, 2
+# A write's outcome: whether it created the document; None when this very
+# write (its ETag) had been applied before (cache.scripts.PUT).
+Created = Optional[bool]
 _DELETE_FAILED, _DELETE_MISSING = 0, -1
 
 
 @dataclass(frozen=True)
 class Document:
-    """A stored document: its bytes and the validators stored with them."""
+    """A stored document: its bytes, the validators and the compressed variants stored with them."""
 
     body: bytes
     etag: bytes
     last_modified: bytes
+    # (content coding, encoded bytes) for each variant stored (cache.variants).
+    encoded: Tuple[Tuple[str, bytes], ...] = ()
+
+    def variant(self, coding: str) -> Optional[bytes]:
+        """The bytes of ``coding``'s variant, or None if none is stored."""
+        for name, data in self.encoded:
+            if name == coding:
+                return data
+        return None
 
 
 @dataclass(frozen=True)
 class Conditions:
-    """Pre-parsed ``If-Match`` / ``If-None-Match``: ``b''``, ``b'*'`` or tags."""
+    """Pre-parsed ``If-Match`` / ``If-None-Match`` (``b''``, ``b'*'`` or tags) and ``If-Unmodified-Since``.
+
+    ``unmodified_since`` (seconds since the epoch) counts only without
+    ``if_match`` (RFC 9110 13.2.2) and only for a document that exists.
+    """
 
     if_match: bytes = b""
     if_none_match: bytes = b""
+    unmodified_since: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -60,6 +78,47 @@ class Page:
 
 
 NO_CONDITIONS = Conditions()
+
+
+@dataclass(frozen=True)
+class PreparedPut:
+    """A create-or-replace ready to send: the document it stores and ``scripts.PUT``'s keys and arguments."""
+
+    document: Document
+    keys: List[bytes]
+    args: List[Any]
+
+    def command(self) -> Tuple[Any, ...]:
+        return scripts.PUT.call(self.keys, self.args)
+
+
+@dataclass(frozen=True)
+class PreparedDelete:
+    """A delete ready to send: ``scripts.DELETE``'s keys and arguments."""
+
+    keys: List[bytes]
+    args: List[Any]
+
+    def command(self) -> Tuple[Any, ...]:
+        return scripts.DELETE.call(self.keys, self.args)
+
+
+def put_outcome(write: PreparedPut, result: Any) -> Tuple[Document, Created]:
+    """What ``scripts.PUT`` answered: the document stored and whether it was created; or ``PreconditionFailed``."""
+    if isinstance(result, list):
+        # Applied before, by an earlier attempt at this very write: as it was then.
+        return replace(write.document, last_modified=result[1]), None
+    if result == _PUT_FAILED:
+        raise PreconditionFailed()
+    return write.document, result == _CREATED
+
+
+def delete_outcome(result: Any) -> None:
+    """What ``scripts.DELETE`` answered: nothing, or ``PreconditionFailed`` / ``DocumentNotFound``."""
+    if result == _DELETE_FAILED:
+        raise PreconditionFailed()
+    if result == _DELETE_MISSING:
+        raise DocumentNotFound()
 
 
 class DocumentStore:
@@ -76,6 +135,7 @@ class DocumentStore:
         patch_attempts: int = 100,
         write_link: Optional[Link] = None,
         write_concern: WriteConcern = PRIMARY_ONLY,
+        variants: Variants = DEFAULT_VARIANTS,
     ) -> None:
         if write_concern.waits and write_link is None:
             raise ValueError("a write concern that waits for replicas needs a write link")
@@ -87,6 +147,7 @@ class DocumentStore:
         self._etags = EtagFactory()
         self._last_modified: Tuple[int, bytes] = (-1, b"")
         self._patch_attempts = patch_attempts
+        self._variants = variants
 
     def ping(self) -> defer.Deferred:
         """Fires when Redis answers a PING."""
@@ -97,14 +158,14 @@ class DocumentStore:
     # per call on PyPy) and reads as well for one step.
     def get(self, collection: bytes, doc_id: bytes) -> defer.Deferred:
         """The document, or None: one HMGET of one key."""
-        return self._link.execute(*_read_command(collection, doc_id)).addCallback(_document)
+        return self._link.execute(*read_command(collection, doc_id)).addCallback(stored_document)
 
     def get_along(
         self, collection: bytes, doc_id: bytes, command: Sequence[Any], scripts: Sequence[Any]
     ) -> defer.Deferred:
         """``command``'s reply and the document, in one round trip (command first)."""
-        read = self._link.pipeline_scripts([command, _read_command(collection, doc_id)], scripts)
-        return read.addCallback(lambda replies: (replies[0], _document(replies[1])))
+        read = self._link.pipeline_scripts([command, read_command(collection, doc_id)], scripts)
+        return read.addCallback(lambda replies: (replies[0], stored_document(replies[1])))
 
     def put(
         self,
@@ -113,31 +174,96 @@ class DocumentStore:
         body: bytes,
         conditions: Conditions = NO_CONDITIONS,
         ttl: Optional[int] = None,
+        etag: Optional[bytes] = None,
     ) -> defer.Deferred:
-        """Create or replace; fires with ``(Document, created)``."""
-        return self._write(collection, doc_id, body, conditions, b"%d" % (ttl or 0))
+        """Create or replace; fires with ``(Document, Created)``; ``etag``: a planned one (``new_etag``)."""
+        if conditions.unmodified_since is not None and not conditions.if_match:
+            return self._write_unmodified(collection, doc_id, body, conditions, ttl)
+        return self._write(collection, doc_id, body, conditions, b"%d" % (ttl or 0), etag)
 
     @defer.inlineCallbacks
-    def create(self, collection: bytes, body: bytes, ttl: Optional[int] = None) -> Any:
-        """Store under a new ULID; fires with ``(id, Document)``."""
-        doc_id = self._ids.new().encode()
+    def _write_unmodified(
+        self, collection: bytes, doc_id: bytes, body: bytes, conditions: Conditions, ttl: Optional[int]
+    ) -> Any:
+        """A PUT with ``If-Unmodified-Since``: checked against the document read, then compare-and-set on it."""
+        checked = yield self._unmodified_condition(collection, doc_id, conditions)
+        result = yield self._write(collection, doc_id, body, checked, b"%d" % (ttl or 0))
+        return result
+
+    @defer.inlineCallbacks
+    def _unmodified_condition(self, collection: bytes, doc_id: bytes, conditions: Conditions) -> Any:
+        """``conditions`` with ``If-Unmodified-Since`` turned into an exact ``If-Match`` (or create-only).
+
+        The date is checked against the document as read; the write then
+        happens only if the document is still that one (a writer that came
+        in between changed it later than the date, so the write fails as
+        the date would have failed it).
+        """
+        etag, modified = yield self._link.execute(b"HMGET", keys.document_key(collection, doc_id), b"e", b"m")
+        if etag is None:
+            # No modification date to compare: the condition is ignored, but
+            # a document created meanwhile must not be overwritten unseen.
+            return Conditions(b"", conditions.if_none_match or b"*")
+        assert conditions.unmodified_since is not None
+        if _epoch_of(modified) > conditions.unmodified_since:
+            raise PreconditionFailed()
+        return Conditions(etag, conditions.if_none_match)
+
+    def new_id(self) -> bytes:
+        """A new document id: a ULID, sortable by creation time."""
+        return self._ids.new().encode()
+
+    def new_etag(self) -> bytes:
+        """The ETag a write will store: planned ahead where a retry must write the same (cache.idempotency)."""
+        return self._etags.new()
+
+    @defer.inlineCallbacks
+    def create(
+        self,
+        collection: bytes,
+        body: bytes,
+        ttl: Optional[int] = None,
+        doc_id: Optional[bytes] = None,
+        etag: Optional[bytes] = None,
+    ) -> Any:
+        """Store under a new ULID (or the planned ``doc_id``); fires with ``(id, Document)``."""
+        doc_id = doc_id or self.new_id()
         try:
-            document, _ = yield self.put(collection, doc_id, body, Conditions(if_none_match=b"*"), ttl)
+            document, _ = yield self._write(
+                collection, doc_id, body, Conditions(if_none_match=b"*"), b"%d" % (ttl or 0), etag
+            )
         except NotReplicated as error:
             error.doc_id = doc_id
             raise
         return doc_id, document
 
     @defer.inlineCallbacks
-    def patch(self, collection: bytes, doc_id: bytes, patch: Any, if_match: bytes, max_size: int) -> Any:
-        """Merge ``patch`` into the document; retried until no writer races it."""
+    def patch(
+        self,
+        collection: bytes,
+        doc_id: bytes,
+        patch: Any,
+        if_match: bytes,
+        max_size: int,
+        unmodified_since: Optional[int] = None,
+        planned_etag: Optional[bytes] = None,
+    ) -> Any:
+        """Merge ``patch`` into the document; retried until no writer races it.
+
+        With a ``planned_etag`` (an Idempotency-Key's plan), a document that
+        already carries it is this patch done before: it is answered as it is.
+        """
         key = keys.document_key(collection, doc_id)
         for _ in range(self._patch_attempts):
-            body, etag = yield self._link.execute(b"HMGET", key, b"b", b"e")
+            body, etag, modified = yield self._link.execute(b"HMGET", key, b"b", b"e", b"m")
+            if body is not None and planned_etag is not None and etag == planned_etag:
+                return Document(body, etag, modified)
             if body is None:
                 # RFC 9110 13.1.1: If-Match on a missing representation fails.
                 raise PreconditionFailed() if if_match else DocumentNotFound()
             if if_match and not _tag_matches(if_match, etag):
+                raise PreconditionFailed()
+            if not if_match and unmodified_since is not None and _epoch_of(modified) > unmodified_since:
                 raise PreconditionFailed()
             merged = codec.dumps(merge_patch(codec.loads(body), patch))
             if len(merged) > max_size:
@@ -145,24 +271,28 @@ class DocumentStore:
             try:
                 # Compare-and-set on the ETag just read: a concurrent write
                 # changes it, and then the merge is redone on the new body.
-                document, _ = yield self._write(collection, doc_id, merged, Conditions(if_match=etag), b"")
+                written = self._write(collection, doc_id, merged, Conditions(if_match=etag), b"", planned_etag)
+                document, _ = yield written
             except PreconditionFailed:
                 continue
             return document
         raise WriteConflict()
 
     @defer.inlineCallbacks
-    def delete(self, collection: bytes, doc_id: bytes, if_match: bytes = b"") -> Any:
+    def delete(
+        self, collection: bytes, doc_id: bytes, if_match: bytes = b"", unmodified_since: Optional[int] = None
+    ) -> Any:
         """Delete; raises ``DocumentNotFound`` or ``PreconditionFailed``."""
-        result, confirmed = yield self._run_write(
-            scripts.DELETE,
-            [keys.document_key(collection, doc_id), keys.index_key_for(collection, doc_id)],
-            [doc_id, if_match],
-        )
-        if result == _DELETE_FAILED:
-            raise PreconditionFailed()
-        if result == _DELETE_MISSING:
-            raise DocumentNotFound()
+        if unmodified_since is not None and not if_match:
+            checked = yield self._unmodified_condition(
+                collection, doc_id, Conditions(unmodified_since=unmodified_since)
+            )
+            if checked.if_none_match:
+                raise DocumentNotFound()
+            if_match = checked.if_match
+        write = self.prepare_delete(collection, doc_id, if_match)
+        result, confirmed = yield self._run_write(scripts.DELETE, write.keys, write.args)
+        delete_outcome(result)
         self._check_replicated(confirmed, None)
 
     def page(self, collection: bytes, limit: int, after: Optional[bytes]) -> defer.Deferred:
@@ -197,25 +327,61 @@ class DocumentStore:
         return self._link.pipeline([(b"HGET", keys.document_key(collection, doc_id), b"b") for doc_id in doc_ids])
 
     @defer.inlineCallbacks
-    def _write(self, collection: bytes, doc_id: bytes, body: bytes, conditions: Conditions, ttl: bytes) -> Any:
-        document = Document(body, self._etags.new(), self._now_as_http_date())
-        result, confirmed = yield self._run_write(
-            scripts.PUT,
-            [keys.document_key(collection, doc_id), keys.index_key_for(collection, doc_id)],
-            [
-                doc_id,
-                body,
-                document.etag,
-                document.last_modified,
-                ttl,
-                conditions.if_match,
-                conditions.if_none_match,
-            ],
+    def _write(
+        self,
+        collection: bytes,
+        doc_id: bytes,
+        body: bytes,
+        conditions: Conditions,
+        ttl: bytes,
+        etag: Optional[bytes] = None,
+    ) -> Any:
+        write = self.prepare_put(collection, doc_id, body, conditions, ttl, etag)
+        result, confirmed = yield self._run_write(scripts.PUT, write.keys, write.args)
+        outcome = put_outcome(write, result)
+        if outcome[1] is not None:
+            self._check_replicated(confirmed, write.document.etag)
+        return outcome
+
+    def prepare_put(
+        self,
+        collection: bytes,
+        doc_id: bytes,
+        body: bytes,
+        conditions: Conditions,
+        ttl: bytes,
+        etag: Optional[bytes] = None,
+    ) -> PreparedPut:
+        """A create-or-replace as the script call that makes it (``put_outcome`` reads its reply).
+
+        ``ttl``: ``b''`` keeps the expiry, ``b'0'`` removes it, ``b'N'`` sets N seconds.
+        """
+        encoded = self._variants.encode(body)
+        document = Document(body, etag or self._etags.new(), self._now_as_http_date(), encoded)
+        stored = {FIELDS[coding] for coding, _ in encoded}
+        args = [
+            doc_id,
+            body,
+            document.etag,
+            document.last_modified,
+            ttl,
+            conditions.if_match,
+            conditions.if_none_match,
+            len(encoded),
+            *(part for coding, data in encoded for part in (FIELDS[coding], data)),
+            # Variants an earlier version had and this one has not.
+            *(field for field in _VARIANT_FIELDS if field not in stored),
+        ]
+        return PreparedPut(
+            document, [keys.document_key(collection, doc_id), keys.index_key_for(collection, doc_id)], args
         )
-        if result == _PUT_FAILED:
-            raise PreconditionFailed()
-        self._check_replicated(confirmed, document.etag)
-        return document, result == _CREATED
+
+    @staticmethod
+    def prepare_delete(collection: bytes, doc_id: bytes, if_match: bytes) -> PreparedDelete:
+        """A delete as the script call that makes it (``delete_outcome`` reads its reply)."""
+        return PreparedDelete(
+            [keys.document_key(collection, doc_id), keys.index_key_for(collection, doc_id)], [doc_id, if_match]
+        )
 
     def _run_write(self, script: Script, script_keys: List[bytes], args: List[Any]) -> defer.Deferred:
         """A write script's reply and how many replicas confirmed it (None: not asked)."""
@@ -251,13 +417,23 @@ class DocumentStore:
             pruning.addErrback(lambda _: None)
 
 
-def _read_command(collection: bytes, doc_id: bytes) -> Tuple[bytes, ...]:
-    return (b"HMGET", keys.document_key(collection, doc_id), b"b", b"e", b"m")
+_VARIANT_FIELDS = tuple(FIELDS.values())
 
 
-def _document(fields: Sequence[Optional[bytes]]) -> Optional[Document]:
-    body, etag, modified = fields
-    return None if body is None else Document(body, etag, modified)
+def read_command(collection: bytes, doc_id: bytes) -> Tuple[bytes, ...]:
+    # Every variant comes along: one round trip whatever the client accepts,
+    # and a whole document for whoever keeps it.
+    return (b"HMGET", keys.document_key(collection, doc_id), b"b", b"e", b"m", *_VARIANT_FIELDS)
+
+
+def stored_document(fields: Sequence[Optional[bytes]]) -> Optional[Document]:
+    body, etag, modified = fields[0], fields[1], fields[2]
+    if body is None:
+        return None
+    if fields[3] is None and len(fields) == 4:
+        return Document(body, etag, modified)  # the common case: one coding, not stored
+    encoded = tuple((coding, data) for coding, data in zip(CODINGS, fields[3:]) if data is not None)
+    return Document(body, etag, modified, encoded)
 
 
 def _tag_matches(header: bytes, etag: bytes) -> bool:
@@ -266,3 +442,8 @@ def _tag_matches(header: bytes, etag: bytes) -> bool:
 
 def _http_date(second: int) -> bytes:
     return email.utils.formatdate(second, usegmt=True).encode()
+
+
+def _epoch_of(http_date: bytes) -> int:
+    """A stored ``Last-Modified`` (always IMF-fixdate, made by ``_http_date``) in seconds."""
+    return int(email.utils.mktime_tz(email.utils.parsedate_tz(http_date.decode("ascii"))))

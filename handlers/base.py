@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import http
 import re
-from typing import Any, Dict, List, Optional, Tuple, Type
+import zlib
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Type
 from urllib.parse import parse_qs
 
 import cyclone.web
@@ -30,11 +31,16 @@ from cache.errors import (
     RedisUnavailable,
     WriteConflict,
 )
+from cache.idempotency import IdempotencyRecords, StoredResponse
 from cache.ratelimit import RateDecision
 from cache.store import Document, DocumentStore
+from cache.variants import gzip_of, variant_tag
+from handlers import conditional, validation
 from handlers.auth import RATE_SCRIPTS, Gate, Grant
+from handlers.cache_policy import ERROR_POLICY
 from handlers.debug_burn import burn_cpu
 from handlers.errors import ApiError, bad_request, not_found, precondition_failed
+from handlers.negotiation import IDENTITY, Negotiator, Preference, choose
 
 JSON_TYPE = "application/json"
 PROBLEM_TYPE = "application/problem+json"
@@ -42,6 +48,8 @@ PROBLEM_TYPE = "application/problem+json"
 RETRY_AFTER_SECONDS = "1"
 _log = Logger()
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}\Z")
+# What a list page can be sent as besides its bytes (made as it is sent, see send_composed).
+_GZIP_ON_THE_FLY = (("gzip", b""),)
 
 _STORE_ERRORS: Dict[Type[Exception], Any] = {
     RedisUnavailable: lambda e: ApiError(
@@ -89,7 +97,7 @@ def as_api_error(error: BaseException) -> Optional[ApiError]:
 class JsonHandler(cyclone.web.RequestHandler):
     """Base of every handler: bytes out with an explicit type, errors as data."""
 
-    SUPPORTED_METHODS: Tuple[str, ...] = ("GET", "HEAD")
+    SUPPORTED_METHODS: Tuple[str, ...] = ("GET", "HEAD", "OPTIONS")
     ROUTE = "unknown"  # the metrics label of the handler's route
     request_id = ""
 
@@ -119,11 +127,29 @@ class JsonHandler(cyclone.web.RequestHandler):
         self.set_default_headers()
 
     def set_default_headers(self) -> None:
-        # Also runs when an error resets the headers, so errors carry the id too.
+        # Also runs when an error resets the headers, so errors carry the id
+        # and the CORS headers too.
         if not self.request_id:
             given = self.request.headers.get("X-Request-ID")
             self.request_id = given if given and _REQUEST_ID.match(given) else self.application.new_request_id()
         self._headers["X-Request-ID"] = self.request_id
+        cors = self.application.cors
+        if cors.enabled:
+            for name, value in cors.response_headers(self.request.headers.get("Origin")):
+                self.add_header(name, value)
+
+    def options(self, *path_args: str) -> None:
+        """What the path supports; a browser's CORS preflight gets its answer here, before authorization."""
+        self.set_header("Allow", ", ".join(self.SUPPORTED_METHODS))
+        if self.request.headers.get("Access-Control-Request-Method") is not None:
+            self.clear_cors_headers()
+            origin = self.request.headers.get("Origin")
+            for name, value in self.application.cors.preflight_headers(origin, self.SUPPORTED_METHODS):
+                self.add_header(name, value)
+        self.set_status(204)
+
+    def clear_cors_headers(self) -> None:
+        self._list_headers = []
 
     def compute_etag(self) -> None:
         # ETags are stored with each document; never hash a body per read.
@@ -158,6 +184,16 @@ class JsonHandler(cyclone.web.RequestHandler):
 
     def send_no_content(self) -> None:
         self.set_status(204)
+
+    def send_stored(self, response: StoredResponse) -> None:
+        """Send a response made ahead (``cache.idempotency``: perhaps the first attempt's, replayed)."""
+        for name, value in response.headers:
+            self.set_header(name, value)
+        if response.status >= 400:
+            self.set_header("Cache-Control", ERROR_POLICY)
+        self.set_status(response.status)
+        if response.body:
+            self.write(response.body)
 
     def _generate_headers(self) -> bytes:
         self._set_connection_header()
@@ -209,12 +245,19 @@ class JsonHandler(cyclone.web.RequestHandler):
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         error = as_api_error(kwargs.get("exception")) or as_api_error(cyclone.web.HTTPError(status_code))
+        self.set_header("Cache-Control", ERROR_POLICY)
         if status_code == 405:
             self.set_header("Allow", ", ".join(self.SUPPORTED_METHODS))
         for name, value in (*getattr(self, "rate_headers", ()), *error.headers.items()):
             self.set_header(name, value)
         self.set_header("Content-Type", PROBLEM_TYPE)
         self.finish(codec.dumps(error.as_problem()))
+
+
+def document_response(status: int, document: Document, *headers: Tuple[str, str]) -> StoredResponse:
+    """A write's answer as data: the document as stored, its validators, and ``headers``."""
+    validators = (("ETag", document.etag.decode()), ("Last-Modified", document.last_modified.decode()))
+    return StoredResponse(status, (("Content-Type", JSON_TYPE), *validators, *headers), document.body)
 
 
 class _AnyMethod(tuple):
@@ -239,18 +282,118 @@ class NoRouteHandler(JsonHandler):
 class ResourceHandler(JsonHandler):
     """A ``/v1`` handler: the request is authorized before its method runs."""
 
-    def initialize(self, store: DocumentStore, max_body: int, gate: Gate, max_ids: int) -> None:
+    def initialize(
+        self,
+        store: DocumentStore,
+        max_body: int,
+        gate: Gate,
+        max_ids: int,
+        cache_control: str,
+        negotiator: Negotiator,
+        compress_min_bytes: int,
+        idempotency: IdempotencyRecords,
+    ) -> None:
         self.store = store
         self.max_body = max_body
         self.max_ids = max_ids
         self.gate = gate
         self.grant = Grant(None)
+        self.cache_control = cache_control
+        self.negotiator = negotiator
+        self.compress_min_bytes = compress_min_bytes
+        self.idempotency = idempotency
 
     def writes(self) -> bool:
         """Whether the request needs write scope (a multi-get by POST does not)."""
         return self.request.method not in ("GET", "HEAD")
 
-    def prepare(self) -> defer.Deferred:
+    def send_representation(self, document: Document) -> None:
+        """Answer a read of ``document``: the stored variant the client accepts best, or a 304.
+
+        Negotiation comes first (RFC 9110 13.2.2: preconditions apply to the
+        selected representation); ``If-None-Match`` with any variant's tag,
+        or else ``If-Modified-Since``, turns the answer into a 304.
+        """
+        self.set_header("Cache-Control", self.cache_control)
+        coding = self._negotiate(document.encoded)
+        if document.encoded:
+            self.add_header("Vary", "Accept-Encoding")
+        etag = document.etag if coding == IDENTITY else variant_tag(document.etag, coding)
+        headers = self.request.headers
+        if_none_match = headers.get("If-None-Match")
+        if if_none_match is not None:
+            matched = conditional.matching_tag(validation.entity_tags(if_none_match, weak=True), document.etag, etag)
+            if matched is not None:
+                self.send_not_modified(matched)
+                return
+        elif not conditional.modified_since(document.last_modified, headers.get("If-Modified-Since")):
+            self.send_not_modified(etag)
+            return
+        self.set_header("ETag", etag)
+        self.set_header("Last-Modified", document.last_modified)
+        if coding == IDENTITY:
+            self.send_bytes(200, document.body)
+        else:
+            self.set_header("Content-Encoding", coding)
+            self.send_bytes(200, document.variant(coding))  # type: ignore[arg-type]
+
+    def send_composed(self, body: bytes) -> None:
+        """A list page or a multi-get (put together from stored bytes), gzipped as it is sent if the client prefers.
+
+        Only bodies of at least ``compress_min_bytes``, as for documents: a
+        page of 100 documents of 200 B (20 KB) gzips in ~16 µs on PyPy, a
+        few percent of its request, to about a fifth of its size (README,
+        "HTTP caching and compression").
+        """
+        self.set_header("Cache-Control", self.cache_control)
+        if self.request.method in ("GET", "HEAD") and self._not_modified_page(body):
+            return
+        if not self.compress_min_bytes:
+            self.send_bytes(200, body)
+            return
+        self.add_header("Vary", "Accept-Encoding")
+        coding = self._negotiate(_GZIP_ON_THE_FLY)
+        if coding == IDENTITY or (len(body) < self.compress_min_bytes and IDENTITY in self._accepted()):
+            self.send_bytes(200, body)
+            return
+        self.set_header("Content-Encoding", coding)
+        self.send_bytes(200, gzip_of(body))
+
+    def _not_modified_page(self, body: bytes) -> bool:
+        """Give a page a weak ETag from its bytes; True (a 304 is set) when ``If-None-Match`` names it.
+
+        Weak: it names the page's content whether it is sent gzipped or not.
+        A CRC-32 and the length: 3 µs for 20 KB on PyPy (MD5 26, SHA-1 19).
+        """
+        opaque = b'"%08x-%x"' % (zlib.crc32(body), len(body))
+        if_none_match = self.request.headers.get("If-None-Match")
+        tags = validation.entity_tags(if_none_match, weak=True)
+        if tags == b"*" or opaque in tags.split():
+            if self.compress_min_bytes:
+                self.add_header("Vary", "Accept-Encoding")
+            self.send_not_modified(b"W/" + opaque)
+            return True
+        self.set_header("ETag", b"W/" + opaque)
+        return False
+
+    def _accepted(self) -> Preference:
+        return self.negotiator.preference(self.request.headers.get("Accept-Encoding"))
+
+    def _negotiate(self, encoded: Sequence[Tuple[str, bytes]]) -> str:
+        """The coding to answer in, among identity and ``encoded``'s; 406 if the client accepts none."""
+        coding = choose(self._accepted(), encoded)
+        if coding is None:
+            stored = ", ".join((IDENTITY, *(name for name, _ in encoded)))
+            raise ApiError(406, "not-acceptable", f"Accept-Encoding refuses every coding available ({stored})")
+        return coding
+
+    def send_not_modified(self, etag: bytes) -> None:
+        self.set_header("ETag", etag)
+        self.set_status(304)
+
+    def prepare(self) -> Optional[defer.Deferred]:
+        if self.request.method == "OPTIONS":
+            return None  # a CORS preflight carries no credentials
         reading = not self.writes()
         # A document read sends its rate step in one pipeline with the read.
         defer_rate = reading and len(self.path_args) == 2

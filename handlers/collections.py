@@ -10,11 +10,12 @@ from typing import Any, List, Optional
 
 from twisted.internet import defer
 
-from cache.errors import NotReplicated
+from cache.errors import NotReplicated, PreconditionFailed
 from cache.store import Page
 from handlers import validation
-from handlers.base import ResourceHandler, as_api_error
+from handlers.base import ResourceHandler, as_api_error, document_response
 from handlers.errors import bad_request
+from handlers.idempotency import respond_once
 
 
 def items_envelope(bodies: List[Optional[bytes]], next_cursor: Optional[bytes], with_next: bool) -> bytes:
@@ -29,12 +30,12 @@ def items_envelope(bodies: List[Optional[bytes]], next_cursor: Optional[bytes], 
 
 def send_items(handler: ResourceHandler, bodies: List[Optional[bytes]]) -> None:
     """A multi-get's answer, by GET or by POST: the same bytes."""
-    handler.send_bytes(200, items_envelope(bodies, None, with_next=False))
+    handler.send_composed(items_envelope(bodies, None, with_next=False))
 
 
 class CollectionHandler(ResourceHandler):
     ROUTE = "collection"
-    SUPPORTED_METHODS = ("GET", "HEAD", "POST")
+    SUPPORTED_METHODS = ("GET", "HEAD", "POST", "OPTIONS")
 
     def get(self, collection: str) -> defer.Deferred:
         # Plain callbacks, as the document GET (handlers/documents.py).
@@ -55,25 +56,37 @@ class CollectionHandler(ResourceHandler):
 
     def _send_page(self, page: Page) -> None:
         cursor = validation.encode_cursor(page.last_id) if page.last_id else None
-        self.send_bytes(200, items_envelope(page.bodies, cursor, with_next=True))
+        self.send_composed(items_envelope(page.bodies, cursor, with_next=True))
 
     head = get
 
-    @defer.inlineCallbacks
-    def post(self, collection: str) -> Any:
+    def post(self, collection: str) -> defer.Deferred:
         name = validation.collection_name(collection)
         validation.json_document(
             self.request.body, self.request.headers.get("Content-Type"), validation.JSON, self.max_body
         )
+        ttl = validation.ttl(self.query_argument("ttl"))
+        # The id and ETag are chosen before anything is written: an
+        # Idempotency-Key's retry writes with the same ones (handlers/idempotency.py).
+        plan = self.store.new_id() + b" " + self.store.new_etag()
+        return respond_once(self, plan, lambda plan: self._create(name, ttl, plan))
+
+    @defer.inlineCallbacks
+    def _create(self, name: bytes, ttl: Optional[int], plan: bytes) -> Any:
+        doc_id, etag = plan.split(b" ")
+        location = ("Location", f"/v1/{name.decode()}/{doc_id.decode()}")
         try:
-            doc_id, document = yield self.store.create(
-                name, self.request.body, validation.ttl(self.query_argument("ttl"))
-            )
+            _, document = yield self.store.create(name, self.request.body, ttl, doc_id, etag)
         except NotReplicated as error:
             # Stored on the primary under an id the client has not seen: say where.
             problem = as_api_error(error)
-            assert problem is not None and error.doc_id is not None
-            problem.headers["Location"] = f"/v1/{collection}/{error.doc_id.decode()}"
+            assert problem is not None
+            problem.headers["Location"] = location[1]
             raise problem from None
-        self.set_header("Location", f"/v1/{collection}/{doc_id.decode()}")
-        self.send_document(201, document)
+        except PreconditionFailed:
+            # Only a retry of a plan gets here: the first attempt created the
+            # document, and it has been written again since. It was created.
+            document = yield self.store.get(name, doc_id)
+            if document is None:
+                raise
+        return document_response(201, document, location)

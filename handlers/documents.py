@@ -7,14 +7,16 @@ from typing import Any, Optional
 from twisted.internet import defer
 
 from cache.store import Conditions, Document
-from handlers import validation
-from handlers.base import ResourceHandler
+from cache.variants import base_tag
+from handlers import conditional, validation
+from handlers.base import ResourceHandler, document_response
 from handlers.errors import not_found
+from handlers.idempotency import respond_once
 
 
 class DocumentHandler(ResourceHandler):
     ROUTE = "document"
-    SUPPORTED_METHODS = ("GET", "HEAD", "PUT", "PATCH", "DELETE")
+    SUPPORTED_METHODS = ("GET", "HEAD", "PUT", "PATCH", "DELETE", "OPTIONS")
 
     def get(self, collection: str, doc_id: str) -> defer.Deferred:
         # Plain callbacks, not a generator: a request waiting for Redis is
@@ -29,12 +31,7 @@ class DocumentHandler(ResourceHandler):
     def _answer_read(self, document: Optional[Document]) -> None:
         if document is None:
             raise not_found()
-        inm = validation.entity_tags(self.request.headers.get("If-None-Match"), weak=True)
-        if inm == b"*" or document.etag in inm.split():
-            self.set_validators(document)
-            self.set_status(304)
-            return
-        self.send_document(200, document)
+        self.send_representation(document)
 
     head = get
 
@@ -47,25 +44,41 @@ class DocumentHandler(ResourceHandler):
         document, created = yield self.store.put(
             *keys,
             self.request.body,
-            Conditions(self._if_match(), validation.entity_tags(self.request.headers.get("If-None-Match"), weak=True)),
+            Conditions(
+                self._if_match(),
+                validation.entity_tags(self.request.headers.get("If-None-Match"), weak=True),
+                self._if_unmodified_since(),
+            ),
             validation.ttl(self.query_argument("ttl")),
         )
         self.send_document(201 if created else 200, document)
 
-    @defer.inlineCallbacks
-    def patch(self, collection: str, doc_id: str) -> Any:
+    def patch(self, collection: str, doc_id: str) -> defer.Deferred:
         keys = validation.collection_name(collection), validation.document_id(doc_id)
         patch = validation.json_document(
             self.request.body, self.request.headers.get("Content-Type"), validation.MERGE_PATCH_JSON, self.max_body
         )
-        document = yield self.store.patch(*keys, patch, self._if_match(), self.max_body)
-        self.send_document(200, document)
+        conditions = self._if_match(), self.max_body, self._if_unmodified_since()
+        # The ETag is chosen before anything is written: an Idempotency-Key's
+        # retry finds the document carrying it if the first attempt wrote it.
+        return respond_once(self, self.store.new_etag(), lambda etag: self._patch(keys, patch, conditions, etag))
+
+    @defer.inlineCallbacks
+    def _patch(self, keys: Any, patch: Any, conditions: Any, etag: bytes) -> Any:
+        document = yield self.store.patch(*keys, patch, *conditions, planned_etag=etag)
+        return document_response(200, document)
 
     @defer.inlineCallbacks
     def delete(self, collection: str, doc_id: str) -> Any:
         keys = validation.collection_name(collection), validation.document_id(doc_id)
-        yield self.store.delete(*keys, self._if_match())
+        yield self.store.delete(*keys, self._if_match(), self._if_unmodified_since())
         self.send_no_content()
 
     def _if_match(self) -> bytes:
-        return validation.entity_tags(self.request.headers.get("If-Match"), weak=False)
+        # A client that read a compressed variant holds that variant's tag;
+        # it names the same document.
+        tags = validation.entity_tags(self.request.headers.get("If-Match"), weak=False)
+        return tags if tags in (b"", b"*") else b" ".join(base_tag(tag) for tag in tags.split())
+
+    def _if_unmodified_since(self) -> Optional[int]:
+        return conditional.http_date(self.request.headers.get("If-Unmodified-Since"))

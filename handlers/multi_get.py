@@ -19,7 +19,7 @@ from handlers.collections import send_items
 
 class MultiGetHandler(ResourceHandler):
     ROUTE = "multi_get"
-    SUPPORTED_METHODS = ("POST",)
+    SUPPORTED_METHODS = ("POST", "OPTIONS")
 
     def writes(self) -> bool:
         return False

@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Dict, Iterable, List, Optional, Pattern, Tuple
 
-from handlers import validation
+from handlers import docs, validation
 from handlers.base import JSON_TYPE, PROBLEM_TYPE, RETRY_AFTER_SECONDS, JsonHandler
 from handlers.errors import PROBLEM_TYPE_PREFIX
 from handlers.metrics import METRICS_TYPE
@@ -26,6 +26,8 @@ METRICS = "/metrics"
 DOCUMENT = "/v1/{collection}/{id}"
 COLLECTION = "/v1/{collection}"
 MULTI_GET = "/v1/_get/{collection}"
+DOCS = docs.PAGE_PATH
+DOCS_ASSET = docs.ASSETS_PATH + "{asset}"
 
 # Every problem type the handlers raise, and when.
 PROBLEM_TYPES: Tuple[Tuple[str, str], ...] = (
@@ -43,7 +45,14 @@ PROBLEM_TYPES: Tuple[Tuple[str, str], ...] = (
     ("no-route", "404: no resource at this path"),
     ("method-not-allowed", "405: the path does not support the method; see `Allow`"),
     ("write-conflict", "409: a merge patch lost the race to concurrent writers; retry"),
-    ("precondition-failed", "412: an `If-Match` / `If-None-Match` condition does not hold"),
+    ("invalid-idempotency-key", "400: `Idempotency-Key` is not a string of 1 to 255 printable ASCII characters"),
+    (
+        "idempotency-key-in-use",
+        "409: a request with this `Idempotency-Key` is still being carried out; see `Retry-After`",
+    ),
+    ("idempotency-key-reused", "422: this `Idempotency-Key` was used for a different request"),
+    ("not-acceptable", "406: `Accept-Encoding` refuses every coding the document is stored in (`identity;q=0`)"),
+    ("precondition-failed", "412: an `If-Match`, `If-None-Match` or `If-Unmodified-Since` condition does not hold"),
     ("body-too-large", "413: the body, or the merged document, is larger than the limit"),
     ("unsupported-media-type", "415: the body is not labelled with the media type the operation takes"),
     ("unrepresentable", "422: the merged document cannot be serialized as JSON (e.g. a number out of range)"),
@@ -78,16 +87,22 @@ _ERRORS: Dict[int, str] = {
     "carries `RateLimit-Limit`, `RateLimit-Remaining` and `RateLimit-Reset`.",
     404: "No such document.",
     405: "The path does not support this method; `Allow` lists those it does.",
+    406: "`Accept-Encoding` refuses the stored bytes (`identity;q=0`) and every compressed variant stored.",
+    408: "The request head or body did not arrive in time (`request-timeout`); the connection closes.",
     409: "The merge patch lost the race to concurrent writers too many times; retry.",
-    412: "An `If-Match` or `If-None-Match` condition does not hold.",
+    412: "An `If-Match`, `If-None-Match` or `If-Unmodified-Since` condition does not hold.",
     413: "The body is larger than `JETWAY_MAX_BODY` bytes (default 1 MiB).",
+    414: "The request line is longer than 8 KiB (`request-line-too-long`); the connection closes.",
     415: "The body is not labelled `application/json` (a `charset=utf-8` parameter is allowed).",
+    431: "More than 100 header lines or 64 KiB of them (`headers-too-large`); the connection closes.",
     422: "The merged document cannot be serialized as JSON.",
     500: "A bug: the server failed to handle the request.",
     502: "Redis answered with an error.",
     503: "Redis cannot be reached, or is failing over, loading or busy (`redis-not-ready`);"
     " or the worker is receiving too many request bodies (`server-busy`): retry after `Retry-After` seconds.",
     504: "Redis did not answer in time.",
+    501: "A transfer coding other than chunked (`unsupported-transfer-coding`); the connection closes.",
+    505: "Not HTTP/1.0 or HTTP/1.1 (`unsupported-http-version`); the connection closes.",
     507: "Redis is out of memory and refuses writes: free space before writing again.",
 }
 _ERROR_HEADERS: Dict[int, Tuple[str, ...]] = {
@@ -99,6 +114,14 @@ _ERROR_HEADERS: Dict[int, Tuple[str, ...]] = {
 # What every /v1 operation may answer besides its own statuses: authorization,
 # a bug, and Redis trouble.
 _REDIS = (401, 403, 429, 500, 502, 503, 504)
+# What the connection answers, for any path, before a handler sees the request.
+_FRONT_DOOR = (400, 408, 414, 431, 501, 505)
+_MALFORMED = "The request head breaks HTTP/1.1 framing (`malformed-request`); the connection closes."
+_KEY_IN_USE = (
+    "A request with this `Idempotency-Key` is still being carried out (`idempotency-key-in-use`);"
+    " retry after `Retry-After` seconds."
+)
+_KEY_REUSED = "This `Idempotency-Key` was used for a different request (`idempotency-key-reused`)."
 
 
 def _ref(kind: str, name: str) -> Json:
@@ -189,11 +212,40 @@ def _secured(operations: Json) -> Json:
     return {method: {**operation, "security": [{"bearer": []}]} for method, operation in operations.items()}
 
 
-def _path_item(description: str, operations: Json, parameters: Iterable[str] = ()) -> Json:
+def _path_item(description: str, name: str, operations: Json, parameters: Iterable[str] = ()) -> Json:
+    """A path: its operations, an OPTIONS (``options<name>``), and the connection's own statuses on each."""
     item: Json = {"description": description + " Any other method is a 405 with `Allow` (see MethodNotAllowed)."}
     if parameters:
         item["parameters"] = _parameters_named(*parameters)
+    operations = {**operations, "options": _options(name, [method.upper() for method in operations])}
+    front_door = _front_door_responses()
+    for method, operation in operations.items():
+        for status, response in front_door.items():
+            if method == "head":
+                response = {key: value for key, value in response.items() if key != "content"}
+            operation["responses"].setdefault(str(status), response)
     return {**item, **operations}
+
+
+def _front_door_responses() -> Dict[int, Json]:
+    return {status: _errors((status,), e400=_MALFORMED)[str(status)] for status in _FRONT_DOOR}
+
+
+def _options(name: str, methods: List[str]) -> Json:
+    allowed = ", ".join([*methods, "OPTIONS"])
+    return _operation(
+        f"options{name}",
+        "What the path supports; answers a browser's CORS preflight",
+        "meta",
+        {
+            "204": _response(
+                f"`Allow: {allowed}`. A preflight (`Access-Control-Request-Method`) from an origin in"
+                " `JETWAY_CORS_ORIGINS` also gets `Access-Control-Allow-Origin`, `-Allow-Methods`, `-Allow-Headers`"
+                " and `-Max-Age`; it needs no token.",
+                headers=("Allow",),
+            )
+        },
+    )
 
 
 def _with_head(get: Json, head_id: str) -> Json:
@@ -208,10 +260,12 @@ def _health_paths() -> Json:
     return {
         HEALTHZ: _path_item(
             "Liveness: answers without touching Redis.",
+            "Health",
             _with_head(_operation("getHealth", "Liveness", "health", {"200": _response("Up.", ok)}), "headHealth"),
         ),
         READYZ: _path_item(
             "Readiness: answers once Redis answers a PING, within at most a second.",
+            "Readiness",
             _with_head(
                 _operation("getReadiness", "Readiness", "health", {"200": _response("Ready.", ready), **not_ready}),
                 "headReadiness",
@@ -219,6 +273,7 @@ def _health_paths() -> Json:
         ),
         METRICS: _path_item(
             "Prometheus metrics, aggregated over every worker of this instance.",
+            "Metrics",
             _with_head(
                 _operation(
                     "getMetrics",
@@ -231,6 +286,7 @@ def _health_paths() -> Json:
         ),
         OPENAPI: _path_item(
             "The OpenAPI 3.1 description of the API.",
+            "OpenApi",
             _with_head(
                 _operation("getOpenApi", "This document", "meta", {"200": _response("OK.", spec)}), "headOpenApi"
             ),
@@ -238,17 +294,70 @@ def _health_paths() -> Json:
     }
 
 
+def _docs_paths() -> Json:
+    """``/docs`` and its assets: no token, cached by ``ETag`` and ``Cache-Control``."""
+    cached = ("ETag", "Cache-Control")
+    not_modified = _response("`If-None-Match` matches the current ETag.", headers=cached)
+    page = _operation(
+        "getDocs",
+        "Swagger UI over this document",
+        "meta",
+        {
+            "200": _response("The page.", {"type": "string"}, ("Content-Security-Policy", *cached), docs.HTML_TYPE),
+            "304": not_modified,
+        },
+        parameters=_parameters_named("If-None-Match"),
+    )
+    asset = _operation(
+        "getDocsAsset",
+        "A script or style of the /docs page",
+        "meta",
+        {
+            "200": {
+                **_response("The file; `Cache-Control` says a year when `v` is its current version.", headers=cached),
+                "content": {media: {"schema": {"type": "string"}} for media in docs.ASSET_TYPES},
+            },
+            "304": not_modified,
+            **_errors((404,), e404="No such asset (problem type `no-route`)."),
+        },
+        parameters=[
+            _parameter("asset", "path", "The file.", {"type": "string", "enum": list(docs.ASSET_NAMES)}, required=True),
+            _parameter("v", "query", "The asset's version, as the page names it.", {"type": "string"}),
+            *_parameters_named("If-None-Match"),
+        ],
+    )
+    return {
+        DOCS: _path_item("Swagger UI (off with `JETWAY_DOCS=off`).", "Docs", _with_head(page, "headDocs")),
+        DOCS_ASSET: _path_item(
+            "The page's assets, from a packaged Swagger UI.",
+            "DocsAsset",
+            _with_head(asset, "headDocsAsset"),
+            ("asset",),
+        ),
+    }
+
+
 def _document_operations() -> Json:
     get = _operation(
         "getDocument",
-        "Read a document: the stored bytes, verbatim",
+        "Read a document: the stored bytes, verbatim, or a compressed variant stored with them",
         "documents",
         {
-            "200": _stored("The document, exactly as it was stored."),
-            "304": _response("`If-None-Match` matches the current ETag.", headers=("ETag",)),
-            **_errors((400, 404, *_REDIS), e400="Invalid collection name or document id."),
+            "200": _response(
+                "The document, exactly as it was stored; or, when `Accept-Encoding` prefers one that is stored"
+                " (documents of at least `JETWAY_COMPRESS_MIN_BYTES`), its compressed variant with"
+                " `Content-Encoding` and an ETag of its own. `Vary: Accept-Encoding` when variants are stored.",
+                _ref("schemas", "Document"),
+                ("ETag", "Last-Modified", "Cache-Control", "Vary", "Content-Encoding"),
+            ),
+            "304": _response(
+                "`If-None-Match` names the document (any variant's ETag does), or, without `If-None-Match`,"
+                " it was not modified since `If-Modified-Since`.",
+                headers=("ETag", "Cache-Control", "Vary"),
+            ),
+            **_errors((400, 404, 406, *_REDIS), e400="Invalid collection name or document id."),
         },
-        parameters=_parameters_named("If-None-Match"),
+        parameters=_parameters_named("If-None-Match", "If-Modified-Since", "Accept-Encoding"),
     )
     put = _operation(
         "putDocument",
@@ -264,7 +373,7 @@ def _document_operations() -> Json:
                 e412="`If-Match` does not match, or `If-None-Match` matches (`*`: the document exists).",
             ),
         },
-        parameters=_parameters_named("If-Match", "If-None-Match", "ttl"),
+        parameters=_parameters_named("If-Match", "If-None-Match", "If-Unmodified-Since", "ttl"),
         requestBody=_body(JSON_TYPE, "The document, stored verbatim once validated.", "Document"),
     )
     patch = _operation(
@@ -272,7 +381,12 @@ def _document_operations() -> Json:
         "Merge-patch a document (RFC 7396), atomically against concurrent writers",
         "documents",
         {
-            "200": _stored("Patched; the body is the compact serialization of the merged document."),
+            "200": _response(
+                "Patched; the body is the compact serialization of the merged document (with an"
+                " `Idempotency-Key`, perhaps the first attempt's answer again, marked `Idempotency-Replayed`).",
+                _ref("schemas", "Document"),
+                ("ETag", "Last-Modified", "Idempotency-Replayed"),
+            ),
             **_write_errors(
                 (400, 404, 409, 412, 413, 415, 422, 507, *_REDIS),
                 "ETag",
@@ -280,11 +394,12 @@ def _document_operations() -> Json:
                 e412="`If-Match` does not match the current ETag.",
                 e413="The patch, or the merged document, is larger than `JETWAY_MAX_BODY` bytes (default 1 MiB).",
                 e415="The body is not labelled `application/merge-patch+json` (`charset=utf-8` allowed).",
+                e409="The merge patch lost the race to concurrent writers too many times; retry. Or: " + _KEY_IN_USE,
                 e422="The stored document merged with the patch cannot be serialized as JSON "
-                "(e.g. a number beyond the range of a double).",
+                "(e.g. a number beyond the range of a double). Or: " + _KEY_REUSED,
             ),
         },
-        parameters=_parameters_named("If-Match"),
+        parameters=_parameters_named("If-Match", "If-Unmodified-Since", "Idempotency-Key"),
         requestBody=_body(validation.MERGE_PATCH_JSON, "A JSON Merge Patch: `null` removes a member.", "MergePatch"),
     )
     delete = _operation(
@@ -295,7 +410,7 @@ def _document_operations() -> Json:
             "204": _response("Deleted."),
             **_write_errors((400, 404, 412, *_REDIS), e400="Invalid collection name or document id."),
         },
-        parameters=_parameters_named("If-Match"),
+        parameters=_parameters_named("If-Match", "If-Unmodified-Since"),
     )
     return {**_with_head(get, "headDocument"), "put": put, "patch": patch, "delete": delete}
 
@@ -307,14 +422,23 @@ def _collection_operations() -> Json:
         "A page of documents in id order (`limit`, `cursor`), or many documents by id (`ids`)",
         "collections",
         {
-            "200": _response("A `Page` without `ids`, `Items` with `ids`.", listing),
+            "200": _response(
+                "A `Page` without `ids`, `Items` with `ids`; gzipped as it is sent when `Accept-Encoding` prefers"
+                " gzip and it is at least `JETWAY_COMPRESS_MIN_BYTES`. A weak `ETag` names its content.",
+                listing,
+                ("ETag", "Cache-Control", "Vary", "Content-Encoding"),
+            ),
+            "304": _response(
+                "`If-None-Match` names the page's weak ETag: its content has not changed.",
+                headers=("ETag", "Cache-Control", "Vary"),
+            ),
             **_errors(
-                (400, *_REDIS),
+                (400, 406, *_REDIS),
                 e400="Invalid collection name, `limit`, `cursor` or `ids`; `ids` with `cursor`, or with a `limit`"
                 " less than their number.",
             ),
         },
-        parameters=_parameters_named("limit", "cursor", "ids"),
+        parameters=_parameters_named("limit", "cursor", "ids", "If-None-Match", "Accept-Encoding"),
     )
     post = _operation(
         "createDocument",
@@ -322,18 +446,21 @@ def _collection_operations() -> Json:
         "collections",
         {
             "201": _response(
-                "Created; the body is the document as stored.",
+                "Created; the body is the document as stored (with an `Idempotency-Key`, perhaps the first"
+                " attempt's answer again, marked `Idempotency-Replayed`).",
                 _ref("schemas", "Document"),
-                ("Location", "ETag", "Last-Modified"),
+                ("Location", "ETag", "Last-Modified", "Idempotency-Replayed"),
             ),
             **_write_errors(
-                (400, 413, 415, 507, *_REDIS),
+                (400, 409, 413, 415, 422, 507, *_REDIS),
                 "ETag",
                 "Location",
-                e400="Invalid collection name or `ttl`; malformed JSON; or not an object.",
+                e400="Invalid collection name, `ttl` or `Idempotency-Key`; malformed JSON; or not an object.",
+                e409=_KEY_IN_USE,
+                e422=_KEY_REUSED,
             ),
         },
-        parameters=_parameters_named("ttl"),
+        parameters=_parameters_named("ttl", "Idempotency-Key"),
         requestBody=_body(JSON_TYPE, "The document, stored verbatim once validated.", "Document"),
     )
     return {**_with_head(get, "headCollection"), "post": post}
@@ -345,12 +472,18 @@ def _multi_get_operations() -> Json:
         "Many documents by id, the ids in the body: any list the GET form's request line cannot hold",
         "collections",
         {
-            "200": _response("The documents in the order asked, null where missing.", _ref("schemas", "Items")),
+            "200": _response(
+                "The documents in the order asked, null where missing; gzipped as they are sent when"
+                " `Accept-Encoding` prefers gzip and they are at least `JETWAY_COMPRESS_MIN_BYTES`.",
+                _ref("schemas", "Items"),
+                ("Cache-Control", "Vary", "Content-Encoding"),
+            ),
             **_errors(
-                (400, 413, 415, *_REDIS),
+                (400, 406, 413, 415, *_REDIS),
                 e400='Invalid collection name or id (named), too many ids, malformed JSON, or not `{"ids": [...]}`.',
             ),
         },
+        parameters=_parameters_named("Accept-Encoding"),
         requestBody=_body(JSON_TYPE, "The ids to fetch; duplicates are answered in place.", "IdList"),
     )
     return {"post": post}
@@ -374,6 +507,13 @@ def _parameters(max_ids: int) -> Json:
             "collection", "path", "A collection name.", _ref("schemas", "CollectionName"), required=True
         ),
         "id": _parameter("id", "path", "A document id.", _ref("schemas", "DocumentId"), required=True),
+        "asset": _parameter(
+            "asset",
+            "path",
+            "A file of the /docs page.",
+            _ref("schemas", "DocsAsset"),
+            required=True,
+        ),
         "ttl": _parameter(
             "ttl",
             "query",
@@ -407,6 +547,36 @@ def _parameters(max_ids: int) -> Json:
         "If-Match": _parameter(
             "If-Match", "header", "`*` or strong entity tags: act only if one matches (a weak tag never does).", tags
         ),
+        "Idempotency-Key": _parameter(
+            "Idempotency-Key",
+            "header",
+            "A key of the client's making (draft-ietf-httpapi-idempotency-key-header), 1 to 255 printable ASCII"
+            " characters, quoted or not: a retry with the same key and request gets the first response again,"
+            " and nothing is written twice, also after a crash. Kept 24 hours per token.",
+            {"type": "string", "maxLength": 257},
+        ),
+        "If-Modified-Since": _parameter(
+            "If-Modified-Since",
+            "header",
+            "An HTTP-date: 304 if the document was not written after it. Ignored with `If-None-Match`.",
+            {"type": "string"},
+        ),
+        "If-Unmodified-Since": _parameter(
+            "If-Unmodified-Since",
+            "header",
+            "An HTTP-date: 412 if the document was written after it. Ignored with `If-Match` or when the"
+            " document does not exist.",
+            {"type": "string"},
+        ),
+        "Accept-Encoding": _parameter(
+            "Accept-Encoding",
+            "header",
+            "Content codings the client decodes, with q-values (RFC 9110 12.5.3). Documents of at least"
+            " `JETWAY_COMPRESS_MIN_BYTES` are stored with a `gzip` variant, sent as stored, and list pages and"
+            " multi-gets that large are gzipped as they are sent; without this header the stored bytes are sent;"
+            " `identity;q=0` with nothing else available accepted is a 406.",
+            {"type": "string"},
+        ),
         "If-None-Match": _parameter(
             "If-None-Match",
             "header",
@@ -418,11 +588,31 @@ def _parameters(max_ids: int) -> Json:
 
 
 def _headers() -> Json:
-    def header(description: str, **schema: Any) -> Json:
-        return {"description": description, "schema": {"type": "string", **schema}}
+    def header(description: str, required: bool = True, **schema: Any) -> Json:
+        # `required`: on every response that lists the header (tests/test_openapi.py checks real responses).
+        return {"description": description, "required": required, "schema": {"type": "string", **schema}}
 
     return {
-        "ETag": header("The document's strong entity tag; it changes on every write."),
+        "ETag": header(
+            "The document's strong entity tag; it changes on every write. A compressed variant's tag is the"
+            " document's with `-<coding>` inside the quotes; `If-Match` and `If-None-Match` take either.",
+        ),
+        "Cache-Control": header(
+            "How caches may keep the response: for documents, list pages and multi-gets the operator's policy"
+            " (`JETWAY_CACHE_CONTROL`, default `no-cache`: keep, but revalidate with the ETag); for `/docs`"
+            " assets named by their content, a year. Problem responses carry `no-store`.",
+            examples=["no-cache"],
+        ),
+        "Vary": header(
+            "`Accept-Encoding` when the document has compressed variants (on list pages and multi-gets whenever"
+            " compression is on); `Origin` beside it when `JETWAY_CORS_ORIGINS` lists origins.",
+            required=False,
+        ),
+        "Content-Encoding": header("`gzip` when the body is sent compressed.", required=False),
+        "Idempotency-Replayed": header(
+            "`true` when the response is the stored answer to an earlier request with the same `Idempotency-Key`.",
+            required=False,
+        ),
         "Last-Modified": header("When the document was last written (HTTP date)."),
         "Location": header("The path of the new document.", examples=["/v1/orders/01J0000000000000000000000"]),
         "Retry-After": header("Seconds to wait before retrying.", pattern="^[0-9]+$", examples=[RETRY_AFTER_SECONDS]),
@@ -431,6 +621,7 @@ def _headers() -> Json:
         "RateLimit-Limit": header("Requests the token may make per period (its burst).", pattern="^[0-9]+$"),
         "RateLimit-Remaining": header("Requests left right now.", pattern="^[0-9]+$"),
         "RateLimit-Reset": header("Seconds until the full allowance is back.", pattern="^[0-9]+$"),
+        "Content-Security-Policy": header("What the page may load: only from this origin."),
     }
 
 
@@ -465,6 +656,7 @@ def _schemas(max_ids: int) -> Json:
             "not": {"enum": [".", ".."]},
         },
         "Document": document,
+        "DocsAsset": {"type": "string", "enum": list(docs.ASSET_NAMES), "description": "A file of the /docs page."},
         "IdList": _object(
             {"ids": {"type": "array", "items": _ref("schemas", "DocumentId"), "maxItems": max_ids}},
             ["ids"],
@@ -492,7 +684,7 @@ def _schemas(max_ids: int) -> Json:
     }
 
 
-def openapi_document(max_ids: int = validation.MAX_IDS) -> Json:
+def openapi_document(max_ids: int = validation.MAX_IDS, with_docs: bool = True) -> Json:
     """The whole OpenAPI 3.1.0 document, as plain JSON values."""
     return {
         "openapi": "3.1.0",
@@ -504,11 +696,17 @@ def openapi_document(max_ids: int = validation.MAX_IDS) -> Json:
         },
         "paths": {
             **_health_paths(),
-            DOCUMENT: _path_item("One document.", _secured(_document_operations()), ("collection", "id")),
+            **(_docs_paths() if with_docs else {}),
+            DOCUMENT: _path_item("One document.", "Document", _secured(_document_operations()), ("collection", "id")),
             COLLECTION: _path_item(
-                "A collection (a trailing slash is accepted).", _secured(_collection_operations()), ("collection",)
+                "A collection (a trailing slash is accepted).",
+                "Collection",
+                _secured(_collection_operations()),
+                ("collection",),
             ),
-            MULTI_GET: _path_item("A multi-get by POST.", _secured(_multi_get_operations()), ("collection",)),
+            MULTI_GET: _path_item(
+                "A multi-get by POST.", "MultiGet", _secured(_multi_get_operations()), ("collection",)
+            ),
         },
         "components": {
             "schemas": _schemas(max_ids),

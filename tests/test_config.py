@@ -16,6 +16,11 @@ def test_defaults():
         2.0,
     )
     assert settings.redis.host == "127.0.0.1" and settings.redis.port == 6379
+    assert settings.docs is True
+
+
+def test_jetway_docs_off_turns_the_docs_off():
+    assert from_environment({"JETWAY_DOCS": "off"}).docs is False
 
 
 @pytest.mark.parametrize(
@@ -31,6 +36,7 @@ def test_defaults():
         ("JETWAY_WRITE_REPLICAS", "-1"),
         ("JETWAY_WRITE_REPLICAS", "one"),
         ("JETWAY_WRITE_TIMEOUT", "0"),
+        ("JETWAY_DOCS", "maybe"),
         ("REDIS_URL", "http://x"),
         ("REDIS_URL", "redis://h:port/0"),
     ],

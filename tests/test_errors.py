@@ -59,10 +59,10 @@ def test_unknown_route_is_404_problem(api, path, method):
 @pytest.mark.parametrize(
     ("method", "path", "allowed"),
     [
-        ("POST", "/v1/docs/d1", {"GET", "HEAD", "PUT", "PATCH", "DELETE"}),
-        ("DELETE", "/v1/docs", {"GET", "HEAD", "POST"}),
-        ("PUT", "/v1/docs", {"GET", "HEAD", "POST"}),
-        ("PATCH", "/v1/docs", {"GET", "HEAD", "POST"}),
+        ("POST", "/v1/docs/d1", {"GET", "HEAD", "PUT", "PATCH", "DELETE", "OPTIONS"}),
+        ("DELETE", "/v1/docs", {"GET", "HEAD", "POST", "OPTIONS"}),
+        ("PUT", "/v1/docs", {"GET", "HEAD", "POST", "OPTIONS"}),
+        ("PATCH", "/v1/docs", {"GET", "HEAD", "POST", "OPTIONS"}),
     ],
 )
 def test_unsupported_method_is_405_with_allow(api, seeded, method, path, allowed):

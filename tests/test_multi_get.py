@@ -76,7 +76,7 @@ def test_media_type_collection_and_method_are_checked(api):
     assert api.send("POST", "/v1/_get/things", b'{"ids":[]}', "text/plain").status_code == 415
     assert post_ids(api, "Bad-Name", []).status_code == 400
     response = api.get("/v1/_get/things")
-    assert response.status_code == 405 and response.headers["Allow"] == "POST"
+    assert response.status_code == 405 and response.headers["Allow"] == "POST, OPTIONS"
 
 
 def test_read_scope_is_enough_and_write_scope_is_not(api, jetway):

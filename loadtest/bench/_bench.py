@@ -70,6 +70,10 @@ class Server:
     module: str = "api"
     workers: int = 1
     env: Tuple[Tuple[str, str], ...] = ()  # settings of this server only
+    only: Tuple[str, ...] = ()  # the endpoints it is measured on (all when empty)
+
+    def measures(self, endpoint: Endpoint) -> bool:
+        return not self.only or endpoint.key in self.only
 
     @property
     def needs_replica(self) -> bool:
@@ -83,6 +87,8 @@ class Endpoint:
     method: str
     path: str
     body: Optional[str] = None  # sent as it is (a PUT sends a document instead); text, for bench.json
+    headers: Tuple[Tuple[str, str], ...] = ()  # sent besides the token
+    size: str = "small"  # the document a PUT sends: small or large
 
 
 @dataclass
@@ -100,6 +106,7 @@ class Run:
     p99_ms: float
     errors: int
     started: float = field(default_factory=time.time)
+    bytes_per_request: float = 0.0  # of the response, headers included, as wrk read it
 
 
 @dataclass(frozen=True)
@@ -138,6 +145,16 @@ def servers(workers: int) -> List[Server]:
             workers=workers,
             env=(("JETWAY_WRITE_REPLICAS", "1"),),
         ),
+        # Documents stored without compressed variants: what making them at write time costs.
+        Server(
+            "plain",
+            f"Jetway PyPy, {workers} workers, no compressed variants",
+            "jetway",
+            PYPY,
+            workers=workers,
+            env=(("JETWAY_COMPRESS_MIN_BYTES", "0"),),
+            only=("get-large", "put-large"),
+        ),
         Server(
             "reencode",
             f"PyPy decode+re-encode, {workers} workers",
@@ -158,7 +175,17 @@ def endpoints(small: int, large: int) -> List[Endpoint]:
     return [
         Endpoint("get-small", f"GET /v1/{{coll}}/{{id}} ({small} B)", "GET", "/v1/bench-small/doc"),
         Endpoint("get-large", f"GET /v1/{{coll}}/{{id}} ({large // 1024} KB)", "GET", "/v1/bench-large/doc"),
+        Endpoint(
+            "get-large-gzip",
+            f"GET /v1/{{coll}}/{{id}} ({large // 1024} KB), gzip",
+            "GET",
+            "/v1/bench-large/doc",
+            headers=(("Accept-Encoding", "gzip"),),
+        ),
         Endpoint("put", f"PUT /v1/{{coll}}/{{id}} ({small} B)", "PUT", "/v1/bench-put/doc"),
+        Endpoint(
+            "put-large", f"PUT /v1/{{coll}}/{{id}} ({large // 1024} KB)", "PUT", "/v1/bench-put-large/doc", size="large"
+        ),
         Endpoint("list-100", f"GET list page of {PAGE}", "GET", f"/v1/bench-list?limit={PAGE}"),
         Endpoint("mget-20", f"GET multi-get of {MULTI_GET}", "GET", f"/v1/bench-mget?ids={mget}"),
         Endpoint(
@@ -266,6 +293,7 @@ class Bench:
     def _seed(self, base: str) -> None:
         small, large = self.args.small, self.args.large
         documents = [("bench-small", "doc", small), ("bench-large", "doc", large), ("bench-put", "doc", small)]
+        documents.append(("bench-put-large", "doc", large))
         for collection in ("bench-list", "bench-mget", "bench-mget-many"):
             documents += [(collection, doc_id, small) for doc_id in _data.ids("m", LIST_DOCS)]
         with Client(base, self.headers) as client:
@@ -274,7 +302,7 @@ class Bench:
                 if status not in (200, 201):
                     raise RuntimeError(f"seeding {collection}/{doc_id}: {status} {body[:200]!r}")
             for endpoint in self.endpoints:
-                status, body = client.send(endpoint.method, endpoint.path, self._body(endpoint))
+                status, body = client.send(endpoint.method, endpoint.path, self._body(endpoint), endpoint.headers)
                 if status != 200:
                     raise RuntimeError(f"{endpoint.method} {endpoint.path} on the reference: {status} {body[:200]!r}")
                 self.expected[endpoint.key] = body
@@ -282,7 +310,8 @@ class Bench:
     def _body(self, endpoint: Endpoint) -> Optional[bytes]:
         if endpoint.body is not None:
             return endpoint.body.encode()
-        return _data.document("doc", self.args.small) if endpoint.method == "PUT" else None
+        size = self.args.large if endpoint.size == "large" else self.args.small
+        return _data.document("doc", size) if endpoint.method == "PUT" else None
 
     def _static_root(self) -> Path:
         """The reference's response bodies as files, at the same paths."""
@@ -299,8 +328,8 @@ class Bench:
         """Every server answers every endpoint 200 with the reference's bytes."""
         for server in self.servers:
             with Client(self.bases[server.key], self.headers) as client:
-                for endpoint in self.endpoints:
-                    status, body = client.send(endpoint.method, endpoint.path, self._body(endpoint))
+                for endpoint in filter(server.measures, self.endpoints):
+                    status, body = client.send(endpoint.method, endpoint.path, self._body(endpoint), endpoint.headers)
                     if status != 200:
                         raise RuntimeError(f"{server.label}: {endpoint.method} {endpoint.path} answered {status}")
                     if body != self.expected[endpoint.key]:
@@ -309,18 +338,21 @@ class Bench:
     def _warm_up(self) -> None:
         share = max(1.0, self.args.warmup / len(self.endpoints))
         for server in self.servers:
-            print(f"bench: warming up {server.label} ({share * len(self.endpoints):.0f} s)", flush=True)
-            for endpoint in self.endpoints:
+            mine = list(filter(server.measures, self.endpoints))
+            print(f"bench: warming up {server.label} ({share * len(mine):.0f} s)", flush=True)
+            for endpoint in mine:
                 self.wrk(server, endpoint, share, -1, 0)
 
     def _measure(self) -> List[Run]:
         runs: List[Run] = []
-        total = self.args.rounds * len(self.endpoints) * len(self.servers)
+        total = self.args.rounds * sum(
+            server.measures(endpoint) for server in self.servers for endpoint in self.endpoints
+        )
         for round_number in range(1, self.args.rounds + 1):
             turn = (round_number - 1) % len(self.servers)
             order = self.servers[turn:] + self.servers[:turn]
             for endpoint in self.endpoints:
-                for server in order:
+                for server in filter(lambda server: server.measures(endpoint), order):
                     run = self.wrk(server, endpoint, self.args.duration, round_number, len(runs) + 1)
                     runs.append(run)
                     print(
@@ -334,7 +366,7 @@ class Bench:
         threads = len(self.plan.loadgen) if self.plan.loadgen else 1
         command = ["wrk", "-t", str(threads), "-c", str(self.args.connections), "-d", f"{max(1, round(seconds))}s"]
         command += ["--timeout", "10s", "-s", str(WRK_SCRIPT)]
-        for name, value in self.headers.items():
+        for name, value in (*self.headers.items(), *endpoint.headers):
             command += ["-H", f"{name}: {value}"]
         command.append(self.bases[server.key] + endpoint.path)
         env = {**os.environ, "BENCH_METHOD": endpoint.method}
@@ -382,6 +414,7 @@ def parse_wrk(
         p99_ms=round(data["p99_us"] / 1000, 3),
         errors=errors,
         started=started,
+        bytes_per_request=round(data["bytes"] / data["requests"], 1) if data["requests"] else 0.0,
     )
 
 
@@ -399,8 +432,10 @@ class Client:
     def __exit__(self, *_: object) -> None:
         self.connection.close()
 
-    def send(self, method: str, path: str, body: Optional[bytes] = None) -> Tuple[int, bytes]:
-        headers = dict(self.headers)
+    def send(
+        self, method: str, path: str, body: Optional[bytes] = None, extra: Sequence[Tuple[str, str]] = ()
+    ) -> Tuple[int, bytes]:
+        headers = {**self.headers, **dict(extra)}
         if body is not None:
             headers["Content-Type"] = "application/json"
         self.connection.request(method, path, body=body, headers=headers)
@@ -413,7 +448,7 @@ def _summary(
 ) -> Dict[str, Any]:
     cases: Dict[str, Dict[str, Any]] = {}
     for endpoint in points:
-        for server in chosen:
+        for server in filter(lambda server: server.measures(endpoint), chosen):
             mine = [run for run in runs if run.server == server.key and run.endpoint == endpoint.key]
             cases[f"{endpoint.key}/{server.key}"] = _case(mine)
     trustworthy = args.warmup >= MIN_WARMUP and args.rounds >= MIN_ROUNDS and not args.quick
@@ -457,6 +492,7 @@ def _case(runs: List[Run]) -> Dict[str, Any]:
         "p99_max": max(p99, default=0.0),
         "errors": sum(run.errors for run in runs),
         "runs": len(runs),
+        "bytes_per_request": statistics.mean(run.bytes_per_request for run in runs) if runs else 0.0,
     }
 
 

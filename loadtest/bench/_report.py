@@ -44,7 +44,9 @@ def markdown(summary: Dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-# (what, numerator case, denominator case or None, comparison, bound)
+# (what, numerator case, denominator case or None, comparison, bound); the
+# figure is the ratio of requests per second (of response bytes for the rows
+# in BYTE_TARGETS), or the numerator's p99 when there is no denominator.
 TARGETS = [
     ("200 B read, 2 workers / nginx", "get-small/pypy", "get-small/nginx", ">=", 0.5),
     ("10 KB read, 2 workers / nginx", "get-large/pypy", "get-large/nginx", ">=", 0.4),
@@ -54,7 +56,11 @@ TARGETS = [
     ("200 B PUT / 200 B read, 2 workers", "put/pypy", "get-small/pypy", ">=", 0.5),
     ("500-id multi-get, POST form / GET form, 2 workers", "mget-500-post/pypy", "mget-500/pypy", ">=", 0.9),
     ("200 B PUT, JETWAY_WRITE_REPLICAS=1 / 0, a healthy replica", "put/wait1", "put/pypy", ">=", 0.7),
+    ("10 KB read, gzip variant / stored bytes, 2 workers", "get-large-gzip/pypy", "get-large/pypy", ">=", 0.9),
+    ("10 KB read, gzip variant / stored bytes: response bytes", "get-large-gzip/pypy", "get-large/pypy", "<=", 0.34),
+    ("10 KB PUT, variants made / none, 2 workers", "put-large/pypy", "put-large/plain", ">=", 0.7),
 ]
+BYTE_TARGETS = {"10 KB read, gzip variant / stored bytes: response bytes"}
 RSS_BUDGET_MB = 150.0
 
 
@@ -65,10 +71,11 @@ def _targets(summary: Dict[str, Any]) -> List[str]:
     for what, top, bottom, comparison, bound in TARGETS:
         if top not in cases or (bottom is not None and bottom not in cases):
             continue
+        kind = "bytes_per_request" if what in BYTE_TARGETS else "rps"
         if bottom is None:
             figure = cases[top]["p99_ms"]
         else:
-            figure = cases[top]["rps"] / cases[bottom]["rps"] if cases[bottom]["rps"] else 0.0
+            figure = cases[top][kind] / cases[bottom][kind] if cases[bottom].get(kind) else 0.0
         met = figure >= bound if comparison == ">=" else figure <= bound
         rows.append(f"| {what} | {figure:.2f} | {comparison} {bound:g} | {_met(met)} |")
     fresh = summary.get("fresh_rss_mb")
@@ -108,7 +115,10 @@ def _table(summary: Dict[str, Any], figure: str, number: str) -> List[str]:
         base = summary["cases"][f"{endpoint['key']}/{reference}"][figure]
         cells = []
         for server in servers:
-            case = summary["cases"][f"{endpoint['key']}/{server['key']}"]
+            case = summary["cases"].get(f"{endpoint['key']}/{server['key']}")
+            if case is None:
+                cells.append("-")  # not measured on this server
+                continue
             value = case[figure]
             spread = (case[high] - case[low]) / value if value else 0.0
             cell = f"{number.format(value)} ±{spread:.0%}"
@@ -157,7 +167,9 @@ def plot(summary: Dict[str, Any], path: Path) -> None:
         for index, server in enumerate(servers):
             xs, means, errors = [], [], [[], []]
             for position, endpoint in enumerate(endpoints):
-                case = summary["cases"][f"{endpoint['key']}/{server['key']}"]
+                case = summary["cases"].get(f"{endpoint['key']}/{server['key']}")
+                if case is None:
+                    continue  # not measured on this server
                 x = position + (index - (len(servers) - 1) / 2) * width
                 xs.append(x)
                 means.append(case[figure_key])

@@ -23,8 +23,17 @@ from jetway_client.api.documents import (
     put_document,
 )
 from jetway_client.api.health import get_health, get_readiness, head_health, head_readiness
-from jetway_client.api.meta import get_metrics, get_open_api, head_metrics, head_open_api
-from jetway_client.models import Document, IdList, Items, MergePatch, Page, Problem
+from jetway_client.api.meta import (
+    get_docs,
+    get_docs_asset,
+    get_metrics,
+    get_open_api,
+    head_docs,
+    head_docs_asset,
+    head_metrics,
+    head_open_api,
+)
+from jetway_client.models import DocsAsset, Document, IdList, Items, MergePatch, Page, Problem
 from jetway_client.types import Response
 
 COLLECTION = "genpy"
@@ -55,9 +64,18 @@ def health(anonymous: Client) -> None:
     assert expect(get_readiness.sync_detailed(client=anonymous), 200).status == "ready"
     assert "# TYPE" in expect(get_metrics.sync_detailed(client=anonymous), 200)
     assert expect(get_open_api.sync_detailed(client=anonymous), 200)["openapi"] == "3.1.0"
-    for head in (head_health, head_readiness, head_metrics, head_open_api):
+    for head in (head_health, head_readiness, head_metrics, head_open_api, head_docs):
         response = head.sync_detailed(client=anonymous)
         assert response.status_code == 200 and response.content == b"", head.__name__
+
+
+def docs(anonymous: Client) -> None:
+    page = get_docs.sync_detailed(client=anonymous)
+    assert 'id="swagger-ui"' in expect(page, 200)
+    expect(get_docs.sync_detailed(client=anonymous, if_none_match=page.headers["ETag"]), 304)
+    assert "SwaggerUIBundle" in expect(get_docs_asset.sync_detailed(DocsAsset.START_JS, client=anonymous), 200)
+    head = head_docs_asset.sync_detailed(DocsAsset.SWAGGER_UI_CSS, client=anonymous)
+    assert head.status_code == 200 and head.content == b"" and head.headers["Cache-Control"] == "no-cache"
 
 
 def documents(client: AuthenticatedClient, anonymous: Client) -> None:
@@ -142,6 +160,7 @@ def main(base_url: str, token: str) -> None:
     anonymous = Client(base_url=base_url, raise_on_unexpected_status=True)
     client = AuthenticatedClient(base_url=base_url, token=token, raise_on_unexpected_status=True)
     health(anonymous)
+    docs(anonymous)
     documents(client, anonymous)
     collections(client)
     print(f"python client: every operation answered as documented ({HTTPStatus.OK.phrase})")

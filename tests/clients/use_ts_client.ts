@@ -33,10 +33,24 @@ async function health(): Promise<void> {
   assert.match(metrics.data ?? "", /# TYPE/);
   const spec = await anonymous.GET("/openapi.json");
   assert.equal(spec.data?.openapi, "3.1.0");
-  for (const path of ["/healthz", "/readyz", "/metrics", "/openapi.json"] as const) {
+  for (const path of ["/healthz", "/readyz", "/metrics", "/openapi.json", "/docs"] as const) {
     const head = await anonymous.HEAD(path);
     assert.equal(head.response.status, 200, path);
   }
+}
+
+async function docs(): Promise<void> {
+  const page = await anonymous.GET("/docs", { parseAs: "text" });
+  assert.match(page.data ?? "", /id="swagger-ui"/);
+  const etag = page.response.headers.get("ETag") ?? "";
+  const again = await anonymous.GET("/docs", { params: { header: { "If-None-Match": etag } }, parseAs: "text" });
+  assert.equal(again.response.status, 304);
+  const params = { path: { asset: "start.js" as const } };
+  const start = await anonymous.GET("/docs/assets/{asset}", { params, parseAs: "text" });
+  assert.match(start.data ?? "", /SwaggerUIBundle/);
+  const head = await anonymous.HEAD("/docs/assets/{asset}", { params: { path: { asset: "swagger-ui.css" } } });
+  assert.equal(head.response.status, 200);
+  assert.equal(head.response.headers.get("Cache-Control"), "no-cache");
 }
 
 async function documents(): Promise<void> {
@@ -119,6 +133,7 @@ async function collections(): Promise<void> {
 }
 
 await health();
+await docs();
 await documents();
 await collections();
 console.log("typescript client: every operation answered as documented");

@@ -1,0 +1,86 @@
+"""Outside tools hold the server to HTTP and to its own OpenAPI document.
+
+- schemathesis (a schema-based fuzzer) generates requests from the running
+  server's ``/openapi.json`` (boundary values, random values and chains of
+  calls) and checks that every status, content type, header and body it gets
+  back is the one documented for that operation;
+- REDbot (an HTTP linter) reads a document, a compressed one and a list page
+  and finds neither an error nor a warning with the default cache policy.
+
+Both run from ``.venv-clients`` (``requirements-clients.txt``).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from typing import Iterator
+
+import pytest
+import requests
+
+from tests.support import ROOT, JetwayServer
+
+TOOLS = ROOT / ".venv-clients" / "bin"
+
+
+def test_the_fuzzer_finds_no_response_the_document_does_not_describe(api, tmp_path):
+    token = api.session.headers["Authorization"].split(" ", 1)[1]
+    result = subprocess.run(
+        [
+            str(TOOLS / "schemathesis"),
+            "run",
+            api.server.url("/openapi.json"),
+            "--header",
+            f"Authorization: Bearer {token}",
+            "--checks",
+            "status_code_conformance,content_type_conformance,response_headers_conformance,"
+            "response_schema_conformance,not_a_server_error",
+            "--max-examples",
+            "15",
+            "--workers",
+            "2",
+            "--seed",
+            "1",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-6000:]
+    assert "No issues found" in output, output[-6000:]
+
+
+@pytest.fixture(scope="module")
+def open_server(redis_server, tmp_path_factory) -> Iterator[JetwayServer]:
+    """A Jetway without authorization: the linter sends no token."""
+    server = JetwayServer(redis_server.url, tmp_path_factory.mktemp("lint") / "jetway.log")
+    try:
+        yield server.start(["--workers", "1"])
+    finally:
+        server.stop()
+
+
+def lint(url: str) -> list:
+    """REDbot's notes on ``url`` that are errors or warnings, as ``(level, summary)``."""
+    result = subprocess.run(
+        [str(TOOLS / "redbot"), "-o", "har", url], capture_output=True, text=True, timeout=120, check=True
+    )
+    entries = json.loads(result.stdout)["log"]["entries"]
+    notes = [note for entry in entries for note in entry.get("_red_messages", [])]
+    assert notes, result.stdout[-2000:]  # REDbot said something: it did look
+    return [(note["level"], note["summary"]) for note in notes if note["level"].lower() not in ("good", "info")]
+
+
+def test_the_linter_finds_nothing_wrong_with_documents_and_pages(open_server, redis_client):
+    items = [{"id": n, "name": f"user {n}", "email": f"u{n}@example.com"} for n in range(150)]
+    documents = {"small": b'{"a":1}', "large": json.dumps({"items": items}).encode()}
+    for doc_id, body in documents.items():
+        written = requests.put(
+            open_server.url(f"/v1/lint/{doc_id}"), data=body, headers={"Content-Type": "application/json"}, timeout=10
+        )
+        assert written.status_code == 201
+    for path in ("/v1/lint/small", "/v1/lint/large", "/v1/lint?limit=10"):
+        assert lint(open_server.url(path)) == [], path
