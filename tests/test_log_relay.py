@@ -7,6 +7,7 @@ import json
 import os
 import re
 import select
+import signal
 import subprocess
 import sys
 import threading
@@ -18,7 +19,7 @@ import pytest
 import requests
 
 from api.log_relay import MAX_LINE, MAX_OWN_LINES, Relay
-from tests.support import JetwayServer, stop_process, wait_until
+from tests.support import ClientThreads, JetwayServer, stop_process, wait_until
 from tests.test_master import worker_pids
 
 
@@ -244,3 +245,56 @@ def dropped(server: JetwayServer) -> float:
     text = requests.get(server.url("/metrics"), timeout=10).text
     samples = [line for line in text.splitlines() if line.startswith("jetway_log_lines_dropped_total")]
     return sum(float(line.split()[-1]) for line in samples)
+
+
+class NumberedClient(ClientThreads):
+    """GETs of /healthz?relay-N-M on fresh connections; keeps the paths that were answered 200."""
+
+    def __init__(self, base: str, threads: int = 4) -> None:
+        super().__init__(threads)
+        self.base = base
+        self.answered: List[str] = []
+
+    def run_client(self, number: int) -> None:
+        sent = 0
+        while not self.stopping.is_set():
+            path = f"/healthz?relay-{number}-{sent}"
+            sent += 1
+            try:
+                ok = requests.get(self.base + path, timeout=10).status_code == 200
+            except requests.RequestException:
+                ok = False  # the port refused during the shutdown: no answer, no line owed
+                time.sleep(0.01)
+            if ok:
+                with self.lock:
+                    self.answered.append(path)
+
+
+def test_workers_replaced_by_sighup_or_stopped_by_sigterm_leave_every_line(redis_server, redis_client, tmp_path):
+    """Every request answered before, across a SIGHUP and up to the SIGTERM has its access line, once."""
+    server = JetwayServer(
+        redis_server.url, tmp_path / "reload.log", env={"JETWAY_ACCESS_LOG": "on", "JETWAY_GRACE": "5"}
+    )
+    with open(tmp_path / "stdout", "wb") as out:
+        try:
+            server.start(["--workers", "2"], stdout=out.fileno())
+            wait_until(lambda: len(worker_pids(server)) == 2, 10, "two workers")
+            before = worker_pids(server)
+            with NumberedClient(server.base) as client:
+                time.sleep(0.5)
+                server.process.send_signal(signal.SIGHUP)
+                wait_until(lambda: not set(before) & set(worker_pids(server)), 30, "every worker to be replaced")
+                time.sleep(0.5)
+                # Stopped while the clients still send: the draining workers' last lines must come too.
+                server.process.send_signal(signal.SIGTERM)
+                assert server.process.wait(20) == 0
+        finally:
+            server.stop()
+    logged = []
+    for text in (tmp_path / "stdout").read_text().splitlines()[1:]:  # after the master's banner
+        line = json.loads(text)
+        if line["namespace"] == "jetway.access" and line["path"].startswith("/healthz?relay-"):
+            logged.append(line["path"])
+    assert client.answered, "no request was answered"
+    print(f"\nSIGHUP then SIGTERM: {len(client.answered)} answered, {len(logged)} logged")
+    assert sorted(logged) == sorted(client.answered)
