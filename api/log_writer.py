@@ -1,9 +1,8 @@
 """A worker's log output: whole lines to a file descriptor, without ever blocking the worker.
 
-Lines are collected as they are made and written together at each
-``flush`` (the access log's, every 20 ms: ``api.logs``; any other line's),
-with ``os.write`` on the descriptor: no text layer, no buffered writer, no
-flush call on top.
+Lines are collected as they are made and written together, once per turn
+of the reactor (``flush``), with ``os.write`` on the descriptor: no text
+layer, no buffered writer, no flush call on top.
 
 Two ways to write, depending on whose descriptor it is:
 
@@ -33,7 +32,7 @@ import fcntl
 import os
 import select
 import stat
-from typing import Any, Callable
+from typing import Any, Callable, List
 
 # Bytes of lines a worker keeps waiting before it drops new ones: about
 # 4,000 access lines, a quarter second of a busy worker's log.
@@ -48,17 +47,15 @@ FINAL_WAIT_SECONDS = 2.0
 
 
 class LineWriter:
-    """Whole lines out to ``fd``, written together at each flush, in bounded memory."""
+    """Whole lines out to ``fd``, written once per reactor turn, in bounded memory."""
 
     def __init__(self, fd: int, own: bool, dropped: Callable[[int], None], limit: int = DEFAULT_LIMIT) -> None:
         self.fd = fd
         self.own = own
         self.limit = limit
         self._dropped = dropped
-        # Lines as bytes in one buffer, not a list of str: on PyPy a line kept
-        # in a list through a minor collection is copied to the old
-        # generation; the buffer's bytes are not objects the GC moves.
-        self._waiting = bytearray()
+        self._lines: List[str] = []
+        self._size = 0
         # In ``own`` mode: the part of an earlier write the pipe did not take.
         self._unsent = b""
         self._reactor: Any = None
@@ -71,18 +68,20 @@ class LineWriter:
 
     def add(self, line: str) -> None:
         """Queue one line (ending in a newline) for the next ``flush``."""
-        encoded = line.encode("utf-8", "replace")
-        if len(self._waiting) + len(encoded) + len(self._unsent) > self.limit:
+        size = self._size + len(line)
+        if size + len(self._unsent) > self.limit:
             self._dropped(1)
             return
-        self._waiting += encoded
+        self._lines.append(line)
+        self._size = size
 
     def flush(self) -> None:
         """Write what is queued, as far as the descriptor takes it now."""
-        if not self._waiting:
+        if not self._lines:
             return
-        data = bytes(self._waiting)
-        del self._waiting[:]
+        data = "".join(self._lines).encode("utf-8", "replace")
+        self._lines = []
+        self._size = 0
         if self.own:
             self._send(self._unsent + data if self._unsent else data)
         else:
@@ -90,7 +89,7 @@ class LineWriter:
 
     def waiting(self) -> int:
         """Bytes of lines not yet taken by the descriptor."""
-        return len(self._waiting) + len(self._unsent)
+        return self._size + len(self._unsent)
 
     def watch_with(self, reactor: Any) -> None:
         """Let ``reactor`` say when a full pipe can take more (``own`` mode)."""
