@@ -6,9 +6,8 @@ access log's fields (``request_id``, ``method``, ``path``, ``status``,
 traceback when one was logged.
 
 Access lines do not go through ``twisted.logger``: ``AccessLog`` formats
-them itself and hands them to the worker's ``api.log_writer.LineWriter``,
-which writes what came in ``FLUSH_SECONDS`` in one ``os.write`` (README
-"Operating it" has what a write per reactor turn cost). Through the logger (event dict,
+them itself and hands the lines of one reactor turn to the worker's
+``api.log_writer.LineWriter`` together. Through the logger (event dict,
 format-string parsing, the observer chain, a write and a flush per line), a
 document read with its access line took 63.1 µs of worker CPU against
 55.7 µs this way (medians of 3 interleaved pairs, ``loadtest/ab_cpu.sh``
@@ -78,14 +77,8 @@ def json_line(when: float, level: str, namespace: str, message: str, fields: Dic
     return json.dumps(record, default=str) + "\n"
 
 
-# Access lines wait at most this long, or until there are FLUSH_LINES of
-# them (~300 KB, well inside the writer's 1 MiB), before they are written.
-FLUSH_SECONDS = 0.02
-FLUSH_LINES = 1024
-
-
 class AccessLog:
-    """One line per request, in the worker's log format, written every ``FLUSH_SECONDS``."""
+    """One line per request, in the worker's log format, written once per reactor turn."""
 
     NAMESPACE = "jetway.access"
 
@@ -94,7 +87,6 @@ class AccessLog:
         self._as_json = as_json
         self._clock = clock
         self._flushing: Optional[Any] = None
-        self._waiting = 0
         self._prefix_at = -1
         self._prefix = ""
 
@@ -106,11 +98,9 @@ class AccessLog:
             message = f"{method} {path} {status} ({client}) {duration_ms}ms"
             line = f"{formatTime(now)} [{self.NAMESPACE}#info] {message}\n"
         self._lines.add(line)
-        self._waiting += 1
         if self._flushing is None:
-            self._flushing = self._clock.callLater(FLUSH_SECONDS, self.flush)
-        elif self._waiting >= FLUSH_LINES:
-            self.flush()
+            # Next reactor turn: every line of this turn in one write.
+            self._flushing = self._clock.callLater(0, self.flush)
 
     def _json_line(
         self, now: float, method: str, path: str, status: int, client: str, duration_ms: float, request_id: str
@@ -140,5 +130,4 @@ class AccessLog:
         if self._flushing is not None and self._flushing.active():
             self._flushing.cancel()
         self._flushing = None
-        self._waiting = 0
         self._lines.flush()
