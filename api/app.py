@@ -8,7 +8,8 @@ from typing import Any, Optional
 from api.application import JetwayApplication
 from api.config import Settings
 from api.connection import HttpLimits
-from api.logs import AccessLog
+from api.log_writer import LineWriter
+from api.logs import AccessLog, Lines
 from api.observe import Metrics, Observer, render_metrics
 from cache.batch import BatchRunner
 from cache.idempotency import IdempotencyRecords
@@ -43,7 +44,9 @@ def make_app(
     idempotency: Optional[IdempotencyRecords] = None,
     batches: Optional[BatchRunner] = None,
     collections: Optional[SettingsCache] = None,
+    log_lines: Optional[Lines] = None,
 ) -> JetwayApplication:
+    """The application; access lines go to ``log_lines`` (the worker's ``LineWriter``), or else to stdout."""
     metrics = metrics or Metrics()
     documents = {
         "store": store,
@@ -90,7 +93,10 @@ def make_app(
         max_connections=settings.max_connections,
         trusted_proxies=settings.trusted_proxies,
     )
-    access_log = AccessLog(sys.stdout, settings.json_logs, reactor) if settings.access_log else None
+    access_log = None
+    if settings.access_log:
+        lines = log_lines or LineWriter(sys.stdout.fileno(), False, metrics.count_dropped_lines)
+        access_log = AccessLog(lines, settings.json_logs, reactor)
     observer = Observer(metrics, access_log)
     app = JetwayApplication(routes, reactor, limits, observer, error_handler=NoRouteHandler)
     app.debug_burn_seconds = settings.debug_burn_us / 1e6

@@ -77,8 +77,10 @@ class Metrics:
         self.connections = Gauge(
             "jetway_open_connections", "Open client connections", multiprocess_mode="livesum", registry=None
         )
+        self.log_lines_dropped = log_lines_dropped()
         self.open_connections = 0
         self.hot_cache: Optional[HotCacheMetrics] = None
+        self._dropped_lines = 0
         self._bounds = (*_BUCKETS, float("inf"))
         self._requests: Dict[Tuple[str, str, str], int] = defaultdict(int)
         self._latency: Dict[str, HistogramBatch] = {}
@@ -94,8 +96,15 @@ class Metrics:
         if error is not None:
             self._redis_errors[error] += 1
 
+    def count_dropped_lines(self, lines: int) -> None:
+        """Log lines this process had to drop (``api.log_writer``)."""
+        self._dropped_lines += lines
+
     def flush(self) -> None:
         """Write what was counted since the last flush to the shared files."""
+        if self._dropped_lines:
+            self.log_lines_dropped.inc(self._dropped_lines)
+            self._dropped_lines = 0
         for labels, count in self._requests.items():
             self.requests.labels(*labels).inc(count)
         for kind, count in self._redis_errors.items():
@@ -176,6 +185,13 @@ class HotCacheMetrics:
 def worker_restarts() -> Counter:
     """The master's counter of workers it had to restart."""
     return Counter("jetway_worker_restarts", "Workers the master restarted", registry=None)
+
+
+def log_lines_dropped() -> Counter:
+    """Log lines a process could not write (its output full or gone for too long): the master's and each worker's."""
+    return Counter(
+        "jetway_log_lines_dropped", "Log lines dropped because the log output did not take them", registry=None
+    )
 
 
 def render_metrics(fallback: Metrics) -> Callable[[], bytes]:

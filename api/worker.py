@@ -1,7 +1,9 @@
 """A worker process: adopts a listening socket and serves the app on it.
 
-Started by the master (``--fd 3 --ready-fd 4``) or by another parent such as
-supervisor (``--fd N``). On SIGTERM/SIGINT it drains: it stops accepting,
+Started by the master (``--fd 3 --ready-fd 4 --log-pipe``) or by another
+parent such as supervisor (``--fd N``). Its log lines go to stdout through
+``api.log_writer``: with ``--log-pipe`` stdout is a pipe this worker alone
+writes, and it is written without ever blocking. On SIGTERM/SIGINT it drains: it stops accepting,
 lets every request it holds finish (answered with ``Connection: close``),
 closes idle keep-alive connections, and exits, within ``JETWAY_GRACE``.
 """
@@ -21,7 +23,8 @@ from api.app import make_app
 from api.application import JetwayApplication
 from api.config import Settings
 from api.eager_send import adopt_listening_socket
-from api.logs import start_logging
+from api.log_writer import LineWriter
+from api.logs import LineStream, start_logging
 from api.observe import HotCacheMetrics, Metrics
 from api.signals import on_signals
 from cache.batch import BatchRunner
@@ -53,15 +56,20 @@ def run_worker(
     fd: int,
     ready_fd: Optional[int] = None,
     app_factory: Callable[..., JetwayApplication] = make_app,
+    log_pipe: bool = False,
 ) -> int:
     """Serve on the listening socket ``fd`` until drained; returns the exit code.
 
-    ``app_factory`` is ``make_app`` but for the bench's re-encoding variant.
+    ``app_factory`` is ``make_app`` but for the bench's re-encoding variant;
+    ``log_pipe``: stdout is a pipe of this worker's own (``api.log_writer``).
     """
-    start_logging(sys.stdout, settings.json_logs)
+    metrics = Metrics()
+    sys.stdout.flush()
+    lines = LineWriter(sys.stdout.fileno(), log_pipe, metrics.count_dropped_lines)
+    lines.watch_with(reactor)
+    start_logging(LineStream(lines), settings.json_logs)
     if ready_fd is not None:
         _die_with_parent()
-    metrics = Metrics()
     redis = connect(settings.redis, reactor, settings.redis_timeout, settings.redis_pool)
     link = MeteredLink(redis, metrics.observe_redis)
     hot = None
@@ -95,7 +103,7 @@ def run_worker(
     idempotency = IdempotencyRecords(link, settings.idempotency_lease)
     batches = BatchRunner(store, link, settings.write_concern, write_link)
     gate = Gate(tokens, link, settings.auth)
-    app = app_factory(settings, store, gate, reactor, metrics, idempotency, batches, collections)
+    app = app_factory(settings, store, gate, reactor, metrics, idempotency, batches, collections, log_lines=lines)
     port = adopt_listening_socket(reactor, fd, _nonblocking_family(fd), app)
     os.close(fd)  # the port took a copy
     app.listen_on(port)
@@ -104,6 +112,8 @@ def run_worker(
     flushing.clock = reactor
     flushing.start(METRICS_FLUSH_SECONDS, now=False)
     reactor.addSystemEventTrigger("before", "shutdown", app.observer.flush)
+    # After the observer's flush (triggers of one phase run in order), so the last access lines go too.
+    reactor.addSystemEventTrigger("before", "shutdown", lines.close)
     reactor.callWhenRunning(on_signals, reactor, drain.start, signal.SIGTERM, signal.SIGINT)
     reactor.addSystemEventTrigger("before", "shutdown", link.close)
     if tokens is not None:

@@ -6,10 +6,11 @@
 # Each revision is checked out in a temporary worktree (sharing .venv) and
 # served by one PyPy worker with its own private Redis; wrk reads a ~200 B
 # document with 64 connections (10 s warm-up, then 5 s runs). The runs are
-# interleaved A, B, A, B, ... and the worker's user+system CPU time per
-# request is read from /proc: on a shared, noisy machine it moves far less
+# interleaved A, B, A, B, ... and the server's user+system CPU time per
+# request (its workers' and its master's, which passes the workers' log
+# lines on) is read from /proc: on a shared, noisy machine it moves far less
 # than requests per second, which are printed too, with the worker's
-# resident memory at the end. Env: AUTH_A / AUTH_B=on (authorization on,
+# resident memory at the end. The server's output goes to a file. Env: AUTH_A / AUTH_B=on (authorization on,
 # with a token; default off), ENV_A / ENV_B ("NAME=value ..." more
 # environment for that server, e.g. PYPY_GC_NURSERY=8MB or
 # JETWAY_ACCESS_LOG=on; the access log is off otherwise), HEADER_A /
@@ -18,8 +19,8 @@
 # CASE: get (the ~200 B read, default), get10k (a ~10 KB read), put (a
 # ~200 B PUT, repeated on one document), miss (~200 B reads of MISS_DOCS
 # documents, default 200,000, in turn: with the hot cache on, every read a
-# miss) or putmany (~200 B PUTs over MISS_DOCS ids in turn), and WORKERS (default 1; with more,
-# the CPU is their sum and the resident memory the largest).
+# miss) or putmany (~200 B PUTs over MISS_DOCS ids in turn), and WORKERS
+# (default 1; with more, the resident memory is the largest worker's).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 A=${1:?revision A}; B=${2:?revision B}; ROUNDS=${3:-3}
@@ -106,11 +107,11 @@ for n in range(int(sys.argv[1])):
   local rpid r0 r1 inv0 inv1
   rpid=$(cat "$dir/r.pid")
   inv0=$(invalidations "$port")
-  t0=$(cpu_ticks "${pids[@]}")
+  t0=$(cpu_ticks "$pid" "${pids[@]}")
   r0=$(cpu_ticks "$rpid")
   out=$(BENCH_IDS=$ids BENCH_PATH_PREFIX=/v1/bench/m BENCH_METHOD=$method BENCH_BODY_FILE="$dir/small.json" \
     "${load[@]}" -d"${DUR:-5}"s --latency)
-  t1=$(cpu_ticks "${pids[@]}")
+  t1=$(cpu_ticks "$pid" "${pids[@]}")
   r1=$(cpu_ticks "$rpid")
   inv1=$(invalidations "$port")
   rss=$(for w in "${pids[@]}"; do awk '/VmRSS/ {print $2}' "/proc/$w/status"; done | sort -n | tail -1)

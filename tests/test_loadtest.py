@@ -20,7 +20,7 @@ import pytest
 
 from loadtest import _baseline, _data, _gate, _token
 from loadtest.bench import _report
-from loadtest.bench._bench import CpuPlan, parse_wrk, plan_cpus
+from loadtest.bench._bench import CpuPlan, jetway_settings, parse_wrk, plan_cpus
 from tests.support import ROOT
 
 LOADTEST_PYTHON = ROOT / ".venv-loadtest" / "bin" / "python"
@@ -130,6 +130,15 @@ def test_a_given_token_is_used_as_is_and_without_a_cli_there_is_none(tmp_path):
     resolved = _token.resolve(str(tmp_path / "no-python"), None, "")
     assert resolved.token is None
     assert resolved.headers() == {}
+
+
+def test_the_bench_runs_jetway_with_production_defaults_unless_told_otherwise():
+    assert dict(jetway_settings("")) == {"JETWAY_AUTH": "on", "JETWAY_ACCESS_LOG": "on"}
+    told = dict(jetway_settings("JETWAY_ACCESS_LOG=off JETWAY_GRACE=3"))
+    assert told == {"JETWAY_AUTH": "on", "JETWAY_ACCESS_LOG": "off", "JETWAY_GRACE": "3"}
+    # A server row's own settings (wait1's replica) win over both.
+    own = dict(jetway_settings("JETWAY_WRITE_REPLICAS=0", (("JETWAY_WRITE_REPLICAS", "1"),)))
+    assert own["JETWAY_WRITE_REPLICAS"] == "1"
 
 
 def test_the_bench_can_pin_wrk_and_servers_apart():

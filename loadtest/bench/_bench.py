@@ -20,6 +20,11 @@ box), and N workers can use N cores. ``--pin auto`` gives wrk its own core
 instead, which steadies the figures but leaves one core to all the servers'
 workers and Redis.
 
+Every Jetway server runs with the production defaults, authorization on
+(the bench sends an unrated token made with the admin CLI) and the access
+log on, unless ``--server-env`` (``BENCH_SERVER_ENV``) says otherwise, say
+``JETWAY_ACCESS_LOG=off JETWAY_AUTH=off``: the report shows what users get.
+
 At the end the resident memory of every Jetway worker is read, after the
 whole bench's load. Then, as the target is stated, a fresh reference server
 (PyPy, N workers) serves ``--rss-seconds`` (60) of the small read, and its
@@ -60,6 +65,8 @@ LIST_DOCS = 200
 MULTI_GET = 20
 MULTI_GET_MANY = 500
 BATCH = 100
+# What a Jetway server runs with unless --server-env or its own row says otherwise.
+PRODUCTION_DEFAULTS = (("JETWAY_AUTH", "on"), ("JETWAY_ACCESS_LOG", "on"))
 PAGE = 100
 MIN_WARMUP = 15.0
 MIN_ROUNDS = 2
@@ -123,6 +130,12 @@ class CpuPlan:
     loadgen: Optional[List[int]]
     server: Optional[List[int]]
     description: str
+
+
+def jetway_settings(server_env: str, own: Sequence[Tuple[str, str]] = ()) -> Tuple[Tuple[str, str], ...]:
+    """A Jetway server's settings: the production defaults, then ``--server-env`` (``K=V ...``), then its row's own."""
+    given = dict(item.split("=", 1) for item in server_env.split())
+    return tuple({**dict(PRODUCTION_DEFAULTS), **given, **dict(own)}.items())
 
 
 def plan_cpus(pin: str, available: Sequence[int]) -> CpuPlan:
@@ -284,13 +297,12 @@ class Bench:
         # Every server shares the one Redis; with a replica when a server waits for one.
         with_replica = any(server.needs_replica for server in self.servers)
         redis_url = processes.redis(cpus=self.plan.server, replica=with_replica)
-        server_env = dict(item.split("=", 1) for item in self.args.server_env.split())
-        os.environ.update(server_env)  # the Jetway servers inherit it
         for server in self.servers:
             if server.kind == "jetway":
                 print(f"bench: starting {server.label}", flush=True)
+                settings = jetway_settings(self.args.server_env, server.env)
                 self.bases[server.key] = processes.jetway(
-                    server.key, server.python, redis_url, server.workers, self.plan.server, server.module, server.env
+                    server.key, server.python, redis_url, server.workers, self.plan.server, server.module, settings
                 )
         token = _token.resolve(str(PYPY), redis_url, os.environ.get("JETWAY_TOKEN", ""))
         self.headers, self.token_source = token.headers(), token.source
@@ -317,7 +329,10 @@ class Bench:
         fresh = replace(reference, key=FRESH, label=f"{reference.label}, fresh")
         print(f"bench: {fresh.label}: {self.args.rss_seconds:g} s of {endpoint.label}, then its memory", flush=True)
         cpus = self.plan.server
-        self.bases[FRESH] = processes.jetway(FRESH, fresh.python, redis_url, fresh.workers, cpus, fresh.module)
+        settings = jetway_settings(self.args.server_env, fresh.env)
+        self.bases[FRESH] = processes.jetway(
+            FRESH, fresh.python, redis_url, fresh.workers, cpus, fresh.module, settings
+        )
         run = self.wrk(fresh, endpoint, self.args.rss_seconds, 0, 0)
         if run.errors:
             raise RuntimeError(f"{fresh.label}: {run.errors} errors in the memory run")
@@ -511,6 +526,7 @@ def _summary(
             "workers": args.workers,
             "quick": args.quick,
             "server_env": args.server_env,
+            "jetway_env": " ".join(f"{name}={value}" for name, value in jetway_settings(args.server_env)),
         },
         "pinning": plan.description,
         "token": bench.token_source,
@@ -569,7 +585,11 @@ def _parser() -> argparse.ArgumentParser:
         "--rss-seconds", type=float, default=env("RSS_SECONDS", 60.0), help="s of the memory run (0: none)"
     )
     parser.add_argument("--pause", type=float, default=env("PAUSE", 0.5), help="s between measurements")
-    parser.add_argument("--server-env", default=env("SERVER_ENV", ""), help="K=V … for the Jetway servers")
+    parser.add_argument(
+        "--server-env",
+        default=env("SERVER_ENV", ""),
+        help="K=V … for the Jetway servers (over the production defaults)",
+    )
     parser.add_argument("--results", type=Path, default=RESULTS)
     parser.add_argument(
         "--quick", action="store_true", default=bool(os.environ.get("BENCH_QUICK")), help="2 s runs: a smoke test"

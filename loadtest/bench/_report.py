@@ -26,7 +26,8 @@ def markdown(summary: Dict[str, Any]) -> str:
         f"- wrk: {settings['connections']} connections; warm-up {settings['warmup_s']:g} s per server; "
         f"{settings['rounds']} interleaved rounds of {settings['duration_s']:g} s per case",
         f"- servers: PyPy `{machine['server_python']}`; token: {summary['token']}"
-        + (f"; Jetway env `{settings['server_env']}`" if settings["server_env"] else ""),
+        + (f"; Jetway env `{settings['jetway_env']}`" if settings.get("jetway_env") else "")
+        + (f" (`--server-env {settings['server_env']}`)" if settings["server_env"] else ""),
         "- cells: mean over the rounds, ±spread ((max-min)/mean), and ratio to the first column (x)",
         "- nginx's figures are a lower bound of the ceiling: wrk, on its own cores, may be what limits them",
     ]
