@@ -107,6 +107,7 @@ class JsonHandler(cyclone.web.RequestHandler):
     SUPPORTED_METHODS: Tuple[str, ...] = ("GET", "HEAD", "OPTIONS")
     ROUTE = "unknown"  # the metrics label of the handler's route
     request_id = ""
+    _cors_lines = b""  # this response's CORS header lines (handlers/cors.py)
 
     def __init__(self, application: Any, request: Any, **kwargs: Any) -> None:
         # Cyclone's own __init__ also builds the template helpers (ui
@@ -142,21 +143,28 @@ class JsonHandler(cyclone.web.RequestHandler):
         self._headers["X-Request-ID"] = self.request_id
         cors = self.application.cors
         if cors.enabled:
-            for name, value in cors.response_headers(self.request.headers.get("Origin")):
-                self.add_header(name, value)
+            # Made once per origin, appended to the head as bytes (handlers/cors.py says why).
+            self._cors_lines = cors.response_lines(self.request.headers.get("Origin"))
 
     def options(self, *path_args: str) -> None:
         """What the path supports; a browser's CORS preflight gets its answer here, before authorization."""
         self.set_header("Allow", ", ".join(self.SUPPORTED_METHODS))
-        if self.request.headers.get("Access-Control-Request-Method") is not None:
+        self.answer_preflight(self.SUPPORTED_METHODS)
+
+    def is_preflight(self) -> bool:
+        return self.request.method == "OPTIONS" and "Access-Control-Request-Method" in self.request.headers
+
+    def answer_preflight(self, methods: Sequence[str]) -> None:
+        """204, with the CORS preflight headers for ``methods`` when the request is a preflight."""
+        if self.is_preflight():
             self.clear_cors_headers()
             origin = self.request.headers.get("Origin")
-            for name, value in self.application.cors.preflight_headers(origin, self.SUPPORTED_METHODS):
+            for name, value in self.application.cors.preflight_headers(origin, methods):
                 self.add_header(name, value)
         self.set_status(204)
 
     def clear_cors_headers(self) -> None:
-        self._list_headers = []
+        self._cors_lines = b""
 
     def compute_etag(self) -> None:
         # ETags are stored with each document; never hash a body per read.
@@ -209,7 +217,9 @@ class JsonHandler(cyclone.web.RequestHandler):
             # Cyclone adds both to every response.
             self._headers.pop("Content-Length", None)
             self._headers.pop("Content-Type", None)
-        return super()._generate_headers()
+        head = super()._generate_headers()
+        # Before the blank line that ends the head.
+        return head[:-2] + self._cors_lines + b"\r\n" if self._cors_lines else head
 
     def _set_connection_header(self) -> None:
         connection = self.request.connection
@@ -267,6 +277,10 @@ def document_response(status: int, document: Document, *headers: Tuple[str, str]
     return StoredResponse(status, (("Content-Type", JSON_TYPE), *validators, *headers), document.body)
 
 
+# Every method some path of the API answers: what a preflight to an unknown path is granted.
+API_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
 class _AnyMethod(tuple):
     def __contains__(self, method: object) -> bool:
         return True
@@ -283,7 +297,16 @@ class NoRouteHandler(JsonHandler):
         self.set_status(status_code)
 
     def prepare(self) -> None:
-        raise ApiError(404, "no-route", f"no resource at {self.request.path}")
+        if not self.is_preflight():
+            raise ApiError(404, "no-route", f"no resource at {self.request.path}")
+
+    def options(self, *path_args: str) -> None:
+        """A preflight (nothing else gets here): granted, so the request follows and its page reads the 404.
+
+        Refused, the preflight would turn the 404 into an opaque network
+        error (``TypeError: Failed to fetch``, seen in Chromium).
+        """
+        self.answer_preflight(API_METHODS)
 
 
 class ResourceHandler(JsonHandler):

@@ -13,7 +13,9 @@
 # resident memory at the end. The server's output goes to a file. Env: AUTH_A / AUTH_B=on (authorization on,
 # with a token; default off), ENV_A / ENV_B ("NAME=value ..." more
 # environment for that server, e.g. PYPY_GC_NURSERY=8MB or
-# JETWAY_ACCESS_LOG=on; the access log is off otherwise), DUR, WARM, and
+# JETWAY_ACCESS_LOG=on; the access log is off otherwise), HEADER_A /
+# HEADER_B (one more request header for that side's load, e.g.
+# "Origin: https://app.example" with ENV_*=JETWAY_CORS_ORIGINS=...), DUR, WARM, and
 # CASE: get (the ~200 B read, default), get10k (a ~10 KB read), put (a
 # ~200 B PUT, repeated on one document), miss (~200 B reads of MISS_DOCS
 # documents, default 200,000, in turn: with the hot cache on, every read a
@@ -50,8 +52,8 @@ invalidations() {  # invalidations PORT: keys the hot caches of all workers were
   curl -s "localhost:$1/metrics" | awk '/^jetway_hot_cache_invalidations_total/ {v=$2} END {print v+0}'
 }
 
-run() {  # run TREE LABEL AUTH EXTRA_ENV: one server, warm-up, one measured run
-  local tree=$1 label=$2 auth=$3 extra=$4 dir port pid workers header="" token t0 t1 out n rss
+run() {  # run TREE LABEL AUTH EXTRA_ENV EXTRA_HEADER: one server, warm-up, one measured run
+  local tree=$1 label=$2 auth=$3 extra=$4 more=$5 dir port pid workers header="" token t0 t1 out n rss
   dir=$(mktemp -d -p "$WORK")
   redis-server --port 0 --unixsocket "$dir/r.sock" --save '' --daemonize yes --pidfile "$dir/r.pid" --logfile "$dir/r.log"
   sleep 0.3
@@ -95,7 +97,9 @@ for n in range(int(sys.argv[1])):
     out.write(b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args))' \
       "$ids" "$dir/small.json" | redis-cli -s "$dir/r.sock" --pipe > /dev/null
   fi
-  local load=(wrk -t1 -c64 -s loadtest/bench/wrk.lua -H "$header" "http://127.0.0.1:$port/v1/bench/$target")
+  local load=(wrk -t1 -c64 -s loadtest/bench/wrk.lua -H "$header")
+  [ -n "$more" ] && load+=(-H "$more")
+  load+=("http://127.0.0.1:$port/v1/bench/$target")
   BENCH_IDS=$ids BENCH_PATH_PREFIX=/v1/bench/m BENCH_METHOD=$method BENCH_BODY_FILE="$dir/small.json" \
     "${load[@]}" -d"${WARM:-10}"s > /dev/null
   local pids
@@ -122,8 +126,8 @@ for n in range(int(sys.argv[1])):
 }
 
 for _ in $(seq "$ROUNDS"); do
-  run "$WORK/a" "A=$A" "${AUTH_A:-off}" "${ENV_A:-}"
-  run "$WORK/b" "B=$B" "${AUTH_B:-off}" "${ENV_B:-}"
+  run "$WORK/a" "A=$A" "${AUTH_A:-off}" "${ENV_A:-}" "${HEADER_A:-}"
+  run "$WORK/b" "B=$B" "${AUTH_B:-off}" "${ENV_B:-}" "${HEADER_B:-}"
 done | tee "$WORK/results"
 for label in "A=$A" "B=$B"; do
   for figure in cpu_us_per_request redis_cpu_us_per_request; do
