@@ -14,7 +14,7 @@ REQUIREMENTS := requirements.txt requirements-nodeps.txt requirements-dev.txt
 HOST ?= 127.0.0.1
 PORT ?= 8080
 
-.PHONY: setup setup-cpython setup-clients client-packages system-packages run private-redis stop-redis test lint clean
+.PHONY: setup setup-cpython setup-clients client-packages browser-packages system-packages run private-redis stop-redis test lint clean
 
 setup: $(VENV)/.installed
 
@@ -118,7 +118,19 @@ $(NODE_CLIENTS)/node_modules/.installed: $(NODE_CLIENTS)/package.json $(NODE_CLI
 	cd $(NODE_CLIENTS) && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
-test: setup setup-cpython setup-clients lint
+# Debian's chromium and chromedriver for the browser tests (tests/browser.py;
+# selenium itself is in requirements-dev.txt). Never on a server: `make setup`
+# leaves them out.
+browser-packages: | system-packages
+	@missing=""; \
+	[ -x /usr/bin/chromium ] || missing="$$missing chromium"; \
+	[ -x /usr/bin/chromedriver ] || missing="$$missing chromium-driver"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+	fi
+
+test: setup setup-cpython setup-clients browser-packages lint
 	$(PY) -m pytest
 
 clean:
@@ -204,7 +216,7 @@ test-deploy: setup $(DEPLOY_BASE)/.jetway-base-complete
 # 1 replica, 3 sentinels), slots resharded under load, a master killed under
 # load, a TLS-only cluster. Under three minutes here (2 cores); CI runs it after `make test`.
 .PHONY: test-cluster
-API_TESTS := tests/test_documents.py tests/test_collections.py tests/test_multi_get.py tests/test_errors.py tests/test_auth.py
+API_TESTS := tests/test_documents.py tests/test_collections.py tests/test_multi_get.py tests/test_errors.py tests/test_auth.py tests/test_hot_cache_api.py
 
 test-cluster: setup
 	JETWAY_TEST_TOPOLOGY=cluster $(PY) -m pytest -rP $(API_TESTS) tests/test_cluster.py tests/test_cluster_failover.py tests/test_sentinel.py tests/test_write_concern_failover.py

@@ -8,23 +8,30 @@ from typing import Any, Optional
 from api.application import JetwayApplication
 from api.config import Settings
 from api.connection import HttpLimits
-from api.logs import AccessLog
+from api.log_writer import LineWriter
+from api.logs import AccessLog, Lines
 from api.observe import Metrics, Observer, render_metrics
-from cache import codec
+from cache.batch import BatchRunner
+from cache.idempotency import IdempotencyRecords
+from cache.settings_cache import SettingsCache
 from cache.store import DocumentStore
 from cache.tickets import TicketStore
 from handlers.auth import Gate
 from handlers.base import NoRouteHandler
+from handlers.batch import BatchHandler
 from handlers.changes import ChangesHandler
+from handlers.collection_settings import CollectionSettingsHandler, CollectionSettingsListHandler
 from handlers.collections import CollectionHandler
 from handlers.cors import CorsPolicy
+from handlers.docs import DocsAssetHandler, DocsPageHandler, DocsSite
 from handlers.documents import DocumentHandler
 from handlers.feed import Feed
 from handlers.health import PING_TIMEOUT, LivenessHandler, ReadinessHandler, ReadinessProbe
 from handlers.metrics import MetricsHandler
 from handlers.multi_get import MultiGetHandler
 from handlers.negotiation import Negotiator
-from handlers.openapi import OpenApiHandler, openapi_document
+from handlers.openapi import OpenApiHandler
+from handlers.openapi_collections import OpenApiSource
 from handlers.tickets import TicketGate, TicketHandler
 
 # Path segments are matched loosely and checked by the handlers, so that a
@@ -38,10 +45,17 @@ def make_app(
     gate: Gate,
     reactor: Any,
     metrics: Optional[Metrics] = None,
+    idempotency: Optional[IdempotencyRecords] = None,
+    batches: Optional[BatchRunner] = None,
+    collections: Optional[SettingsCache] = None,
+    log_lines: Optional[Lines] = None,
     feed: Optional[Feed] = None,
     tickets: Optional[TicketStore] = None,
 ) -> JetwayApplication:
-    """The application; without ``feed`` (JETWAY_FEED=off) the change feed's routes answer 404 ``feed-off``."""
+    """The application; access lines go to ``log_lines`` (the worker's ``LineWriter``), or else to stdout.
+
+    Without ``feed`` (JETWAY_FEED=off) the change feed's routes answer 404 ``feed-off``.
+    """
     metrics = metrics or Metrics()
     if feed is not None:
         metrics.feed_stats = feed.stats
@@ -53,9 +67,11 @@ def make_app(
         "cache_control": settings.cache_control,
         "negotiator": Negotiator(),
         "compress_min_bytes": settings.compress_min_bytes,
+        "idempotency": idempotency,
+        "collections": collections,
     }
     changes = {**documents, "feed": feed, "ticket_gate": TicketGate(tickets, gate) if tickets and feed else None}
-    spec = openapi_document(settings.max_ids, settings.feed_max_wait)
+    docs = {"site": DocsSite.load()} if settings.docs else None
     readiness = ReadinessProbe(store, reactor, min(PING_TIMEOUT, settings.redis_timeout))
     # Cyclone tries the routes in order and no two overlap: the API's come
     # first, so a document request does not try the operational ones.
@@ -64,15 +80,29 @@ def make_app(
         (rf"/v1/_get/{SEGMENT}", MultiGetHandler, documents),
         (rf"/v1/_changes/{SEGMENT}/tickets", TicketHandler, {**documents, "tickets": tickets if feed else None}),
         (rf"/v1/_changes/{SEGMENT}", ChangesHandler, changes),
+        (r"/v1/_batch", BatchHandler, {**documents, "batches": batches, "max_operations": settings.max_batch_ops}),
+        (rf"/v1/_collections/{SEGMENT}", CollectionSettingsHandler, documents),
+        (r"/v1/_collections/?", CollectionSettingsListHandler, documents),
         (rf"/v1/{SEGMENT}/{SEGMENT}", DocumentHandler, documents),
         (rf"/v1/{SEGMENT}/?", CollectionHandler, documents),
         (r"/healthz", LivenessHandler),
         (r"/readyz", ReadinessHandler, {"probe": readiness}),
         (r"/metrics", MetricsHandler, {"render": render_metrics(metrics)}),
-        (r"/openapi\.json", OpenApiHandler, {"body": codec.dumps(spec)}),
+        (
+            r"/openapi\.json",
+            OpenApiHandler,
+            {"source": OpenApiSource(settings.max_ids, collections, settings.docs, settings.feed_max_wait)},
+        ),
+        # Swagger UI over /openapi.json, unless JETWAY_DOCS=off.
+        *(
+            [(r"/docs/?", DocsPageHandler, docs), (rf"/docs/assets/{SEGMENT}", DocsAssetHandler, docs)]
+            if docs is not None
+            else []
+        ),
     ]
     limits = HttpLimits(
         max_body=settings.max_body,
+        max_batch_body=settings.max_batch_bytes,
         header_timeout=settings.header_timeout,
         body_timeout=settings.body_timeout,
         keepalive_timeout=settings.keepalive_timeout,
@@ -81,7 +111,10 @@ def make_app(
         max_connections=settings.max_connections,
         trusted_proxies=settings.trusted_proxies,
     )
-    access_log = AccessLog(sys.stdout, settings.json_logs, reactor) if settings.access_log else None
+    access_log = None
+    if settings.access_log:
+        lines = log_lines or LineWriter(sys.stdout.fileno(), False, metrics.count_dropped_lines)
+        access_log = AccessLog(lines, settings.json_logs, reactor)
     observer = Observer(metrics, access_log)
     app = JetwayApplication(routes, reactor, limits, observer, error_handler=NoRouteHandler)
     app.debug_burn_seconds = settings.debug_burn_us / 1e6

@@ -2,7 +2,8 @@
 
 ``serve`` runs the master (which binds and runs the workers); ``worker``
 runs one worker on a socket another process opened (supervisor, or the
-master itself).
+master itself); ``keys`` and ``collections`` change tokens and collection
+settings in Redis.
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ import argparse
 import sys
 from typing import List, Optional
 
-from api import check, config, keys
-from api.logs import start_logging
+from api import check, collections_cli, config, keys
+from api.log_relay import Relay
+from api.logs import LineStream, start_logging
 from api.metrics_dir import metrics_directory
 from api.sockets import BindError, bind_listeners, raise_fd_limit
 
@@ -29,13 +31,15 @@ def main(argv: Optional[List[str]] = None) -> int:
         return _serve(settings)
     if args.command == "keys":
         return keys.run(settings, args)
+    if args.command == "collections":
+        return collections_cli.run(settings, args)
     if args.command == "check":
         return check.run(settings)
     from twisted.internet import reactor
 
     from api.worker import run_worker
 
-    return run_worker(settings, reactor, args.fd, args.ready_fd)
+    return run_worker(settings, reactor, args.fd, args.ready_fd, log_pipe=args.log_pipe)
 
 
 def _serve(settings: config.Settings) -> int:
@@ -50,12 +54,16 @@ def _serve(settings: config.Settings) -> int:
         from twisted.internet import reactor
 
         from api.master import Master
+        from api.observe import log_lines_dropped
 
-        start_logging(sys.stdout, settings.json_logs)
+        # Every line the master and its workers log reaches stdout through this relay.
+        sys.stdout.flush()
+        relay = Relay(sys.stdout.fileno(), log_lines_dropped().inc)
+        start_logging(LineStream(relay), settings.json_logs)
         host = f"[{settings.host}]" if ":" in settings.host else settings.host
         port = listeners[0].getsockname()[1]
-        print(f"jetway: serving on http://{host}:{port} with {settings.workers} workers", flush=True)
-        return Master(listeners, reactor, settings.grace).run()
+        relay.add(f"jetway: serving on http://{host}:{port} with {settings.workers} workers\n")
+        return Master(listeners, reactor, settings.grace, relay).run()
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -66,10 +74,16 @@ def _parser() -> argparse.ArgumentParser:
     serving.add_argument("--port", type=int, help="port to bind (env JETWAY_PORT, default 8080)")
     serving.add_argument("--workers", type=int, help="worker processes (env JETWAY_WORKERS, default: the cores)")
     keys.add_parser(commands)
+    collections_cli.add_parser(commands)
     commands.add_parser("check", help="validate the configuration and reach Redis; exit 0 or 1")
     working = commands.add_parser("worker", help="serve on a listening socket opened by another process")
     working.add_argument("--fd", type=int, required=True, help="the listening socket's file descriptor")
     working.add_argument("--ready-fd", type=int, help="write 'ready' here once serving (used by the master)")
+    working.add_argument(
+        "--log-pipe",
+        action="store_true",
+        help="stdout is a pipe only this worker writes (the master's, or supervisor's per process): never block on it",
+    )
     return parser
 
 

@@ -62,6 +62,8 @@ class Settings:
     json_logs: bool = True
     # Replicas that must have a write before it is answered (cache/write_concern.py).
     write_concern: WriteConcern = PRIMARY_ONLY
+    # What each worker's hot cache may add to its memory (cache/hot_cache.py, HEAP_GROWTH); 0: no cache.
+    hot_cache_bytes: int = 64 * 1024 * 1024
     # CPU burnt per request, for testing the load-test gate only (handlers/debug_burn.py).
     debug_burn_us: int = 0
     # Cache-Control of document and list responses (handlers/cache_policy.py).
@@ -79,6 +81,13 @@ class Settings:
     feed_buffer: int = 1024 * 1024
     feed_max_wait: int = 60
     feed_ticket_ttl: int = 3600
+    # Seconds an Idempotency-Key's attempt holds its claim before a retry may take it over (cache/idempotency.py).
+    idempotency_lease: float = 10.0
+    # Operations and bytes one POST /v1/_batch may carry (handlers/batch.py).
+    max_batch_ops: int = 1000
+    max_batch_bytes: int = 8 * 1024 * 1024
+    # Swagger UI at /docs (handlers/docs.py).
+    docs: bool = True
 
 
 def from_environment(environ: Optional[Mapping[str, str]] = None) -> Settings:
@@ -102,6 +111,12 @@ def from_environment(environ: Optional[Mapping[str, str]] = None) -> Settings:
     if body_budget < max_body:
         raise ConfigError(f"JETWAY_BODY_BUDGET={body_budget}: must be at least JETWAY_MAX_BODY ({max_body})")
     redis_timeout = read("JETWAY_REDIS_TIMEOUT", _positive_float, defaults.redis_timeout)
+    # Unset, it follows a smaller body budget; set, it must fit in it.
+    max_batch_bytes = read("JETWAY_MAX_BATCH_BYTES", _positive_int, min(defaults.max_batch_bytes, body_budget))
+    if max_batch_bytes > body_budget:
+        raise ConfigError(
+            f"JETWAY_MAX_BATCH_BYTES={max_batch_bytes}: must be at most JETWAY_BODY_BUDGET ({body_budget})"
+        )
     write_concern = WriteConcern(
         read("JETWAY_WRITE_REPLICAS", _non_negative_int, PRIMARY_ONLY.replicas),
         read("JETWAY_WRITE_TIMEOUT", _positive_float, PRIMARY_ONLY.timeout),
@@ -134,6 +149,7 @@ def from_environment(environ: Optional[Mapping[str, str]] = None) -> Settings:
         auth=read("JETWAY_AUTH", _flag, defaults.auth),
         json_logs=read("JETWAY_LOG_FORMAT", _log_format, defaults.json_logs),
         write_concern=write_concern,
+        hot_cache_bytes=read("JETWAY_HOT_CACHE_BYTES", _non_negative_int, defaults.hot_cache_bytes),
         debug_burn_us=read("JETWAY_DEBUG_BURN_US", _non_negative_int, defaults.debug_burn_us),
         cache_control=read("JETWAY_CACHE_CONTROL", cache_policy, defaults.cache_control),
         compress_min_bytes=read("JETWAY_COMPRESS_MIN_BYTES", _non_negative_int, defaults.compress_min_bytes),
@@ -144,6 +160,10 @@ def from_environment(environ: Optional[Mapping[str, str]] = None) -> Settings:
         feed_buffer=read("JETWAY_FEED_BUFFER", _positive_int, defaults.feed_buffer),
         feed_max_wait=read("JETWAY_FEED_MAX_WAIT", _positive_int, defaults.feed_max_wait),
         feed_ticket_ttl=read("JETWAY_FEED_TICKET_TTL", _positive_int, defaults.feed_ticket_ttl),
+        idempotency_lease=read("JETWAY_IDEMPOTENCY_LEASE", _positive_float, defaults.idempotency_lease),
+        max_batch_ops=read("JETWAY_MAX_BATCH_OPS", _positive_int, defaults.max_batch_ops),
+        max_batch_bytes=max_batch_bytes,
+        docs=read("JETWAY_DOCS", _flag, defaults.docs),
     )
 
 

@@ -70,9 +70,14 @@ _ABORT = -1
 BUSY_RETRY_AFTER = "1"
 
 
+# The one path whose bodies may be larger than a document (handlers/batch.py).
+BATCH_PATH = "/v1/_batch"
+
+
 @dataclass(frozen=True)
 class HttpLimits:
     max_body: int = 1024 * 1024
+    max_batch_body: int = 8 * 1024 * 1024
     header_timeout: float = 10.0
     body_timeout: float = 30.0
     keepalive_timeout: float = 75.0
@@ -211,10 +216,11 @@ class JetwayConnection(cyclone.httpserver.HTTPConnection):
     def _expect_body(self, head: RequestHead) -> None:
         if not head.has_body:
             return
-        if head.content_length > self.limits.max_body:
-            raise ProtocolError(413, f"the body is larger than {self.limits.max_body} bytes")
+        limit = self.limits.max_batch_body if head.target.partition("?")[0] == BATCH_PATH else self.limits.max_body
+        if head.content_length > limit:
+            raise ProtocolError(413, f"the body is larger than {limit} bytes")
         if head.chunked:
-            self._chunks = ChunkedDecoder(self.limits.max_body)
+            self._chunks = ChunkedDecoder(limit)
         self._reserve_body(head.content_length)
         self._arm(self.limits.body_timeout, 408)
         if head.expects_continue:

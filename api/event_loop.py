@@ -11,7 +11,7 @@ error that escapes a transport's own handling is still logged.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Set
 
 from twisted.internet import epollreactor
 from twisted.internet.main import installReactor
@@ -21,7 +21,24 @@ _log = Logger()
 
 
 class DirectEPollReactor(epollreactor.EPollReactor):
-    """``EPollReactor`` whose event dispatch skips the per-event log context."""
+    """``EPollReactor`` whose event dispatch skips the per-event log context.
+
+    Descriptors named by ``read_first`` (the hot cache's invalidation
+    connections, ``cache.tracking``) are handled before the others of the
+    same poll, so that a request that came in the same poll as an
+    invalidation is answered after the invalidation is applied.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._first: Set[int] = set()
+
+    def read_first(self, fd: int, first: bool = True) -> None:
+        """Handle ``fd``'s events before the others of a poll (or no longer)."""
+        if first:
+            self._first.add(fd)
+        else:
+            self._first.discard(fd)
 
     def doPoll(self, timeout: Optional[float]) -> None:
         try:
@@ -29,6 +46,9 @@ class DirectEPollReactor(epollreactor.EPollReactor):
             events = self._poller.poll(-1 if timeout is None else timeout, len(self._selectables))
         except InterruptedError:
             return
+        if self._first:
+            first = self._first
+            events = [event for event in events if event[0] in first] + [e for e in events if e[0] not in first]
         selectables = self._selectables
         for fd, event in events:
             selectable = selectables.get(fd)

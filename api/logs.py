@@ -6,20 +6,43 @@ access log's fields (``request_id``, ``method``, ``path``, ``status``,
 traceback when one was logged.
 
 Access lines do not go through ``twisted.logger``: ``AccessLog`` formats
-them itself and writes the lines of one reactor turn together. Through the
-logger (event dict, format-string parsing, the observer chain, a write and
-a flush per line), a document read with its access line took 63.1 µs of
-worker CPU against 55.7 µs this way (medians of 3 interleaved pairs,
-``loadtest/ab_cpu.sh`` with ``JETWAY_ACCESS_LOG=on``).
+them itself and hands the lines of one reactor turn to the worker's
+``api.log_writer.LineWriter`` together. Through the logger (event dict,
+format-string parsing, the observer chain, a write and a flush per line), a
+document read with its access line took 63.1 µs of worker CPU against
+55.7 µs this way (medians of 3 interleaved pairs, ``loadtest/ab_cpu.sh``
+with ``JETWAY_ACCESS_LOG=on``). The worker's other lines go to the same
+writer (``LineStream``), so all of its lines keep their order.
 """
 
 from __future__ import annotations
 
 import json
 from datetime import datetime, timezone
-from typing import Any, Dict, List, Optional, TextIO
+from typing import Any, Dict, Optional, Protocol, TextIO
 
 from twisted.logger import formatEvent, formatTime, globalLogBeginner, textFileLogObserver
+
+
+class Lines(Protocol):
+    """Where lines go: ``api.log_writer.LineWriter`` in a worker, ``api.log_relay.Relay`` in the master."""
+
+    def add(self, line: str) -> None: ...
+
+    def flush(self) -> None: ...
+
+
+class LineStream:
+    """A text stream over ``Lines``, for ``twisted.logger``'s observers (each writes and flushes a line)."""
+
+    def __init__(self, lines: Lines) -> None:
+        self.lines = lines
+
+    def write(self, text: str) -> None:
+        self.lines.add(text)
+
+    def flush(self) -> None:
+        self.lines.flush()
 
 
 def start_logging(stream: TextIO, as_json: bool) -> None:
@@ -59,11 +82,10 @@ class AccessLog:
 
     NAMESPACE = "jetway.access"
 
-    def __init__(self, stream: TextIO, as_json: bool, clock: Any) -> None:
-        self._stream = stream
+    def __init__(self, lines: Lines, as_json: bool, clock: Any) -> None:
+        self._lines = lines
         self._as_json = as_json
         self._clock = clock
-        self._pending: List[str] = []
         self._flushing: Optional[Any] = None
         self._prefix_at = -1
         self._prefix = ""
@@ -75,7 +97,7 @@ class AccessLog:
         else:
             message = f"{method} {path} {status} ({client}) {duration_ms}ms"
             line = f"{formatTime(now)} [{self.NAMESPACE}#info] {message}\n"
-        self._pending.append(line)
+        self._lines.add(line)
         if self._flushing is None:
             # Next reactor turn: every line of this turn in one write.
             self._flushing = self._clock.callLater(0, self.flush)
@@ -108,7 +130,4 @@ class AccessLog:
         if self._flushing is not None and self._flushing.active():
             self._flushing.cancel()
         self._flushing = None
-        if self._pending:
-            lines, self._pending = self._pending, []
-            self._stream.write("".join(lines))
-            self._stream.flush()
+        self._lines.flush()

@@ -2,7 +2,9 @@
 
 Each worker slot has its own ``SO_REUSEPORT`` socket (``api.sockets``) that
 the master holds for its whole life and hands to the slot's worker as fd 3.
-A worker says it is serving by writing ``ready`` on fd 4.
+A worker says it is serving by writing ``ready`` on fd 4. Its stdout is a
+pipe the master reads and passes on, whole lines only, to its own stdout
+(``api.log_relay``).
 
 - A worker that dies is restarted on the same socket; one that dies soon
   after starting is restarted after a growing back-off, so a crash loop
@@ -26,10 +28,12 @@ from prometheus_client import multiprocess
 from twisted.internet import defer, protocol
 from twisted.python import log
 
+from api.log_relay import Relay
 from api.metrics_dir import MULTIPROC_ENV
 from api.observe import worker_restarts
 from api.signals import on_signals
 
+LOG_FD = 1
 LISTEN_FD = 3
 READY_FD = 4
 # A worker that dies sooner than this after starting counts as crashing.
@@ -106,9 +110,12 @@ def worker_environment(environ: Mapping[str, str]) -> Dict[str, str]:
 
 
 class Master:
-    def __init__(self, listeners: List[socket.socket], reactor: Any, grace: float, python: str = sys.executable):
+    def __init__(
+        self, listeners: List[socket.socket], reactor: Any, grace: float, relay: Relay, python: str = sys.executable
+    ):
         self.reactor = reactor
         self.grace = grace
+        self.relay = relay
         self.python = python
         self.slots = [Slot(self, index, listener) for index, listener in enumerate(listeners)]
         self.stopping = False
@@ -123,18 +130,28 @@ class Master:
         self.reactor.run()
         for slot in self.slots:
             slot.listener.close()
+        self.relay.close(KILL_AFTER_GRACE)
         return 0
 
     def spawn(self, slot: Slot) -> WorkerProcess:
         worker = WorkerProcess(slot, self.reactor.seconds())
-        args = [self.python, "-m", "api", "worker", "--fd", str(LISTEN_FD), "--ready-fd", str(READY_FD)]
-        worker.pid = self.reactor.spawnProcess(
-            worker,
-            self.python,
-            args,
-            env=worker_environment(os.environ),
-            childFDs={0: "w", 1: 1, 2: 2, LISTEN_FD: slot.listener.fileno(), READY_FD: "r"},
-        ).pid
+        args = [self.python, "-m", "api", "worker", "--fd", str(LISTEN_FD), "--ready-fd", str(READY_FD), "--log-pipe"]
+        # The worker's stdout: a pipe the relay reads on its own schedule (api.log_relay).
+        log_read, log_write = os.pipe()
+        try:
+            worker.pid = self.reactor.spawnProcess(
+                worker,
+                self.python,
+                args,
+                env=worker_environment(os.environ),
+                childFDs={0: "w", LOG_FD: log_write, 2: 2, LISTEN_FD: slot.listener.fileno(), READY_FD: "r"},
+            ).pid
+        except BaseException:
+            os.close(log_read)
+            raise
+        finally:
+            os.close(log_write)
+        self.relay.watch(worker, log_read)
         worker.ready.addErrback(lambda failure: log.msg(f"slot {slot.index}: {failure.getErrorMessage()}"))
         slot.worker = worker
         return worker

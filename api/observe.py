@@ -12,7 +12,7 @@ import bisect
 import os
 import re
 from collections import defaultdict
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
@@ -78,7 +78,10 @@ class Metrics:
         self.connections = Gauge(
             "jetway_open_connections", "Open client connections", multiprocess_mode="livesum", registry=None
         )
+        self.log_lines_dropped = log_lines_dropped()
         self.open_connections = 0
+        self.hot_cache: Optional[HotCacheMetrics] = None
+        self._dropped_lines = 0
         # The change feed's counters (handlers/event_stream.py), copied out at each flush.
         self.feed_subscribers = Gauge(
             "jetway_feed_subscribers", "Open change-feed streams", multiprocess_mode="livesum", registry=None
@@ -105,8 +108,15 @@ class Metrics:
         if error is not None:
             self._redis_errors[error] += 1
 
+    def count_dropped_lines(self, lines: int) -> None:
+        """Log lines this process had to drop (``api.log_writer``)."""
+        self._dropped_lines += lines
+
     def flush(self) -> None:
         """Write what was counted since the last flush to the shared files."""
+        if self._dropped_lines:
+            self.log_lines_dropped.inc(self._dropped_lines)
+            self._dropped_lines = 0
         for labels, count in self._requests.items():
             self.requests.labels(*labels).inc(count)
         for kind, count in self._redis_errors.items():
@@ -118,6 +128,8 @@ class Metrics:
         for operation, batch in self._redis_latency.items():
             batch.flush_into(self.redis_latency.labels(operation))
         self.connections.set(self.open_connections)
+        if self.hot_cache is not None:
+            self.hot_cache.flush()
         self._flush_feed()
 
     def _flush_feed(self) -> None:
@@ -135,9 +147,72 @@ class Metrics:
         return batch
 
 
+class HotCacheMetrics:
+    """The hot cache's figures (``cache.hot_cache.HotCache.stats``), per worker and summed over the instance.
+
+    The cache counts in plain attributes on the read path; a flush turns the
+    counts since the last one into counter increments (summed over workers)
+    and sets the worker's own gauges (one series per worker, by ``pid``).
+    """
+
+    COUNTS = ("hits", "misses", "evictions", "invalidations", "refused_fills")
+    LEVELS = ("bytes", "entries", "bypassed")
+
+    def __init__(self, stats: Callable[[], Dict[str, int]]) -> None:
+        self._stats = stats
+        self._flushed: Dict[str, int] = dict.fromkeys(self.COUNTS, 0)
+        self.counters = {
+            name: Counter(f"jetway_hot_cache_{name}", f"Hot cache {name.replace('_', ' ')}", registry=None)
+            for name in self.COUNTS
+        }
+        self.levels = {
+            "bytes": Gauge(
+                "jetway_hot_cache_bytes", "Bytes the hot caches hold", multiprocess_mode="livesum", registry=None
+            ),
+            "entries": Gauge(
+                "jetway_hot_cache_entries", "Documents the hot caches hold", multiprocess_mode="livesum", registry=None
+            ),
+            "bypassed": Gauge(
+                "jetway_hot_cache_bypassed",
+                "Workers whose hot cache is bypassed (an invalidation connection is down)",
+                multiprocess_mode="livesum",
+                registry=None,
+            ),
+        }
+        self.worker = Gauge(
+            "jetway_hot_cache_worker",
+            "One worker's hot cache figures: counts since it started, and its bytes, entries and bypass state now",
+            ["stat"],
+            multiprocess_mode="liveall",
+            registry=None,
+        )
+
+    def flush(self) -> None:
+        stats = self._stats()
+        for name in self.COUNTS:
+            delta = stats[name] - self._flushed[name]
+            if delta:
+                self.counters[name].inc(delta)
+            self._flushed[name] = stats[name]
+        for name in self.LEVELS:
+            self.levels[name].set(stats[name])
+        for name in (*self.COUNTS, *self.LEVELS):
+            self.worker.labels(name).set(stats[name])
+
+    def metrics(self) -> List[Any]:
+        return [*self.counters.values(), *self.levels.values(), self.worker]
+
+
 def worker_restarts() -> Counter:
     """The master's counter of workers it had to restart."""
     return Counter("jetway_worker_restarts", "Workers the master restarted", registry=None)
+
+
+def log_lines_dropped() -> Counter:
+    """Log lines a process could not write (its output full or gone for too long): the master's and each worker's."""
+    return Counter(
+        "jetway_log_lines_dropped", "Log lines dropped because the log output did not take them", registry=None
+    )
 
 
 def render_metrics(fallback: Metrics) -> Callable[[], bytes]:
@@ -153,6 +228,8 @@ def render_metrics(fallback: Metrics) -> Callable[[], bytes]:
             for metric in vars(fallback).values():
                 if isinstance(metric, (Counter, Gauge, Histogram)):
                     registry.register(metric)
+            for metric in fallback.hot_cache.metrics() if fallback.hot_cache else ():
+                registry.register(metric)
         return generate_latest(registry)
 
     return render

@@ -1,7 +1,9 @@
 """A worker process: adopts a listening socket and serves the app on it.
 
-Started by the master (``--fd 3 --ready-fd 4``) or by another parent such as
-supervisor (``--fd N``). On SIGTERM/SIGINT it drains: it stops accepting,
+Started by the master (``--fd 3 --ready-fd 4 --log-pipe``) or by another
+parent such as supervisor (``--fd N``). Its log lines go to stdout through
+``api.log_writer``: with ``--log-pipe`` stdout is a pipe this worker alone
+writes, and it is written without ever blocking. On SIGTERM/SIGINT it drains: it stops accepting,
 lets every request it holds finish (answered with ``Connection: close``),
 closes idle keep-alive connections, and exits, within ``JETWAY_GRACE``.
 """
@@ -21,16 +23,23 @@ from api.app import make_app
 from api.application import JetwayApplication
 from api.config import Settings
 from api.eager_send import adopt_listening_socket
-from api.logs import start_logging
-from api.observe import Metrics
+from api.log_writer import LineWriter
+from api.logs import LineStream, start_logging
+from api.observe import HotCacheMetrics, Metrics
 from api.signals import on_signals
+from cache.batch import BatchRunner
 from cache.change_feed import NO_FEED, FeedLog, FeedReader
+from cache.collection_settings import CollectionSettingsStore
+from cache.hot_cache import HotCache
+from cache.idempotency import IdempotencyRecords
+from cache.lazy_link import LazyLink
 from cache.metered import MeteredLink
+from cache.settings_cache import SettingsCache
 from cache.store import DocumentStore
 from cache.tickets import TicketStore
 from cache.token_cache import TokenCache
 from cache.tokens import TokenStore
-from cache.topology import connect
+from cache.topology import connect, invalidation_feed
 from cache.variants import Variants
 from handlers.auth import Gate
 from handlers.feed import Feed, FeedLimits
@@ -50,37 +59,69 @@ def run_worker(
     fd: int,
     ready_fd: Optional[int] = None,
     app_factory: Callable[..., JetwayApplication] = make_app,
+    log_pipe: bool = False,
 ) -> int:
     """Serve on the listening socket ``fd`` until drained; returns the exit code.
 
-    ``app_factory`` is ``make_app`` but for the bench's re-encoding variant.
+    ``app_factory`` is ``make_app`` but for the bench's re-encoding variant;
+    ``log_pipe``: stdout is a pipe of this worker's own (``api.log_writer``).
     """
-    start_logging(sys.stdout, settings.json_logs)
+    metrics = Metrics()
+    sys.stdout.flush()
+    lines = LineWriter(sys.stdout.fileno(), log_pipe, metrics.count_dropped_lines)
+    lines.watch_with(reactor)
+    start_logging(LineStream(lines), settings.json_logs)
     if ready_fd is not None:
         _die_with_parent()
-    metrics = Metrics()
-    link = MeteredLink(
-        connect(settings.redis, reactor, settings.redis_timeout, settings.redis_pool), metrics.observe_redis
-    )
-    write_link = None
-    if settings.write_concern.waits:
-        # WAIT blocks the connection it is sent on: writes get a pool of their own.
-        write_link = MeteredLink(
+    redis = connect(settings.redis, reactor, settings.redis_timeout, settings.redis_pool)
+    link = MeteredLink(redis, metrics.observe_redis)
+    hot = None
+    if settings.hot_cache_bytes:
+        hot = HotCache(settings.hot_cache_bytes)
+        invalidations = invalidation_feed(settings.redis, redis, hot, reactor, settings.redis_timeout)
+        metrics.hot_cache = HotCacheMetrics(hot.stats)
+        reactor.addSystemEventTrigger("before", "shutdown", invalidations.stop)
+    # WAIT blocks the connection it is sent on: writes that wait get a pool of
+    # their own, dialled at once when every write waits, else when a
+    # collection's write_replicas first asks for it.
+    write_link = LazyLink(
+        lambda: MeteredLink(
             connect(settings.redis, reactor, settings.redis_timeout, settings.redis_pool, spread=True),
             metrics.observe_redis,
         )
-        reactor.addSystemEventTrigger("before", "shutdown", write_link.close)
+    )
+    if settings.write_concern.waits:
+        write_link.dial()
+    reactor.addSystemEventTrigger("before", "shutdown", write_link.close)
     store = DocumentStore(
         link,
         write_link=write_link,
         write_concern=settings.write_concern,
+        hot=hot,
         variants=Variants(settings.compress_min_bytes),
         feed=FeedLog(True, settings.feed_max_events, settings.feed_max_age) if settings.feed else NO_FEED,
     )
     feed = _feed(settings, link, reactor)
     tickets = TicketStore(link, settings.feed_ticket_ttl) if feed is not None else None
     tokens = TokenCache(TokenStore(link), settings.redis, reactor, settings.redis_timeout) if settings.auth else None
-    app = app_factory(settings, store, Gate(tokens, link, settings.auth), reactor, metrics, feed, tickets)
+    collections = SettingsCache(CollectionSettingsStore(link), settings.redis, reactor, settings.redis_timeout)
+    reactor.addSystemEventTrigger("before", "shutdown", collections.close)
+    idempotency = IdempotencyRecords(link, settings.idempotency_lease)
+    batches = BatchRunner(store, link, settings.write_concern, write_link)
+    gate = Gate(tokens, link, settings.auth)
+    app = app_factory(
+        settings,
+        store,
+        gate,
+        reactor,
+        metrics,
+        idempotency,
+        batches,
+        collections,
+        log_lines=lines,
+        feed=feed,
+        tickets=tickets,
+    )
     port = adopt_listening_socket(reactor, fd, _nonblocking_family(fd), app)
     os.close(fd)  # the port took a copy
     app.listen_on(port)
@@ -89,6 +130,8 @@ def run_worker(
     flushing.clock = reactor
     flushing.start(METRICS_FLUSH_SECONDS, now=False)
     reactor.addSystemEventTrigger("before", "shutdown", app.observer.flush)
+    # After the observer's flush (triggers of one phase run in order), so the last access lines go too.
+    reactor.addSystemEventTrigger("before", "shutdown", lines.close)
     reactor.callWhenRunning(on_signals, reactor, drain.start, signal.SIGTERM, signal.SIGINT)
     reactor.addSystemEventTrigger("before", "shutdown", link.close)
     if tokens is not None:

@@ -29,7 +29,7 @@ node:
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from twisted.internet import defer, task
 from twisted.internet.interfaces import IStreamClientEndpoint
@@ -124,9 +124,13 @@ class ClusterLink:
         self._spread = spread  # each node's pool (RedisLink)
         self._links: Dict[Node, RedisLink] = {}
         self._owners: List[Optional[Node]] = [None] * SLOTS
+        self._loaded_owners: List[Optional[Node]] = []
         self._mapped = False
         self._waiting: List[defer.Deferred] = []
         self._closed = False
+        # Told of every change of the slot map, and of every redirection (the hot cache's feed).
+        self._on_map: List[Callable[[List[Node]], Any]] = []
+        self._on_redirect: List[Callable[[], Any]] = []
         self._stale()
 
     def execute(self, *command: Arg) -> defer.Deferred:
@@ -153,6 +157,17 @@ class ClusterLink:
         sent = self._resolve([script.call(keys, args)], [script], wait=wait)
         return sent.addCallback(lambda replies: replies[0])
 
+    def pipeline_outcomes(
+        self, commands: Sequence[Command], scripts: Sequence[Script], wait: Optional[Command] = None
+    ) -> defer.Deferred:
+        """``RedisLink.pipeline_outcomes`` over the nodes: each command on the node owning its key.
+
+        With ``wait``, a ``WAIT`` follows each command on its connection, and
+        the last outcome is the fewest replicas any of them reached.
+        """
+        resolved = self._resolve(commands, scripts, wait=wait, each=True)
+        return resolved if wait is None else resolved.addCallback(_split_waits)
+
     def close(self) -> defer.Deferred:
         self._closed = True
         return defer.gatherResults([link.close() for link in self._links.values()], consumeErrors=True)
@@ -160,6 +175,14 @@ class ClusterLink:
     def masters(self) -> List[Node]:
         """The nodes that serve slots, as the map has them now."""
         return sorted({node for node in self._owners if node is not None})
+
+    def watch(self, on_map: Callable[[List[Node]], Any], on_redirect: Callable[[], Any]) -> None:
+        """Call ``on_map(masters)`` whenever the slot map changes (now, if it is
+        loaded), and ``on_redirect()`` on every MOVED or ASK."""
+        self._on_map.append(on_map)
+        self._on_redirect.append(on_redirect)
+        if self._mapped:
+            on_map(self.masters())
 
     def refresh(self) -> defer.Deferred:
         """Reload the slot map; callers that come while a reload runs share it."""
@@ -224,6 +247,7 @@ class ClusterLink:
         first: Optional[List] = None,
         started: Optional[float] = None,
         wait: Optional[Command] = None,
+        each: bool = False,
     ) -> Any:
         """Send, follow redirections, retry, until every command has its reply or its error.
 
@@ -260,6 +284,8 @@ class ClusterLink:
                 raise RedisUnavailable("the cluster did not settle on where the keys are")
             if pause:
                 yield task.deferLater(self._reactor, pause, lambda: None)
+        if each:
+            return [(False, errors[index]) if index in errors else (True, reply) for index, reply in enumerate(replies)]
         if errors:
             raise errors[min(errors)]
         return replies
@@ -272,6 +298,9 @@ class ClusterLink:
             return None
         message = str(error)
         kind = message.split(" ", 1)[0]
+        if kind in ("MOVED", "ASK"):
+            for redirected in self._on_redirect:
+                redirected()
         if kind == "MOVED":
             slot, target = _redirection(message, node)
             self._owners[slot] = target
@@ -351,8 +380,14 @@ class ClusterLink:
             # An empty host means "the address you reached me at".
             owner = (_text(master[0]) or node[0], int(master[1]))
             owners[int(start) : int(end) + 1] = [owner] * (int(end) - int(start) + 1)
+        # Against the map last loaded, not self._owners, which a MOVED corrects in place.
+        changed = owners != self._loaded_owners
         self._owners = owners
+        self._loaded_owners = list(owners)
         self._mapped = True
+        if changed:
+            for changed_map in self._on_map:
+                changed_map(self.masters())
 
     def _loaded(self, result: Any) -> None:
         waiting, self._waiting = self._waiting, []
@@ -370,6 +405,13 @@ def _with_wait(attempt: _Attempt, results: List[Tuple[bool, Any]], place: int) -
         return ok, reply
     waited_ok, waited = results[place + 1]
     return (True, (reply, waited)) if waited_ok else (False, waited)
+
+
+def _split_waits(outcomes: List[Tuple[bool, Any]]) -> List[Tuple[bool, Any]]:
+    """Per-command (reply, replicas) pairs as the commands' outcomes and, last, the fewest replicas."""
+    commands = [(ok, value[0] if ok else value) for ok, value in outcomes]
+    confirmed = [value[1] for ok, value in outcomes if ok]
+    return [*commands, (True, min(confirmed, default=0))]
 
 
 def _concatenated(groups: List[List[Any]]) -> List[Any]:

@@ -16,7 +16,7 @@ picks one from the URL).
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Protocol, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple, Union
 
 import txredisapi
 from twisted.internet import defer
@@ -49,6 +49,10 @@ class Link(Protocol):
 
     def run_script_waiting(
         self, script: Script, keys: Sequence[bytes], args: Sequence[Arg], wait: Command
+    ) -> defer.Deferred: ...
+
+    def pipeline_outcomes(
+        self, commands: Sequence[Command], scripts: Sequence[Script], wait: Optional[Command] = None
     ) -> defer.Deferred: ...
 
     def close(self) -> defer.Deferred: ...
@@ -181,6 +185,45 @@ class RedisLink:
         loading = self.pipeline([(b"SCRIPT", b"LOAD", script.source) for script in scripts])
         return loading.addCallback(lambda _: self.pipeline(commands))
 
+    def pipeline_outcomes(
+        self, commands: Sequence[Command], scripts: Sequence[Script], wait: Optional[Command] = None
+    ) -> defer.Deferred:
+        """An ``Outcome`` per command, in order: an error reply fails its own command only.
+
+        For a batch of independent operations, where one refused write must
+        not hide what the others did. ``wait`` (a ``WAIT``) goes last on the
+        same connection, and its outcome is the last one. Commands refused
+        with NOSCRIPT (Redis restarted) are sent again, in order, once the
+        scripts are loaded: they did not run.
+        """
+        sent = [*commands, wait] if wait is not None else list(commands)
+        return self.send_each(sent).addCallback(self._resend_without_scripts, sent, scripts, wait is not None)
+
+    def _resend_without_scripts(
+        self, outcomes: List[Outcome], sent: List[Command], scripts: Sequence[Script], waits: bool
+    ) -> Any:
+        refused = [index for index, (ok, value) in enumerate(outcomes) if not ok and _no_script(value)]
+        if not refused:
+            return outcomes
+        # From the first refused command on, the refused ones run now, and
+        # the reads among the others run again after them, so each read still
+        # sees the writes sent before it. (Scripts are loaded and flushed all
+        # together, so a script call past the first refusal was refused too.)
+        missing = [
+            index for index in range(refused[0], len(sent) - waits) if index in refused or sent[index][0] != b"EVALSHA"
+        ]
+        if waits:
+            missing.append(len(sent) - 1)  # wait for what the resent writes did too
+        loading = self.pipeline([(b"SCRIPT", b"LOAD", script.source) for script in scripts])
+        again = loading.addCallback(lambda _: self.send_each([sent[index] for index in missing]))
+
+        def merged(results: List[Outcome]) -> List[Outcome]:
+            for index, outcome in zip(missing, results):
+                outcomes[index] = outcome
+            return outcomes
+
+        return again.addCallback(merged)
+
     @defer.inlineCallbacks
     def _connection(self) -> Any:
         """A live connection of the pool (txredisapi's ``peek``), waiting up to the timeout for one."""
@@ -196,6 +239,10 @@ class RedisLink:
 def _backlog(connection: Any) -> int:
     """Batches a connection has sent and not had answered; a dead one counts as full."""
     return connection.backlog if connection.connected else 1 << 30
+
+
+def _no_script(error: Any) -> bool:
+    return isinstance(error, RedisReplyError) and str(error).startswith("NOSCRIPT")
 
 
 def _raise_first_error(replies: List[Any]) -> List[Any]:

@@ -44,6 +44,9 @@ class MeteredLink:
     def run_script_waiting(self, script: Any, keys: Any, args: Any, wait: Any) -> defer.Deferred:
         return self._timed("script", self._link.run_script_waiting(script, keys, args, wait))
 
+    def pipeline_outcomes(self, commands: Any, scripts: Any, wait: Any = None) -> defer.Deferred:
+        return self._timed("pipeline", self._link.pipeline_outcomes(commands, scripts, wait))
+
     def _timed(self, operation: str, pending: defer.Deferred) -> defer.Deferred:
         started = self._clock()
 

@@ -14,17 +14,19 @@ from typing import Any, Sequence, Tuple, Union
 
 from cache.scripts import Script
 
-# KEYS: the token's limit key. ARGV: emission interval (µs), period (µs).
+# KEYS: the token's limit key. ARGV: emission interval (µs), period (µs), and
+# the cost in requests (1 when absent; a batch costs one per operation).
 # Returns {allowed (0/1), remaining, retry after (µs), reset (µs)}.
 GCRA = Script(
     b"""
 local interval = tonumber(ARGV[1])
+local cost = tonumber(ARGV[3]) or 1
 local period = tonumber(ARGV[2])
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 local tat = tonumber(redis.call('GET', KEYS[1])) or now
 if tat < now then tat = now end
-local new_tat = tat + interval
+local new_tat = tat + interval * cost
 local allow_at = new_tat - period
 if now < allow_at then
   return {0, 0, allow_at - now, tat - now}
@@ -55,10 +57,11 @@ def limit_key(digest: bytes) -> bytes:
     return b"jw:rl:{" + digest + b"}"
 
 
-def gcra_command(digest: bytes, requests: int, period: int) -> Tuple[Union[bytes, int], ...]:
-    """The command that takes one request from the token's allowance."""
+def gcra_command(digest: bytes, requests: int, period: int, cost: int = 1) -> Tuple[Union[bytes, int], ...]:
+    """The command that takes ``cost`` requests from the token's allowance."""
     period_us = period * 1_000_000
-    return GCRA.call([limit_key(digest)], [period_us // requests, period_us])
+    arguments = [period_us // requests, period_us] if cost == 1 else [period_us // requests, period_us, cost]
+    return GCRA.call([limit_key(digest)], arguments)
 
 
 def decision(reply: Any, requests: int) -> RateDecision:

@@ -74,13 +74,18 @@ class Script:
 # compressed variants, N field/value pairs (cache.variants), and last the
 # variant fields to remove (an earlier version may have had them), then
 # the feed's arguments (_FEED).
-# Returns 0 when a condition failed, 1 when replaced, 2 when created.
+# Returns 0 when a condition failed, 1 when replaced, 2 when created, and
+# {3, last-modified} when the document already carries this write's ETag:
+# ETags are never reused, so this very write was applied before (a retry
+# carrying out an Idempotency-Key's plan again, cache.idempotency); it
+# logs no second event, as the first application logged it.
 PUT = Script(
     (
         _CONDITIONS
         + _FEED
         + """
 local current = redis.call('HGET', KEYS[1], 'e')
+if current == ARGV[3] then return {3, redis.call('HGET', KEYS[1], 'm')} end
 if not holds(current, ARGV[6], ARGV[7]) then return 0 end
 local stale = 9 + 2 * tonumber(ARGV[8])
 local fields = {'b', ARGV[2], 'e', ARGV[3], 'm', ARGV[4]}

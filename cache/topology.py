@@ -9,8 +9,10 @@ from typing import Any
 
 from cache.address import CLUSTER, SENTINEL, RedisAddress
 from cache.cluster import AnyNodeEndpoint, ClusterLink
+from cache.hot_cache import HotCache
 from cache.link import Link, RedisLink, endpoint_for
 from cache.sentinel import MasterEndpoint, SentinelLink
+from cache.tracking import InvalidationFeed, Tracker
 
 
 def connect(address: RedisAddress, reactor: Any, timeout: float, poolsize: int = 4, spread: bool = False) -> Link:
@@ -31,3 +33,31 @@ def subscriber_endpoint(address: RedisAddress, reactor: Any, timeout: float) -> 
     if address.kind == CLUSTER:
         return AnyNodeEndpoint(address, reactor, timeout)
     return endpoint_for(address, reactor, timeout)
+
+
+def invalidation_feed(
+    address: RedisAddress, link: Any, cache: HotCache, reactor: Any, timeout: float
+) -> InvalidationFeed:
+    """The hot cache's invalidations from every master ``link`` writes to: one
+    server, the master the sentinels name (a replica is refused), or each master
+    of a cluster, following ``link``'s slot map."""
+
+    def tracker(name: str, endpoint: Any, require_master: bool = False) -> Tracker:
+        return Tracker(name, endpoint, feed, reactor, timeout, address.password, address.username, require_master)
+
+    if address.kind == CLUSTER:
+        feed = InvalidationFeed(cache, on_trouble=lambda: link.refresh().addErrback(lambda _: None))
+
+        def follow(masters: Any) -> None:
+            feed.follow(
+                masters, lambda node: tracker(f"{node[0]}:{node[1]}", endpoint_for(address.at(*node), reactor, timeout))
+            )
+
+        link.watch(follow, feed.void)
+        return feed
+    feed = InvalidationFeed(cache)
+    if address.kind == SENTINEL:
+        feed.add("master", tracker(address.describe(), MasterEndpoint(address, reactor, timeout), require_master=True))
+    else:
+        feed.add("server", tracker(address.describe(), endpoint_for(address, reactor, timeout)))
+    return feed

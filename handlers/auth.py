@@ -79,26 +79,46 @@ class Gate:
         digest = self._digests.get(token) or digest_of(token)
         return self.tokens.lookup(digest).addCallback(self._decide, token, digest, collection, write, defer_rate)
 
+    def admit_batch(self, authorization: Optional[str], cost: int) -> defer.Deferred:
+        """A batch's grant: a valid token, and ``cost`` requests of its rate (one per operation).
+
+        Scopes are each operation's own (``may``); a batch larger than the
+        token's burst could never pass, and is refused as too large.
+        """
+        if not self.enabled or self.tokens is None:
+            return defer.succeed(Grant(None))
+        match = _BEARER.match(authorization or "")
+        if not match:
+            return defer.fail(unauthorized("send Authorization: Bearer <token>"))
+        token = match.group(1)
+        digest = self._digests.get(token) or digest_of(token)
+        return self.tokens.lookup(digest).addCallback(self._decide, token, digest, None, True, False, cost)
+
     def _decide(
         self,
         record: Optional[TokenRecord],
         token: str,
         digest: bytes,
-        collection: str,
+        collection: Optional[str],
         write: bool,
         defer_rate: bool,
+        cost: int = 1,
     ) -> Any:
         # Constant-time on the digest, and one answer for unknown, revoked
         # and expired alike: the response never says whether a token exists.
         if record is None or not hmac.compare_digest(record.digest, digest) or record.expired(self.clock()):
             raise unauthorized("the token is not valid")
         self._remember_digest(token, digest)
-        if not may(record.scopes, collection, write):
+        if collection is not None and not may(record.scopes, collection, write):
             raise ApiError(403, "forbidden", f"the token may not {'write' if write else 'read'} {collection}")
         limit = record.rate_limit()
         if limit is None:
             return Grant(record)
-        command = gcra_command(digest, *limit)
+        if cost > limit[0]:
+            raise ApiError(
+                413, "batch-too-large", f"{cost} operations are more than the token's burst of {limit[0]}; split them"
+            )
+        command = gcra_command(digest, *limit, cost)
         if defer_rate:
             return Grant(record, pending_rate=command)
         rating = self.link.pipeline_scripts([command], RATE_SCRIPTS)

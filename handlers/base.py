@@ -19,6 +19,7 @@ from twisted.python import log
 from twisted.python.failure import Failure
 
 from cache import codec
+from cache.collection_settings import NO_SETTINGS, CollectionSettings, OverCollectionLimit
 from cache.errors import (
     DocumentNotFound,
     DocumentTooLarge,
@@ -31,7 +32,10 @@ from cache.errors import (
     RedisUnavailable,
     WriteConflict,
 )
+from cache.idempotency import IdempotencyRecords, StoredResponse
 from cache.ratelimit import RateDecision
+from cache.schema import DocumentInvalid
+from cache.settings_cache import SettingsCache
 from cache.store import Document, DocumentStore
 from cache.variants import gzip_of, variant_tag
 from handlers import conditional, validation
@@ -75,6 +79,10 @@ _STORE_ERRORS: Dict[Type[Exception], Any] = {
     PreconditionFailed: lambda e: precondition_failed(),
     WriteConflict: lambda e: ApiError(409, "write-conflict", "too many concurrent writers; retry"),
     DocumentTooLarge: lambda e: ApiError(413, "body-too-large", str(e)),
+    OverCollectionLimit: lambda e: ApiError(413, "body-too-large", str(e)),
+    DocumentInvalid: lambda e: ApiError(
+        422, "schema-violation", str(e), extensions={"errors": [v.as_json() for v in e.violations]}
+    ),
     codec.JsonError: lambda e: ApiError(422, "unrepresentable", str(e)),
 }
 
@@ -99,6 +107,7 @@ class JsonHandler(cyclone.web.RequestHandler):
     SUPPORTED_METHODS: Tuple[str, ...] = ("GET", "HEAD", "OPTIONS")
     ROUTE = "unknown"  # the metrics label of the handler's route
     request_id = ""
+    _cors_lines = b""  # this response's CORS header lines (handlers/cors.py)
 
     def __init__(self, application: Any, request: Any, **kwargs: Any) -> None:
         # Cyclone's own __init__ also builds the template helpers (ui
@@ -134,21 +143,28 @@ class JsonHandler(cyclone.web.RequestHandler):
         self._headers["X-Request-ID"] = self.request_id
         cors = self.application.cors
         if cors.enabled:
-            for name, value in cors.response_headers(self.request.headers.get("Origin")):
-                self.add_header(name, value)
+            # Made once per origin, appended to the head as bytes (handlers/cors.py says why).
+            self._cors_lines = cors.response_lines(self.request.headers.get("Origin"))
 
     def options(self, *path_args: str) -> None:
         """What the path supports; a browser's CORS preflight gets its answer here, before authorization."""
         self.set_header("Allow", ", ".join(self.SUPPORTED_METHODS))
-        if self.request.headers.get("Access-Control-Request-Method") is not None:
+        self.answer_preflight(self.SUPPORTED_METHODS)
+
+    def is_preflight(self) -> bool:
+        return self.request.method == "OPTIONS" and "Access-Control-Request-Method" in self.request.headers
+
+    def answer_preflight(self, methods: Sequence[str]) -> None:
+        """204, with the CORS preflight headers for ``methods`` when the request is a preflight."""
+        if self.is_preflight():
             self.clear_cors_headers()
             origin = self.request.headers.get("Origin")
-            for name, value in self.application.cors.preflight_headers(origin, self.SUPPORTED_METHODS):
+            for name, value in self.application.cors.preflight_headers(origin, methods):
                 self.add_header(name, value)
         self.set_status(204)
 
     def clear_cors_headers(self) -> None:
-        self._list_headers = []
+        self._cors_lines = b""
 
     def compute_etag(self) -> None:
         # ETags are stored with each document; never hash a body per read.
@@ -184,6 +200,16 @@ class JsonHandler(cyclone.web.RequestHandler):
     def send_no_content(self) -> None:
         self.set_status(204)
 
+    def send_stored(self, response: StoredResponse) -> None:
+        """Send a response made ahead (``cache.idempotency``: perhaps the first attempt's, replayed)."""
+        for name, value in response.headers:
+            self.set_header(name, value)
+        if response.status >= 400:
+            self.set_header("Cache-Control", ERROR_POLICY)
+        self.set_status(response.status)
+        if response.body:
+            self.write(response.body)
+
     def _generate_headers(self) -> bytes:
         self._set_connection_header()
         if self._status_code == 204:
@@ -191,7 +217,9 @@ class JsonHandler(cyclone.web.RequestHandler):
             # Cyclone adds both to every response.
             self._headers.pop("Content-Length", None)
             self._headers.pop("Content-Type", None)
-        return super()._generate_headers()
+        head = super()._generate_headers()
+        # Before the blank line that ends the head.
+        return head[:-2] + self._cors_lines + b"\r\n" if self._cors_lines else head
 
     def _set_connection_header(self) -> None:
         connection = self.request.connection
@@ -243,6 +271,16 @@ class JsonHandler(cyclone.web.RequestHandler):
         self.finish(codec.dumps(error.as_problem()))
 
 
+def document_response(status: int, document: Document, *headers: Tuple[str, str]) -> StoredResponse:
+    """A write's answer as data: the document as stored, its validators, and ``headers``."""
+    validators = (("ETag", document.etag.decode()), ("Last-Modified", document.last_modified.decode()))
+    return StoredResponse(status, (("Content-Type", JSON_TYPE), *validators, *headers), document.body)
+
+
+# Every method some path of the API answers: what a preflight to an unknown path is granted.
+API_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
 class _AnyMethod(tuple):
     def __contains__(self, method: object) -> bool:
         return True
@@ -259,7 +297,16 @@ class NoRouteHandler(JsonHandler):
         self.set_status(status_code)
 
     def prepare(self) -> None:
-        raise ApiError(404, "no-route", f"no resource at {self.request.path}")
+        if not self.is_preflight():
+            raise ApiError(404, "no-route", f"no resource at {self.request.path}")
+
+    def options(self, *path_args: str) -> None:
+        """A preflight (nothing else gets here): granted, so the request follows and its page reads the 404.
+
+        Refused, the preflight would turn the 404 into an opaque network
+        error (``TypeError: Failed to fetch``, seen in Chromium).
+        """
+        self.answer_preflight(API_METHODS)
 
 
 class ResourceHandler(JsonHandler):
@@ -274,6 +321,8 @@ class ResourceHandler(JsonHandler):
         cache_control: str,
         negotiator: Negotiator,
         compress_min_bytes: int,
+        idempotency: IdempotencyRecords,
+        collections: Optional[SettingsCache] = None,
     ) -> None:
         self.store = store
         self.max_body = max_body
@@ -283,6 +332,45 @@ class ResourceHandler(JsonHandler):
         self.cache_control = cache_control
         self.negotiator = negotiator
         self.compress_min_bytes = compress_min_bytes
+        self.idempotency = idempotency
+        self.collections = collections
+
+    def collection_settings(self, collection: bytes) -> defer.Deferred:
+        """The collection's settings (``NO_SETTINGS`` when it has none): what a write must obey."""
+        if self.collections is None:
+            return defer.succeed(NO_SETTINGS)
+        return self.collections.get(collection.decode()).addCallback(lambda found: found or NO_SETTINGS)
+
+    def with_collection_policy(self, collection: bytes, reading: defer.Deferred) -> defer.Deferred:
+        """``reading``, once the collection's ``cache_control`` (if it has one) replaces the default.
+
+        Known settings cost a dictionary lookup; unknown ones (the first
+        read of a collection on this worker, or every read while the
+        settings subscription is down) are read alongside ``reading``, not
+        before it.
+        """
+        if self.collections is None:
+            return reading
+        known = self.collections.peek(collection.decode())
+        if known is not None:
+            self._use_policy(known)
+            return reading
+        return self.collection_settings(collection).addCallbacks(
+            self._policy_then, self._drop_reading, callbackArgs=(reading,), errbackArgs=(reading,)
+        )
+
+    def _use_policy(self, settings: CollectionSettings) -> None:
+        if settings.cache_control is not None:
+            self.cache_control = settings.cache_control
+
+    def _policy_then(self, settings: CollectionSettings, reading: defer.Deferred) -> defer.Deferred:
+        self._use_policy(settings)
+        return reading
+
+    @staticmethod
+    def _drop_reading(failure: Failure, reading: defer.Deferred) -> Failure:
+        reading.addErrback(lambda _: None)  # the settings' error is the answer; the read's is not logged
+        return failure
 
     def writes(self) -> bool:
         """Whether the request needs write scope (a multi-get by POST does not)."""
@@ -386,10 +474,15 @@ class ResourceHandler(JsonHandler):
         self.apply_rate(grant.rate)
 
     def read_document(self, collection: bytes, doc_id: bytes) -> defer.Deferred:
-        """The document (or None), with the pending rate step if there is one."""
+        """The document (or None), with the pending rate step if there is one.
+
+        From the worker's hot cache when it holds it, unless the request's
+        ``Cache-Control`` asks for a fresh one.
+        """
+        fresh = validation.wants_fresh(self.request.headers.get("Cache-Control"))
         if self.grant.pending_rate is None:
-            return self.store.get(collection, doc_id)
-        return self.store.get_along(collection, doc_id, self.grant.pending_rate, RATE_SCRIPTS).addCallback(
+            return self.store.get(collection, doc_id, fresh)
+        return self.store.get_along(collection, doc_id, self.grant.pending_rate, RATE_SCRIPTS, fresh).addCallback(
             self._settle_rate
         )
 

@@ -10,11 +10,12 @@ from typing import Any, List, Optional
 
 from twisted.internet import defer
 
-from cache.errors import NotReplicated
+from cache.errors import NotReplicated, PreconditionFailed
 from cache.store import Page
 from handlers import validation
-from handlers.base import ResourceHandler, as_api_error
+from handlers.base import ResourceHandler, as_api_error, document_response
 from handlers.errors import bad_request
+from handlers.idempotency import respond_once
 
 
 def items_envelope(bodies: List[Optional[bytes]], next_cursor: Optional[bytes], with_next: bool) -> bytes:
@@ -45,10 +46,10 @@ class CollectionHandler(ResourceHandler):
                 raise bad_request("ids cannot be combined with cursor", "invalid-ids")
             wanted = validation.id_list(ids, self.max_ids)
             validation.limit_beside_ids(self.query_argument("limit"), len(wanted))
-            return self.store.get_many(name, wanted).addCallback(self._send_many)
+            return self.with_collection_policy(name, self.store.get_many(name, wanted)).addCallback(self._send_many)
         limit = validation.limit(self.query_argument("limit"))
         after = validation.decode_cursor(self.query_argument("cursor"))
-        return self.store.page(name, limit, after).addCallback(self._send_page)
+        return self.with_collection_policy(name, self.store.page(name, limit, after)).addCallback(self._send_page)
 
     def _send_many(self, bodies: List[Optional[bytes]]) -> None:
         send_items(self, bodies)
@@ -59,21 +60,39 @@ class CollectionHandler(ResourceHandler):
 
     head = get
 
-    @defer.inlineCallbacks
-    def post(self, collection: str) -> Any:
+    def post(self, collection: str) -> defer.Deferred:
         name = validation.collection_name(collection)
-        validation.json_document(
+        value = validation.json_document(
             self.request.body, self.request.headers.get("Content-Type"), validation.JSON, self.max_body
         )
+        ttl = validation.ttl(self.query_argument("ttl"))
+        # The id and ETag are chosen before anything is written: an
+        # Idempotency-Key's retry writes with the same ones (handlers/idempotency.py).
+        plan = self.store.new_id() + b" " + self.store.new_etag()
+        return respond_once(self, plan, lambda plan: self._create(name, value, ttl, plan))
+
+    @defer.inlineCallbacks
+    def _create(self, name: bytes, value: Any, ttl: Optional[int], plan: bytes) -> Any:
+        doc_id, etag = plan.split(b" ")
+        location = ("Location", f"/v1/{name.decode()}/{doc_id.decode()}")
+        # Checked inside the Idempotency-Key's claim: a schema violation (422)
+        # is this request's answer, recorded and replayed like the others.
+        rules = yield self.collection_settings(name)
+        rules.check(value, len(self.request.body))  # before anything is stored
         try:
-            doc_id, document = yield self.store.create(
-                name, self.request.body, validation.ttl(self.query_argument("ttl"))
+            _, document = yield self.store.create(
+                name, self.request.body, rules.ttl_or_default(ttl), doc_id, etag, rules.write_replicas
             )
         except NotReplicated as error:
             # Stored on the primary under an id the client has not seen: say where.
             problem = as_api_error(error)
-            assert problem is not None and error.doc_id is not None
-            problem.headers["Location"] = f"/v1/{collection}/{error.doc_id.decode()}"
+            assert problem is not None
+            problem.headers["Location"] = location[1]
             raise problem from None
-        self.set_header("Location", f"/v1/{collection}/{doc_id.decode()}")
-        self.send_document(201, document)
+        except PreconditionFailed:
+            # Only a retry of a plan gets here: the first attempt created the
+            # document, and it has been written again since. It was created.
+            document = yield self.store.get(name, doc_id)
+            if document is None:
+                raise
+        return document_response(201, document, location)

@@ -9,8 +9,9 @@ from twisted.internet import defer
 from cache.store import Conditions, Document
 from cache.variants import base_tag
 from handlers import conditional, validation
-from handlers.base import ResourceHandler
+from handlers.base import ResourceHandler, document_response
 from handlers.errors import not_found
+from handlers.idempotency import respond_once
 
 
 class DocumentHandler(ResourceHandler):
@@ -24,8 +25,9 @@ class DocumentHandler(ResourceHandler):
         # locals would then be kept through the next minor collection and
         # copied to the old generation, though the response has long been
         # sent (README, "The read path").
-        read = self.read_document(validation.collection_name(collection), validation.document_id(doc_id))
-        return read.addCallback(self._answer_read)
+        name = validation.collection_name(collection)
+        read = self.read_document(name, validation.document_id(doc_id))
+        return self.with_collection_policy(name, read).addCallback(self._answer_read)
 
     def _answer_read(self, document: Optional[Document]) -> None:
         if document is None:
@@ -37,9 +39,12 @@ class DocumentHandler(ResourceHandler):
     @defer.inlineCallbacks
     def put(self, collection: str, doc_id: str) -> Any:
         keys = validation.collection_name(collection), validation.document_id(doc_id)
-        validation.json_document(
+        value = validation.json_document(
             self.request.body, self.request.headers.get("Content-Type"), validation.JSON, self.max_body
         )
+        ttl = validation.ttl(self.query_argument("ttl"))
+        rules = yield self.collection_settings(keys[0])
+        rules.check(value, len(self.request.body))  # before anything is stored
         document, created = yield self.store.put(
             *keys,
             self.request.body,
@@ -48,23 +53,39 @@ class DocumentHandler(ResourceHandler):
                 validation.entity_tags(self.request.headers.get("If-None-Match"), weak=True),
                 self._if_unmodified_since(),
             ),
-            validation.ttl(self.query_argument("ttl")),
+            rules.ttl_or_default(ttl),
+            replicas=rules.write_replicas,
         )
         self.send_document(201 if created else 200, document)
 
-    @defer.inlineCallbacks
-    def patch(self, collection: str, doc_id: str) -> Any:
+    def patch(self, collection: str, doc_id: str) -> defer.Deferred:
         keys = validation.collection_name(collection), validation.document_id(doc_id)
         patch = validation.json_document(
             self.request.body, self.request.headers.get("Content-Type"), validation.MERGE_PATCH_JSON, self.max_body
         )
-        document = yield self.store.patch(*keys, patch, self._if_match(), self.max_body, self._if_unmodified_since())
-        self.send_document(200, document)
+        conditions = self._if_match(), self.max_body, self._if_unmodified_since()
+        # The ETag is chosen before anything is written: an Idempotency-Key's
+        # retry finds the document carrying it if the first attempt wrote it.
+        return respond_once(
+            self, self.store.new_etag(), lambda etag: self._patch(keys, patch, conditions, etag), [keys]
+        )
+
+    @defer.inlineCallbacks
+    def _patch(self, keys: Any, patch: Any, conditions: Any, etag: bytes) -> Any:
+        # Inside the Idempotency-Key's claim: a schema violation (422) is
+        # this request's answer, recorded and replayed like a 412.
+        rules = yield self.collection_settings(keys[0])
+        # The merged document is checked inside the store's compare-and-set loop, before it is written.
+        document = yield self.store.patch(
+            *keys, patch, *conditions, planned_etag=etag, check=rules.check, replicas=rules.write_replicas
+        )
+        return document_response(200, document)
 
     @defer.inlineCallbacks
     def delete(self, collection: str, doc_id: str) -> Any:
         keys = validation.collection_name(collection), validation.document_id(doc_id)
-        yield self.store.delete(*keys, self._if_match(), self._if_unmodified_since())
+        rules = yield self.collection_settings(keys[0])
+        yield self.store.delete(*keys, self._if_match(), self._if_unmodified_since(), rules.write_replicas)
         self.send_no_content()
 
     def _if_match(self) -> bytes:

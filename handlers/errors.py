@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import http
-from typing import Dict, Optional
+from typing import Any, Dict, Optional
 
 import cyclone.web
 
@@ -23,11 +23,14 @@ class ApiError(cyclone.web.HTTPError):
         problem: str,
         detail: str,
         headers: Optional[Dict[str, str]] = None,
+        extensions: Optional[Dict[str, Any]] = None,
     ) -> None:
         super().__init__(status)
         self.problem = problem
         self.detail = detail
         self.headers = headers or {}
+        # RFC 9457 extension members (e.g. "errors" of a schema violation), after the standard ones.
+        self.extensions = extensions or {}
 
     def as_problem(self) -> Dict[str, object]:
         """The ``application/problem+json`` members."""
@@ -36,6 +39,7 @@ class ApiError(cyclone.web.HTTPError):
             "title": http.HTTPStatus(self.status_code).phrase,
             "status": self.status_code,
             "detail": self.detail,
+            **self.extensions,
         }
 
     def __str__(self) -> str:

@@ -30,7 +30,7 @@ class MultiGetHandler(ResourceHandler):
             self.request.body, self.request.headers.get("Content-Type"), validation.JSON, self.max_body
         )
         ids = validation.id_array(body, self.max_ids)
-        return self.store.get_many(name, ids).addCallback(self._send)
+        return self.with_collection_policy(name, self.store.get_many(name, ids)).addCallback(self._send)
 
     def _send(self, bodies: List[Optional[bytes]]) -> None:
         send_items(self, bodies)

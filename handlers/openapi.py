@@ -11,7 +11,9 @@ from __future__ import annotations
 import copy
 from typing import Any, Dict, Iterable, List, Optional, Pattern, Tuple
 
-from handlers import validation
+from twisted.internet import defer
+
+from handlers import docs, validation
 from handlers.base import JSON_TYPE, PROBLEM_TYPE, RETRY_AFTER_SECONDS, JsonHandler
 from handlers.errors import PROBLEM_TYPE_PREFIX
 from handlers.metrics import METRICS_TYPE
@@ -26,6 +28,8 @@ METRICS = "/metrics"
 DOCUMENT = "/v1/{collection}/{id}"
 COLLECTION = "/v1/{collection}"
 MULTI_GET = "/v1/_get/{collection}"
+DOCS = docs.PAGE_PATH
+DOCS_ASSET = docs.ASSETS_PATH + "{asset}"
 
 # Every problem type the handlers raise, and when.
 PROBLEM_TYPES: Tuple[Tuple[str, str], ...] = (
@@ -43,11 +47,25 @@ PROBLEM_TYPES: Tuple[Tuple[str, str], ...] = (
     ("no-route", "404: no resource at this path"),
     ("method-not-allowed", "405: the path does not support the method; see `Allow`"),
     ("write-conflict", "409: a merge patch lost the race to concurrent writers; retry"),
+    ("invalid-idempotency-key", "400: `Idempotency-Key` is not a string of 1 to 255 printable ASCII characters"),
+    (
+        "idempotency-key-in-use",
+        "409: a request with this `Idempotency-Key` is still being carried out; see `Retry-After`",
+    ),
+    ("idempotency-key-reused", "422: this `Idempotency-Key` was used for a different request"),
     ("not-acceptable", "406: `Accept-Encoding` refuses every coding the document is stored in (`identity;q=0`)"),
     ("precondition-failed", "412: an `If-Match`, `If-None-Match` or `If-Unmodified-Since` condition does not hold"),
+    ("invalid-batch", '400: not `{"operations": [...]}`, or a batch operation malformed on its own (in its result)'),
+    ("batch-too-large", "413: more batch operations than `JETWAY_MAX_BATCH_OPS` or than the token's burst"),
     ("body-too-large", "413: the body, or the merged document, is larger than the limit"),
     ("unsupported-media-type", "415: the body is not labelled with the media type the operation takes"),
     ("unrepresentable", "422: the merged document cannot be serialized as JSON (e.g. a number out of range)"),
+    (
+        "schema-violation",
+        "422: the document (on PATCH, the merged document) breaks its collection's JSON Schema; `errors` lists where",
+    ),
+    ("invalid-schema", "422: collection settings whose `schema` is not a valid Draft 2020-12 JSON Schema"),
+    ("invalid-settings", "422: collection settings with an unknown member or a value out of range"),
     ("internal", "500: a bug; the server failed to handle the request"),
     ("rate-limited", "429: over the token's rate"),
     ("redis-error", "502: Redis answered with an error"),
@@ -84,11 +102,12 @@ _ERRORS: Dict[int, str] = {
     410: "The change feed no longer keeps the events after the position (`feed-position-lost`).",
     409: "The merge patch lost the race to concurrent writers too many times; retry.",
     412: "An `If-Match`, `If-None-Match` or `If-Unmodified-Since` condition does not hold.",
-    413: "The body is larger than `JETWAY_MAX_BODY` bytes (default 1 MiB).",
+    413: "The body is larger than `JETWAY_MAX_BODY` bytes (default 1 MiB), or than the collection's `max_bytes`.",
     414: "The request line is longer than 8 KiB (`request-line-too-long`); the connection closes.",
     415: "The body is not labelled `application/json` (a `charset=utf-8` parameter is allowed).",
     431: "More than 100 header lines or 64 KiB of them (`headers-too-large`); the connection closes.",
-    422: "The merged document cannot be serialized as JSON.",
+    422: "The document breaks its collection's JSON Schema (`schema-violation`, with `errors`),"
+    " or the merged document cannot be serialized as JSON.",
     500: "A bug: the server failed to handle the request.",
     502: "Redis answered with an error.",
     503: "Redis cannot be reached, or is failing over, loading or busy (`redis-not-ready`);"
@@ -110,6 +129,11 @@ _REDIS = (401, 403, 429, 500, 502, 503, 504)
 # What the connection answers, for any path, before a handler sees the request.
 _FRONT_DOOR = (400, 408, 414, 431, 501, 505)
 _MALFORMED = "The request head breaks HTTP/1.1 framing (`malformed-request`); the connection closes."
+_KEY_IN_USE = (
+    "A request with this `Idempotency-Key` is still being carried out (`idempotency-key-in-use`);"
+    " retry after `Retry-After` seconds."
+)
+_KEY_REUSED = "This `Idempotency-Key` was used for a different request (`idempotency-key-reused`)."
 
 
 def _ref(kind: str, name: str) -> Json:
@@ -282,6 +306,49 @@ def _health_paths() -> Json:
     }
 
 
+def _docs_paths() -> Json:
+    """``/docs`` and its assets: no token, cached by ``ETag`` and ``Cache-Control``."""
+    cached = ("ETag", "Cache-Control")
+    not_modified = _response("`If-None-Match` matches the current ETag.", headers=cached)
+    page = _operation(
+        "getDocs",
+        "Swagger UI over this document",
+        "meta",
+        {
+            "200": _response("The page.", {"type": "string"}, ("Content-Security-Policy", *cached), docs.HTML_TYPE),
+            "304": not_modified,
+        },
+        parameters=_parameters_named("If-None-Match"),
+    )
+    asset = _operation(
+        "getDocsAsset",
+        "A script or style of the /docs page",
+        "meta",
+        {
+            "200": {
+                **_response("The file; `Cache-Control` says a year when `v` is its current version.", headers=cached),
+                "content": {media: {"schema": {"type": "string"}} for media in docs.ASSET_TYPES},
+            },
+            "304": not_modified,
+            **_errors((404,), e404="No such asset (problem type `no-route`)."),
+        },
+        parameters=[
+            _parameter("asset", "path", "The file.", {"type": "string", "enum": list(docs.ASSET_NAMES)}, required=True),
+            _parameter("v", "query", "The asset's version, as the page names it.", {"type": "string"}),
+            *_parameters_named("If-None-Match"),
+        ],
+    )
+    return {
+        DOCS: _path_item("Swagger UI (off with `JETWAY_DOCS=off`).", "Docs", _with_head(page, "headDocs")),
+        DOCS_ASSET: _path_item(
+            "The page's assets, from a packaged Swagger UI.",
+            "DocsAsset",
+            _with_head(asset, "headDocsAsset"),
+            ("asset",),
+        ),
+    }
+
+
 def _document_operations() -> Json:
     get = _operation(
         "getDocument",
@@ -312,7 +379,7 @@ def _document_operations() -> Json:
             "200": _stored("Replaced; the body is the document as stored."),
             "201": _stored("Created; the body is the document as stored."),
             **_write_errors(
-                (400, 412, 413, 415, 507, *_REDIS),
+                (400, 412, 413, 415, 422, 507, *_REDIS),
                 "ETag",
                 e400="Invalid collection name, document id or `ttl`; malformed JSON; or not an object.",
                 e412="`If-Match` does not match, or `If-None-Match` matches (`*`: the document exists).",
@@ -326,7 +393,12 @@ def _document_operations() -> Json:
         "Merge-patch a document (RFC 7396), atomically against concurrent writers",
         "documents",
         {
-            "200": _stored("Patched; the body is the compact serialization of the merged document."),
+            "200": _response(
+                "Patched; the body is the compact serialization of the merged document (with an"
+                " `Idempotency-Key`, perhaps the first attempt's answer again, marked `Idempotency-Replayed`).",
+                _ref("schemas", "Document"),
+                ("ETag", "Last-Modified", "Idempotency-Replayed"),
+            ),
             **_write_errors(
                 (400, 404, 409, 412, 413, 415, 422, 507, *_REDIS),
                 "ETag",
@@ -334,11 +406,13 @@ def _document_operations() -> Json:
                 e412="`If-Match` does not match the current ETag.",
                 e413="The patch, or the merged document, is larger than `JETWAY_MAX_BODY` bytes (default 1 MiB).",
                 e415="The body is not labelled `application/merge-patch+json` (`charset=utf-8` allowed).",
-                e422="The stored document merged with the patch cannot be serialized as JSON "
-                "(e.g. a number beyond the range of a double).",
+                e409="The merge patch lost the race to concurrent writers too many times; retry. Or: " + _KEY_IN_USE,
+                e422="The merged document breaks its collection's JSON Schema (`schema-violation`, with `errors`),"
+                " or cannot be serialized as JSON (e.g. a number beyond the range of a double; `unrepresentable`)."
+                " Or: " + _KEY_REUSED,
             ),
         },
-        parameters=_parameters_named("If-Match", "If-Unmodified-Since"),
+        parameters=_parameters_named("If-Match", "If-Unmodified-Since", "Idempotency-Key"),
         requestBody=_body(validation.MERGE_PATCH_JSON, "A JSON Merge Patch: `null` removes a member.", "MergePatch"),
     )
     delete = _operation(
@@ -385,18 +459,22 @@ def _collection_operations() -> Json:
         "collections",
         {
             "201": _response(
-                "Created; the body is the document as stored.",
+                "Created; the body is the document as stored (with an `Idempotency-Key`, perhaps the first"
+                " attempt's answer again, marked `Idempotency-Replayed`).",
                 _ref("schemas", "Document"),
-                ("Location", "ETag", "Last-Modified"),
+                ("Location", "ETag", "Last-Modified", "Idempotency-Replayed"),
             ),
             **_write_errors(
-                (400, 413, 415, 507, *_REDIS),
+                (400, 409, 413, 415, 422, 507, *_REDIS),
                 "ETag",
                 "Location",
-                e400="Invalid collection name or `ttl`; malformed JSON; or not an object.",
+                e400="Invalid collection name, `ttl` or `Idempotency-Key`; malformed JSON; or not an object.",
+                e409=_KEY_IN_USE,
+                e422="The document breaks its collection's JSON Schema (`schema-violation`, with `errors`). Or: "
+                + _KEY_REUSED,
             ),
         },
-        parameters=_parameters_named("ttl"),
+        parameters=_parameters_named("ttl", "Idempotency-Key"),
         requestBody=_body(JSON_TYPE, "The document, stored verbatim once validated.", "Document"),
     )
     return {**_with_head(get, "headCollection"), "post": post}
@@ -443,6 +521,13 @@ def _parameters(max_ids: int) -> Json:
             "collection", "path", "A collection name.", _ref("schemas", "CollectionName"), required=True
         ),
         "id": _parameter("id", "path", "A document id.", _ref("schemas", "DocumentId"), required=True),
+        "asset": _parameter(
+            "asset",
+            "path",
+            "A file of the /docs page.",
+            _ref("schemas", "DocsAsset"),
+            required=True,
+        ),
         "ttl": _parameter(
             "ttl",
             "query",
@@ -476,6 +561,14 @@ def _parameters(max_ids: int) -> Json:
         "If-Match": _parameter(
             "If-Match", "header", "`*` or strong entity tags: act only if one matches (a weak tag never does).", tags
         ),
+        "Idempotency-Key": _parameter(
+            "Idempotency-Key",
+            "header",
+            "A key of the client's making (draft-ietf-httpapi-idempotency-key-header), 1 to 255 printable ASCII"
+            " characters, quoted or not: a retry with the same key and request gets the first response again,"
+            " and nothing is written twice, also after a crash. Kept 24 hours per token.",
+            {"type": "string", "maxLength": 257},
+        ),
         "If-Modified-Since": _parameter(
             "If-Modified-Since",
             "header",
@@ -496,6 +589,12 @@ def _parameters(max_ids: int) -> Json:
             " `JETWAY_COMPRESS_MIN_BYTES` are stored with a `gzip` variant, sent as stored, and list pages and"
             " multi-gets that large are gzipped as they are sent; without this header the stored bytes are sent;"
             " `identity;q=0` with nothing else available accepted is a 406.",
+            {"type": "string"},
+        ),
+        "Prefer": _parameter(
+            "Prefer",
+            "header",
+            "`return=minimal`: a batch's write results carry no `document` (RFC 7240).",
             {"type": "string"},
         ),
         "If-None-Match": _parameter(
@@ -519,8 +618,9 @@ def _headers() -> Json:
             " document's with `-<coding>` inside the quotes; `If-Match` and `If-None-Match` take either.",
         ),
         "Cache-Control": header(
-            "The operator's caching policy for documents and list pages (`JETWAY_CACHE_CONTROL`, default"
-            " `no-cache`: keep, but revalidate with the ETag). Problem responses carry `no-store`.",
+            "How caches may keep the response: for documents, list pages and multi-gets the operator's policy"
+            " (`JETWAY_CACHE_CONTROL`, default `no-cache`: keep, but revalidate with the ETag); for `/docs`"
+            " assets named by their content, a year. Problem responses carry `no-store`.",
             examples=["no-cache"],
         ),
         "Vary": header(
@@ -529,6 +629,10 @@ def _headers() -> Json:
             required=False,
         ),
         "Content-Encoding": header("`gzip` when the body is sent compressed.", required=False),
+        "Idempotency-Replayed": header(
+            "`true` when the response is the stored answer to an earlier request with the same `Idempotency-Key`.",
+            required=False,
+        ),
         "Last-Modified": header("When the document was last written (HTTP date)."),
         "Location": header("The path of the new document.", examples=["/v1/orders/01J0000000000000000000000"]),
         "Retry-After": header("Seconds to wait before retrying.", pattern="^[0-9]+$", examples=[RETRY_AFTER_SECONDS]),
@@ -537,6 +641,7 @@ def _headers() -> Json:
         "RateLimit-Limit": header("Requests the token may make per period (its burst).", pattern="^[0-9]+$"),
         "RateLimit-Remaining": header("Requests left right now.", pattern="^[0-9]+$"),
         "RateLimit-Reset": header("Seconds until the full allowance is back.", pattern="^[0-9]+$"),
+        "Content-Security-Policy": header("What the page may load: only from this origin."),
     }
 
 
@@ -548,6 +653,21 @@ def _problem_schema(more: Iterable[Tuple[str, str]] = ()) -> Json:
             "title": {"type": "string", "description": "The reason phrase of `status`."},
             "status": {"type": "integer", "minimum": 400, "maximum": 599},
             "detail": {"type": "string", "description": "What went wrong with this request."},
+            "errors": {
+                "type": "array",
+                "maxItems": 20,
+                "description": "`schema-violation` only: each way the document breaks its collection's schema"
+                " (the first 20).",
+                "items": _object(
+                    {
+                        "pointer": {"type": "string", "description": "RFC 6901 JSON Pointer into the document."},
+                        "keyword": {"type": "string", "description": "The schema keyword that failed."},
+                        "message": {"type": "string", "description": "What is wrong, for a person."},
+                    },
+                    ["pointer", "keyword", "message"],
+                    "One schema violation.",
+                ),
+            },
         },
         ["type", "title", "status", "detail"],
         "An RFC 9457 problem detail.",
@@ -571,6 +691,7 @@ def _schemas(max_ids: int) -> Json:
             "not": {"enum": [".", ".."]},
         },
         "Document": document,
+        "DocsAsset": {"type": "string", "enum": list(docs.ASSET_NAMES), "description": "A file of the /docs page."},
         "IdList": _object(
             {"ids": {"type": "array", "items": _ref("schemas", "DocumentId"), "maxItems": max_ids}},
             ["ids"],
@@ -598,10 +719,12 @@ def _schemas(max_ids: int) -> Json:
     }
 
 
-def openapi_document(max_ids: int = validation.MAX_IDS, max_wait: int = 60) -> Json:
+def openapi_document(max_ids: int = validation.MAX_IDS, with_docs: bool = True, max_wait: int = 60) -> Json:
     """The whole OpenAPI 3.1.0 document, as plain JSON values."""
-    # Imported here: the change feed's part is built with this module's builders.
+    # Imported here: handlers.openapi_batch and the change feed's part
+    # (handlers.openapi_changes) are built from this module's builders.
     from handlers import openapi_changes as changes
+    from handlers.openapi_batch import BATCH, batch_operations, batch_schemas
 
     return {
         "openapi": "3.1.0",
@@ -613,6 +736,7 @@ def openapi_document(max_ids: int = validation.MAX_IDS, max_wait: int = 60) -> J
         },
         "paths": {
             **_health_paths(),
+            **(_docs_paths() if with_docs else {}),
             DOCUMENT: _path_item("One document.", "Document", _secured(_document_operations()), ("collection", "id")),
             COLLECTION: _path_item(
                 "A collection (a trailing slash is accepted).",
@@ -623,11 +747,13 @@ def openapi_document(max_ids: int = validation.MAX_IDS, max_wait: int = 60) -> J
             MULTI_GET: _path_item(
                 "A multi-get by POST.", "MultiGet", _secured(_multi_get_operations()), ("collection",)
             ),
+            BATCH: _path_item("Many operations in one request.", "Batch", _secured(batch_operations())),
             **changes.changes_paths(max_wait),
         },
         "components": {
             "schemas": {
                 **_schemas(max_ids),
+                **batch_schemas(),
                 **changes.changes_schemas(),
                 "Problem": _problem_schema(changes.PROBLEM_TYPES),
             },
@@ -649,11 +775,14 @@ def openapi_document(max_ids: int = validation.MAX_IDS, max_wait: int = 60) -> J
 class OpenApiHandler(JsonHandler):
     ROUTE = "openapi"
 
-    def initialize(self, body: bytes) -> None:
-        # Serialized once per process by make_app: it never changes while serving.
-        self.body = body
+    def initialize(self, source: Any) -> None:
+        # handlers.openapi_collections.OpenApiSource: serialized once, again only after a settings change.
+        self.source = source
 
-    def get(self) -> None:
-        self.send_bytes(200, self.body)
+    def get(self) -> defer.Deferred:
+        return self.source.body().addCallback(self._send)
+
+    def _send(self, body: bytes) -> None:
+        self.send_bytes(200, body)
 
     head = get

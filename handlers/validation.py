@@ -155,3 +155,15 @@ def entity_tags(header: Optional[str], weak: bool) -> bytes:
     tags: List[Tuple[str, str]] = _ENTITY_TAG.findall(header)
     usable = [tag for prefix, tag in tags if weak or not prefix]
     return " ".join(usable).encode("latin-1") if usable else _NEVER_MATCHES
+
+
+def wants_fresh(cache_control: Optional[str]) -> bool:
+    """Whether a request's ``Cache-Control`` asks for a response from the source (RFC 9111 5.2.1):
+    ``no-cache``, or ``max-age=0`` (what a browser's reload sends)."""
+    if not cache_control:
+        return False
+    for directive in cache_control.lower().split(","):
+        name, _, value = directive.strip().partition("=")
+        if name == "no-cache" or (name == "max-age" and value.strip().strip('"') == "0"):
+            return True
+    return False

@@ -6,22 +6,27 @@
 # Each revision is checked out in a temporary worktree (sharing .venv) and
 # served by one PyPy worker with its own private Redis; wrk reads a ~200 B
 # document with 64 connections (10 s warm-up, then 5 s runs). The runs are
-# interleaved A, B, A, B, ... and the worker's user+system CPU time per
-# request is read from /proc: on a shared, noisy machine it moves far less
+# interleaved A, B, A, B, ... and the server's user+system CPU time per
+# request (its workers' and its master's, which passes the workers' log
+# lines on) is read from /proc: on a shared, noisy machine it moves far less
 # than requests per second, which are printed too, with the worker's
-# resident memory at the end. Env: AUTH_A / AUTH_B=on (authorization on,
+# resident memory at the end. The server's output goes to a file. Env: AUTH_A / AUTH_B=on (authorization on,
 # with a token; default off), ENV_A / ENV_B ("NAME=value ..." more
 # environment for that server, e.g. PYPY_GC_NURSERY=8MB or
-# JETWAY_ACCESS_LOG=on; the access log is off otherwise), DUR, WARM, and
-# CASE: get (the ~200 B read, default), get10k (a ~10 KB read) or put (a
-# ~200 B PUT, repeated on one document), and WORKERS (default 1; with more,
-# the CPU is their sum and the resident memory the largest).
+# JETWAY_ACCESS_LOG=on; the access log is off otherwise), HEADER_A /
+# HEADER_B (one more request header for that side's load, e.g.
+# "Origin: https://app.example" with ENV_*=JETWAY_CORS_ORIGINS=...), DUR, WARM, and
+# CASE: get (the ~200 B read, default), get10k (a ~10 KB read), put (a
+# ~200 B PUT, repeated on one document), miss (~200 B reads of MISS_DOCS
+# documents, default 200,000, in turn: with the hot cache on, every read a
+# miss) or putmany (~200 B PUTs over MISS_DOCS ids in turn), and WORKERS
+# (default 1; with more, the resident memory is the largest worker's).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 A=${1:?revision A}; B=${2:?revision B}; ROUNDS=${3:-3}
 CASE=${CASE:-get}
 WORKERS=${WORKERS:-1}
-case $CASE in get | get10k | put) ;; *) echo "CASE must be get, get10k or put" >&2; exit 2 ;; esac
+case $CASE in get | get10k | put | miss | putmany) ;; *) echo "CASE must be get, get10k, put, miss or putmany" >&2; exit 2 ;; esac
 WORK=$(mktemp -d)
 cleanup() {
   # Servers a failed run left: the master (its workers follow it) and Redis.
@@ -42,8 +47,13 @@ cpu_ticks() {  # cpu_ticks PID...: their user+system time, in clock ticks
   for w in "$@"; do awk '{print $14+$15}' "/proc/$w/stat"; done | awk '{t+=$1} END {print t}'
 }
 
-run() {  # run TREE LABEL AUTH EXTRA_ENV: one server, warm-up, one measured run
-  local tree=$1 label=$2 auth=$3 extra=$4 dir port pid workers header="" token t0 t1 out n rss
+invalidations() {  # invalidations PORT: keys the hot caches of all workers were told of so far (0 without)
+  sleep 1.1  # every worker's metrics written (once a second)
+  curl -s "localhost:$1/metrics" | awk '/^jetway_hot_cache_invalidations_total/ {v=$2} END {print v+0}'
+}
+
+run() {  # run TREE LABEL AUTH EXTRA_ENV EXTRA_HEADER: one server, warm-up, one measured run
+  local tree=$1 label=$2 auth=$3 extra=$4 more=$5 dir port pid workers header="" token t0 t1 out n rss
   dir=$(mktemp -d -p "$WORK")
   redis-server --port 0 --unixsocket "$dir/r.sock" --save '' --daemonize yes --pidfile "$dir/r.pid" --logfile "$dir/r.log"
   sleep 0.3
@@ -71,31 +81,57 @@ run() {  # run TREE LABEL AUTH EXTRA_ENV: one server, warm-up, one measured run
     curl -s -X PUT -H "$header" -H 'Content-Type: application/json' --data-binary "@$dir/$doc.json" \
       "localhost:$port/v1/bench/$doc" > /dev/null
   done
-  local target=small method=GET
+  local target=small method=GET ids=0
   [ "$CASE" = get10k ] && target=large
   [ "$CASE" = put ] && method=PUT
-  local load=(wrk -t1 -c64 -s loadtest/bench/wrk.lua -H "$header" "http://127.0.0.1:$port/v1/bench/$target")
-  BENCH_METHOD=$method BENCH_BODY_FILE="$dir/small.json" "${load[@]}" -d"${WARM:-10}"s > /dev/null
+  [ "$CASE" = putmany ] && method=PUT && ids=${MISS_DOCS:-200000}
+  if [ "$CASE" = miss ]; then  # the documents straight into Redis, laid out as the store does (cache/keys.py)
+    ids=${MISS_DOCS:-200000}
+    python3 -c 'import sys, zlib
+body = open(sys.argv[2], "rb").read()
+out = sys.stdout.buffer
+for n in range(int(sys.argv[1])):
+    i = b"m%d" % n
+    key = b"jw:{bench:%02x}:d:" % (zlib.crc32(i) % 16) + i
+    args = [b"HSET", key, b"b", body, b"e", b"\"e%d\"" % n, b"m", b"Mon, 23 Nov 2026 10:00:00 GMT"]
+    out.write(b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args))' \
+      "$ids" "$dir/small.json" | redis-cli -s "$dir/r.sock" --pipe > /dev/null
+  fi
+  local load=(wrk -t1 -c64 -s loadtest/bench/wrk.lua -H "$header")
+  [ -n "$more" ] && load+=(-H "$more")
+  load+=("http://127.0.0.1:$port/v1/bench/$target")
+  BENCH_IDS=$ids BENCH_PATH_PREFIX=/v1/bench/m BENCH_METHOD=$method BENCH_BODY_FILE="$dir/small.json" \
+    "${load[@]}" -d"${WARM:-10}"s > /dev/null
   local pids
   read -ra pids <<< "$workers"
-  t0=$(cpu_ticks "${pids[@]}")
-  out=$(BENCH_METHOD=$method BENCH_BODY_FILE="$dir/small.json" "${load[@]}" -d"${DUR:-5}"s --latency)
-  t1=$(cpu_ticks "${pids[@]}")
+  local rpid r0 r1 inv0 inv1
+  rpid=$(cat "$dir/r.pid")
+  inv0=$(invalidations "$port")
+  t0=$(cpu_ticks "$pid" "${pids[@]}")
+  r0=$(cpu_ticks "$rpid")
+  out=$(BENCH_IDS=$ids BENCH_PATH_PREFIX=/v1/bench/m BENCH_METHOD=$method BENCH_BODY_FILE="$dir/small.json" \
+    "${load[@]}" -d"${DUR:-5}"s --latency)
+  t1=$(cpu_ticks "$pid" "${pids[@]}")
+  r1=$(cpu_ticks "$rpid")
+  inv1=$(invalidations "$port")
   rss=$(for w in "${pids[@]}"; do awk '/VmRSS/ {print $2}' "/proc/$w/status"; done | sort -n | tail -1)
   [ -n "${VERBOSE:-}" ] && echo "$out" >&2
   n=$(echo "$out" | awk '/requests in/ {print $1}')
-  echo "$out" | awk -v l="$label" -v n="$n" -v c=$((t1 - t0)) -v hz="$(getconf CLK_TCK)" -v rss="$rss" \
-    '/Requests\/sec/ {r=$2} / 99%/ {p=$2} END {printf "%s cpu_us_per_request=%.1f rps=%s p99=%s rss_mb=%.0f\n", l, c*1e6/hz/n, r, p, rss/1024}'
+  echo "$out" | awk -v l="$label" -v n="$n" -v c=$((t1 - t0)) -v rc=$((r1 - r0)) -v hz="$(getconf CLK_TCK)" -v rss="$rss" \
+    -v inv="$(awk -v a="$inv0" -v b="$inv1" 'BEGIN {print b - a}')" \
+    '/Requests\/sec/ {r=$2} / 99%/ {p=$2} END {printf "%s cpu_us_per_request=%.1f rps=%s p99=%s rss_mb=%.0f redis_cpu_us_per_request=%.1f invalidations_per_request=%.3f\n", l, c*1e6/hz/n, r, p, rss/1024, rc*1e6/hz/n, inv/n}'
   kill $pid; wait $pid 2>/dev/null || true
   kill "$(cat "$dir/r.pid")"
   rm -f "$dir/server.pid" "$dir/r.pid"
 }
 
 for _ in $(seq "$ROUNDS"); do
-  run "$WORK/a" "A=$A" "${AUTH_A:-off}" "${ENV_A:-}"
-  run "$WORK/b" "B=$B" "${AUTH_B:-off}" "${ENV_B:-}"
+  run "$WORK/a" "A=$A" "${AUTH_A:-off}" "${ENV_A:-}" "${HEADER_A:-}"
+  run "$WORK/b" "B=$B" "${AUTH_B:-off}" "${ENV_B:-}" "${HEADER_B:-}"
 done | tee "$WORK/results"
 for label in "A=$A" "B=$B"; do
-  grep -F "$label " "$WORK/results" | sed 's/.*cpu_us_per_request=\([0-9.]*\).*/\1/' | sort -n |
-    awk -v l="$label" '{v[NR]=$1} END {printf "%s median cpu_us_per_request=%.1f over %d runs\n", l, v[int((NR+1)/2)], NR}'
+  for figure in cpu_us_per_request redis_cpu_us_per_request; do
+    grep -F "$label " "$WORK/results" | sed "s/.* $figure=\([0-9.]*\).*/\1/" | sort -n |
+      awk -v l="$label" -v f="$figure" '{v[NR]=$1} END {printf "%s median %s=%.1f over %d runs\n", l, f, v[int((NR+1)/2)], NR}'
+  done
 done

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import http.client
 import re
+import time
 from dataclasses import dataclass
 from typing import Dict, Iterator, List, Optional, Tuple
 
@@ -17,6 +18,10 @@ import pytest
 import redis
 import requests
 
+from cache.collection_settings import CHANGED_CHANNEL as SETTINGS_CHANNEL
+from cache.collection_settings import NAMES_KEY as SETTINGS_NAMES
+from cache.settings_cache import FORGET_ALL
+from tests.browser import Browser, PageServer, missing_browser
 from tests.multinode import servers_for
 from tests.support import JetwayServer, RedisServer
 
@@ -81,7 +86,12 @@ def suite_token(jetway: JetwayServer, redis_server: RedisServer) -> Tuple[str, D
 @pytest.fixture
 def redis_client(redis_server: RedisServer) -> Iterator[redis.Redis]:
     client = redis_server.client()
+    had_settings = client.exists(SETTINGS_NAMES)
     client.flushall()
+    if had_settings:
+        # A flush publishes nothing: tell the workers' settings caches (cache/settings_cache.py).
+        client.publish(SETTINGS_CHANNEL, FORGET_ALL)
+        time.sleep(0.05)
     try:
         yield client
     finally:
@@ -97,6 +107,43 @@ def api(jetway: JetwayServer, redis_client: redis.Redis, suite_token) -> Iterato
     with requests.Session() as session:
         session.headers["Authorization"] = f"Bearer {token}"
         yield Api(jetway, session)
+
+
+@pytest.fixture(scope="session")
+def session_browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
+    """One headless Chromium for the session (~1.5 s to start); ``browser`` resets it per test."""
+    missing = missing_browser()
+    assert missing is None, missing
+    browser = Browser(tmp_path_factory.mktemp("browser"))
+    try:
+        yield browser.start()
+    finally:
+        browser.stop()
+
+
+@pytest.fixture
+def browser(session_browser: Browser) -> Browser:
+    """The session's browser on a blank tab, with no cache, cookies or storage left from another test."""
+    session_browser.reset()
+    return session_browser
+
+
+@pytest.fixture(scope="session")
+def page_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PageServer]:
+    """Pages on a second origin: ``page_server.add(name, html)`` returns its URL."""
+    directory = tmp_path_factory.mktemp("pages")
+    server = PageServer(directory / "www", directory / "page_server.log")
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+
+
+def pytest_collection_modifyitems(items: List[pytest.Item]) -> None:
+    """Tests that drive the browser are marked ``browser`` (``-m browser`` runs them alone)."""
+    for item in items:
+        if "browser" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.browser)
 
 
 def document_keys(client: redis.Redis) -> List[bytes]:

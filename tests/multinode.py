@@ -78,11 +78,18 @@ class RedisProcess:
         """How many of Jetway's token caches (one per worker) are subscribed here.
 
         Sentinels subscribe to their hello channel on every server they watch;
-        they name their connections ``sentinel-…``.
+        they name their connections ``sentinel-…``. The hot caches' tracking
+        connections are named ``jetway-hot-cache`` (``trackers``).
         """
         with self.client() as client:
             clients = client.client_list(_type="pubsub")
-        return sum(1 for one in clients if not one.get("name", "").startswith("sentinel-"))
+        return sum(1 for one in clients if not one.get("name", "").startswith(("sentinel-", "jetway-hot-cache")))
+
+    def trackers(self) -> int:
+        """How many of Jetway's hot caches (one per worker) track this server's keys."""
+        with self.client() as client:
+            clients = client.client_list(_type="pubsub")
+        return sum(1 for one in clients if one.get("name") == "jetway-hot-cache" and "t" in one.get("flags", ""))
 
 
 def data_args(directory: Path, port: int) -> List[str]:

@@ -106,10 +106,17 @@ class JetwayServer:
         """A token made with the admin CLI, as a user would."""
         return make_token(self.env["REDIS_URL"], name, *scopes, rate=rate, expires=expires)
 
-    def start(self, args: Optional[List[str]] = None) -> JetwayServer:
+    def start(self, args: Optional[List[str]] = None, stdout: Optional[int] = None) -> JetwayServer:
+        """Start and wait until healthy; output to ``log_path``, or stdout to the descriptor ``stdout``."""
         command = [self.python, "-m", "api", "serve", "--port", str(self.port), *(args or [])]
         with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(command, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+            self.process = subprocess.Popen(
+                command,
+                cwd=ROOT,
+                env=self.env,
+                stdout=log if stdout is None else stdout,
+                stderr=log if stdout is not None else subprocess.STDOUT,
+            )
         wait_until(self._healthy, 30, f"jetway on port {self.port} (log: {self.log_path})")
         return self
 

@@ -221,6 +221,23 @@ def test_a_slot_moved_behind_jetways_back_is_followed(cluster, gateway):
     assert _on(cluster, target, "HGET", key, "b") == b'{"v": 2}'
 
 
+@multinode
+def test_the_hot_cache_follows_a_slot_moved_behind_jetways_back(cluster, gateway):
+    """Cached by both workers, moved to another master, changed there: read back changed at once."""
+    assert _put(gateway, "/v1/hotmove/d1", {"v": 1}).status_code == 201
+    for _ in range(20):  # fresh connections: both workers cache it
+        assert requests.get(gateway.url("/v1/hotmove/d1"), timeout=10).json() == {"v": 1}
+    key, index = document_key(b"hotmove", b"d1"), index_key_for(b"hotmove", b"d1")
+    source = _owner(cluster, key)
+    target = _other(cluster, source)
+    _begin_move(cluster, key_slot(key), source, target)
+    _migrate(cluster, source, target, [key, index])
+    _end_move(cluster, key_slot(key), target)
+    _on(cluster, target, "HSET", key, "b", b'{"v": 2}', "e", b'"moved"')
+    reads = [requests.get(gateway.url("/v1/hotmove/d1"), timeout=10) for _ in range(20)]
+    assert [(read.json(), read.headers["ETag"]) for read in reads] == [({"v": 2}, '"moved"')] * 20
+
+
 def _two_ids_in_one_shard(collection: bytes) -> Tuple[bytes, bytes]:
     seen: Dict[bytes, bytes] = {}
     for n in range(1000):
@@ -356,6 +373,11 @@ def test_resharding_under_load_fails_no_request_and_loses_no_write(cluster, gate
         for (collection, doc_id), version in load.written.items():
             stored = client.hget(document_key(collection.encode(), doc_id.encode()), "b")
             assert json.loads(stored) == {"v": version}, (collection, doc_id)
+        # Every worker serves the last version too (each has cached what its clients read).
+        for (collection, doc_id), version in sorted(load.written.items())[:200]:
+            for _ in range(4):
+                read = requests.get(gateway.url(f"/v1/{collection}/{doc_id}"), timeout=10)
+                assert read.json() == {"v": version}, (collection, doc_id)
         for collection in _Load.COLLECTIONS:
             listed = requests.get(gateway.url(f"/v1/{collection}?limit=1000"), timeout=10).json()["items"]
             expected = [load.written[collection, doc_id] for coll, doc_id in sorted(load.written) if coll == collection]

@@ -21,7 +21,7 @@ from redis.cluster import RedisCluster
 from cache.keys import document_key
 from tests.multinode import TOPOLOGY, ClusterServers
 from tests.support import JetwayServer, SteadyClient, wait_until
-from tests.test_sentinel import Call, Writers
+from tests.test_sentinel import Call, Writers, assert_hot_cache_follows
 
 REDIS_TIMEOUT = 1.0
 pytestmark = pytest.mark.skipif(TOPOLOGY == "single", reason="multi-node: run by make test-cluster")
@@ -77,6 +77,20 @@ def test_a_killed_master_costs_503s_until_its_replica_is_promoted_and_no_acknowl
     )
     assert window < 20.0
     assert not missing, missing[:10]
+
+    # The hot caches track the promoted replica: a change made there (its slots
+    # hold d0..d9 of "hot" or not; every master is tracked) is read back at once.
+    wait_until(lambda: all(_tracked(cluster, node) for node in cluster.live_nodes()), 10, "every master tracked")
+    client = cluster.client()
+    try:
+        assert_hot_cache_follows(gateway, "", lambda key, etag: client.hset(key, "e", etag))
+    finally:
+        client.close()
+
+
+def _tracked(cluster: ClusterServers, node) -> bool:
+    """A master has both workers' tracking connections; a replica needs none."""
+    return cluster.role(node) != "master" or node.trackers() == 2
 
 
 def _recovered(recent: List[Call], killed: float) -> bool:

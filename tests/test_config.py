@@ -16,6 +16,11 @@ def test_defaults():
         2.0,
     )
     assert settings.redis.host == "127.0.0.1" and settings.redis.port == 6379
+    assert settings.docs is True
+
+
+def test_jetway_docs_off_turns_the_docs_off():
+    assert from_environment({"JETWAY_DOCS": "off"}).docs is False
 
 
 @pytest.mark.parametrize(
@@ -31,6 +36,7 @@ def test_defaults():
         ("JETWAY_WRITE_REPLICAS", "-1"),
         ("JETWAY_WRITE_REPLICAS", "one"),
         ("JETWAY_WRITE_TIMEOUT", "0"),
+        ("JETWAY_DOCS", "maybe"),
         ("REDIS_URL", "http://x"),
         ("REDIS_URL", "redis://h:port/0"),
     ],
@@ -47,6 +53,13 @@ def test_redis_urls():
     unix = parse_redis_url("unix:///run/redis.sock?db=3")
     assert (unix.unix_path, unix.db) == ("/run/redis.sock", 3)
     assert "s3cret" not in parse_redis_url("redis://:s3cret@h/0").describe()
+
+
+def test_a_batch_fits_in_the_body_budget():
+    assert from_environment({}).max_batch_bytes == 8 * 1024 * 1024
+    assert from_environment({"JETWAY_BODY_BUDGET": "4194304"}).max_batch_bytes == 4194304
+    with pytest.raises(ConfigError, match="JETWAY_MAX_BATCH_BYTES=.*at most JETWAY_BODY_BUDGET"):
+        from_environment({"JETWAY_BODY_BUDGET": "4194304", "JETWAY_MAX_BATCH_BYTES": "4194305"})
 
 
 def test_the_body_budget_holds_at_least_one_body_of_the_largest_size():

@@ -24,7 +24,7 @@ def cors_server(redis_server, tmp_path_factory) -> Iterator[JetwayServer]:
 
 
 @pytest.fixture
-def browser(cors_server, redis_client):
+def page_session(cors_server, redis_client):
     """A session that sends what a page on ``ALLOWED`` would, with a token of its own."""
     token = cors_server.make_token("page", "read:*", "write:things")
     with requests.Session() as session:
@@ -66,8 +66,28 @@ def test_a_preflight_from_another_origin_gets_no_permission(cors_server):
     assert response.headers["Vary"] == "Origin"
 
 
-def test_every_response_to_an_allowed_origin_carries_cors_headers(browser):
-    server, session = browser
+def test_a_preflight_to_an_unknown_path_is_granted_so_the_page_reads_the_404(cors_server):
+    preflight = requests.options(
+        cors_server.url("/v2/nothing"),
+        headers={"Origin": ALLOWED, "Access-Control-Request-Method": "GET"},
+        timeout=10,
+    )
+    assert preflight.status_code == 204
+    assert cors_of(preflight)["Access-Control-Allow-Origin"] == ALLOWED
+    assert "GET" in cors_of(preflight)["Access-Control-Allow-Methods"].split(", ")
+    response = requests.get(cors_server.url("/v2/nothing"), headers={"Origin": ALLOWED}, timeout=10)
+    assert (response.status_code, response.json()["type"]) == (404, "urn:jetway:problem:no-route")
+    assert cors_of(response)["Access-Control-Allow-Origin"] == ALLOWED
+    # A plain OPTIONS there is still a 404, and another origin's preflight gets no permission.
+    assert requests.options(cors_server.url("/v2/nothing"), timeout=10).status_code == 404
+    refused = requests.options(
+        cors_server.url("/v2/nothing"), headers={"Origin": OTHER, "Access-Control-Request-Method": "GET"}, timeout=10
+    )
+    assert cors_of(refused) == {}
+
+
+def test_every_response_to_an_allowed_origin_carries_cors_headers(page_session):
+    server, session = page_session
     written = session.put(server.url("/v1/things/t1"), data=b'{"a":1}', headers={"Content-Type": "application/json"})
     read = session.get(server.url("/v1/things/t1"))
     revalidated = session.get(server.url("/v1/things/t1"), headers={"If-None-Match": read.headers["ETag"]})
@@ -135,3 +155,22 @@ def test_any_origin_is_answered_with_a_star_and_one_set_of_headers():
     for n in range(100):
         policy.response_headers(f"http://{n}.example")
     assert len(policy._made) == 1
+
+
+def test_response_lines_are_the_headers_as_head_lines_made_once_per_allowed_origin():
+    policy = CorsPolicy((ALLOWED,))
+    lines = policy.response_lines(ALLOWED)
+    assert lines == b"".join(b"%s: %s\r\n" % (n.encode(), v.encode()) for n, v in policy.response_headers(ALLOWED))
+    assert lines.startswith(b"Access-Control-Allow-Origin: " + ALLOWED.encode() + b"\r\n")
+    assert policy.response_lines(ALLOWED) is lines
+    assert policy.response_lines(None) == policy.response_lines(OTHER) == b"Vary: Origin\r\n"
+    for n in range(100):
+        policy.response_lines(f"http://{n}.example")
+    assert len(policy._lines) == 2
+    anyone = CorsPolicy(("*",))
+    assert anyone.response_lines(None) == b""
+    assert anyone.response_lines(OTHER).startswith(b"Access-Control-Allow-Origin: *\r\n")
+    for n in range(100):
+        anyone.response_lines(f"http://{n}.example")
+    assert len(anyone._lines) == 2
+    assert CorsPolicy(()).response_lines(ALLOWED) == b""

@@ -150,7 +150,7 @@ def test_merge_patch_with_a_utf8_charset_is_accepted(api):
 
 # --- names and ids ------------------------------------------------------------
 
-BAD_COLLECTIONS = ["Docs", "1docs", "-docs", "_batch", "d" * 65, "do%20cs", "d%C3%A9", "do.cs", "do~cs", "%7Bx%7D"]
+BAD_COLLECTIONS = ["Docs", "1docs", "-docs", "_bulk", "d" * 65, "do%20cs", "d%C3%A9", "do.cs", "do~cs", "%7Bx%7D"]
 BAD_IDS = ["i" * 129, "a%2Fb", "a%20b", "a+b", "a*b", "a:b", "%7Bx%7D", "%FF", "%C3%A9", "%2E", "%2E%2E"]
 
 

@@ -32,7 +32,11 @@ class SocketReader(abstract.FileDescriptor):
         if not data:
             return main.CONNECTION_DONE  # the reactor then calls connectionLost
         self.received += data
+        if self.order is not None:
+            self.order.append(self)
         return None
+
+    order = None  # a list to append this reader to when it reads
 
     def connectionLost(self, reason: Any) -> None:
         if self.fail:
@@ -86,6 +90,31 @@ def test_an_error_that_escapes_a_transport_is_logged_and_the_loop_goes_on(reacto
         assert healthy.received == b"still served"
     failures = [event["log_failure"] for event in logged if "log_failure" in event]
     assert any("a broken connectionLost" in str(failure.value) for failure in failures), logged
+
+
+def test_descriptors_named_read_first_are_read_before_the_others_of_a_poll(reactor):
+    pairs = [socket.socketpair() for _ in range(6)]
+    try:
+        order: List[SocketReader] = []
+        readers = [SocketReader(ours, reactor) for ours, _ in pairs]
+        for reader in readers:
+            reader.order = order
+            reactor.addReader(reader)
+        first = readers[-1]  # ready last, registered last: read first all the same
+        reactor.read_first(first.fileno())
+        for _, theirs in pairs:
+            theirs.sendall(b"x")
+        reactor.doIteration(1.0)
+        assert len(order) == 6 and order[0] is first
+        reactor.read_first(first.fileno(), False)
+        for _, theirs in pairs:
+            theirs.sendall(b"y")
+        reactor.doIteration(1.0)
+        assert order[6:][-1] is first  # in the poll's own order again
+    finally:
+        for ours, theirs in pairs:
+            ours.close()
+            theirs.close()
 
 
 def test_python_m_api_runs_on_this_reactor_even_though_txredisapi_imports_one():

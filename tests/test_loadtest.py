@@ -20,7 +20,7 @@ import pytest
 
 from loadtest import _baseline, _data, _gate, _token
 from loadtest.bench import _report
-from loadtest.bench._bench import CpuPlan, parse_wrk, plan_cpus
+from loadtest.bench._bench import CpuPlan, jetway_settings, parse_wrk, plan_cpus
 from tests.support import ROOT
 
 LOADTEST_PYTHON = ROOT / ".venv-loadtest" / "bin" / "python"
@@ -111,7 +111,7 @@ def test_locust_f_loadtest_imports_only_locustfiles():
         for path in (ROOT / "loadtest").rglob("*.py")
         if not path.name.startswith("_") and "__pycache__" not in path.parts
     )
-    assert plain == ["listers.py", "readers.py", "writers.py"]
+    assert plain == ["batchers.py", "listers.py", "readers.py", "writers.py"]
 
 
 # --- data, token, bench pieces ------------------------------------------------------
@@ -130,6 +130,15 @@ def test_a_given_token_is_used_as_is_and_without_a_cli_there_is_none(tmp_path):
     resolved = _token.resolve(str(tmp_path / "no-python"), None, "")
     assert resolved.token is None
     assert resolved.headers() == {}
+
+
+def test_the_bench_runs_jetway_with_production_defaults_unless_told_otherwise():
+    assert dict(jetway_settings("")) == {"JETWAY_AUTH": "on", "JETWAY_ACCESS_LOG": "on"}
+    told = dict(jetway_settings("JETWAY_ACCESS_LOG=off JETWAY_GRACE=3"))
+    assert told == {"JETWAY_AUTH": "on", "JETWAY_ACCESS_LOG": "off", "JETWAY_GRACE": "3"}
+    # A server row's own settings (wait1's replica) win over both.
+    own = dict(jetway_settings("JETWAY_WRITE_REPLICAS=0", (("JETWAY_WRITE_REPLICAS", "1"),)))
+    assert own["JETWAY_WRITE_REPLICAS"] == "1"
 
 
 def test_the_bench_can_pin_wrk_and_servers_apart():
@@ -204,6 +213,15 @@ def test_bench_report_checks_the_targets_it_has_figures_for():
     assert "10 KB read" not in text  # no such case in this summary
 
 
+def test_the_batch_target_compares_documents_per_second():
+    summary = synthetic_summary()
+    case = summary["cases"]["get-small/pypy"]
+    summary["cases"]["batch-100/pypy"] = case | {"rps": 300, "documents_per_s": 30000}
+    summary["cases"]["put-1c/pypy"] = case | {"rps": 2000, "documents_per_s": 2000}
+    text = _report.markdown(summary)
+    assert "| 100 PUTs of 200 B on 1 connection, one batch / one request each | 15.00 | >= 10 | yes |" in text
+
+
 # --- the real thing, in the load-test environment ------------------------------------
 
 
@@ -253,6 +271,7 @@ SHORT_LOCUST_ARGS = [
 ]
 
 
+@pytest.mark.timeout(700)  # two gate runs of two servers each: minutes when the machine is busy
 def test_loadtest_check_fails_on_a_real_slowdown_and_passes_without_it(tmp_path):
     """The gate end to end: a 2 ms burn per request (several times the request's own CPU) must fail it,
     naming the figure; the same build against itself must pass (bounds wide enough for a short run)."""

@@ -2,13 +2,29 @@
 
 from __future__ import annotations
 
-import io
 import json
+from typing import List
 
 import pytest
 from twisted.internet import task
 
 from api.logs import AccessLog, json_line
+
+
+class Collected:
+    """``Lines`` kept in a list; ``flushed`` is what has been flushed."""
+
+    def __init__(self) -> None:
+        self.waiting: List[str] = []
+        self.flushed = ""
+
+    def add(self, line: str) -> None:
+        self.waiting.append(line)
+
+    def flush(self) -> None:
+        self.flushed += "".join(self.waiting)
+        self.waiting = []
+
 
 CASES = [
     ("GET", "/v1/users/u1", 200, "127.0.0.1", 0.42, "0123456789abcdef0123456789abcdef"),
@@ -23,13 +39,25 @@ CASES = [
 def test_an_access_line_is_what_json_line_makes(when, method, path, status, client, duration_ms, request_id):
     clock = task.Clock()
     clock.advance(when)
-    stream = io.StringIO()
-    log = AccessLog(stream, True, clock)
+    lines = Collected()
+    log = AccessLog(lines, True, clock)
     log.request(method, path, status, client, duration_ms, request_id)
     log.flush()
     fields = {"request_id": request_id} if request_id else {}
     fields.update(method=method, path=path, status=status, client=client, duration_ms=duration_ms)
     message = f"{method} {path} {status} ({client}) {duration_ms}ms"
     expected = json_line(when, "info", AccessLog.NAMESPACE, message, fields)
-    assert stream.getvalue() == expected
-    assert json.loads(stream.getvalue())["path"] == path
+    assert lines.flushed == expected
+    assert json.loads(lines.flushed)["path"] == path
+
+
+def test_the_lines_of_one_reactor_turn_are_flushed_together_at_its_end():
+    clock = task.Clock()
+    lines = Collected()
+    log = AccessLog(lines, True, clock)
+    for n in range(3):
+        log.request("GET", f"/healthz?{n}", 200, "127.0.0.1", 0.1, "")
+    assert lines.flushed == "" and len(lines.waiting) == 3
+    clock.advance(0)
+    paths = [json.loads(line)["path"] for line in lines.flushed.splitlines()]
+    assert paths == ["/healthz?0", "/healthz?1", "/healthz?2"]

@@ -22,9 +22,11 @@ from cache.errors import DocumentTooLarge, RedisReplyError, RedisTimeout, RedisU
 from handlers import validation
 from handlers.base import as_api_error
 from handlers.errors import PROBLEM_TYPE_PREFIX
-from handlers.openapi import COLLECTION, DOCUMENT, HEALTHZ, OPENAPI, READYZ, openapi_document
+from handlers.openapi import COLLECTION, DOCS, DOCS_ASSET, DOCUMENT, HEALTHZ, OPENAPI, READYZ
+from handlers.openapi_batch import BATCH
+from handlers.openapi_settings import SETTINGS, SETTINGS_LIST, api_document
 
-SPEC = openapi_document()
+SPEC = api_document()
 PATHS: Dict[str, Any] = SPEC["paths"]
 HTTP_METHODS = ("get", "head", "put", "patch", "delete", "post", "options", "trace")
 JSON_TYPE = "application/json"
@@ -54,10 +56,10 @@ def documented_problem_types() -> Set[str]:
     return set(re.findall(r"`(urn:[^`]+)`", description))
 
 
-def route_table() -> Dict[str, type]:
+def route_table(docs: bool = True) -> Dict[str, type]:
     """Path template -> handler class, from the app's own route table."""
     # The store and reactor are only handed to handlers; building the table never uses them.
-    app = make_app(Settings(access_log=False), store=object(), gate=None, reactor=None)
+    app = make_app(Settings(access_log=False, docs=docs), store=object(), gate=None, reactor=None)
     return {template(spec.regex.pattern): spec.handler_class for _, specs in app.handlers for spec in specs}
 
 
@@ -97,6 +99,12 @@ def test_document_serializes_with_the_api_codec():
 
 def test_every_route_is_documented_and_every_documented_path_is_routed():
     assert {unnamed(path) for path in PATHS} == set(route_table())
+
+
+def test_without_the_docs_neither_the_routes_nor_the_document_have_them():
+    paths = api_document(with_docs=False)["paths"]
+    assert {unnamed(path) for path in paths} == set(route_table(docs=False))
+    assert DOCS not in paths and DOCS in PATHS
 
 
 def test_path_templates_name_exactly_their_path_parameters():
@@ -222,6 +230,21 @@ MERGE = {"Content-Type": "application/merge-patch+json"}
 TEXT = {"Content-Type": "text/plain"}
 JSON_HEADERS = {"Content-Type": JSON_TYPE}
 STALE = {"If-Match": '"stale"'}
+# Every kind of operation and of result: documents, an id alone, problems.
+BATCH_BODY = json.dumps(
+    {
+        "operations": [
+            {"op": "get", "collection": "users", "id": "u1"},
+            {"op": "get", "collection": "users", "id": "nope"},
+            {"op": "put", "collection": "users", "id": "b1", "document": {"a": 1}, "ttl": 60},
+            {"op": "create", "collection": "users", "document": {"b": 2}},
+            {"op": "patch", "collection": "users", "id": "b1", "patch": {"c": 3}, "if_match": "*"},
+            {"op": "delete", "collection": "users", "id": "b1"},
+            {"op": "put", "collection": "Users", "id": "x", "document": {}},
+        ]
+    }
+).encode()
+TOO_MANY = json.dumps({"operations": [{"op": "get", "collection": "users", "id": "u1"}] * 1001}).encode()
 
 CASES = [
     # (method, url, body, headers, status, documented path)
@@ -229,6 +252,11 @@ CASES = [
     ("HEAD", "/healthz", None, {}, 200, HEALTHZ),
     ("GET", "/readyz", None, {}, 200, READYZ),
     ("HEAD", "/openapi.json", None, {}, 200, OPENAPI),
+    ("HEAD", "/docs", None, {}, 200, DOCS),
+    ("GET", "/docs", None, {"If-None-Match": "*"}, 304, DOCS),
+    ("HEAD", "/docs/assets/start.js", None, {}, 200, DOCS_ASSET),
+    ("GET", "/docs/assets/start.js", None, {"If-None-Match": "*"}, 304, DOCS_ASSET),
+    ("GET", "/docs/assets/nope.js", None, {}, 404, DOCS_ASSET),
     ("GET", "/v1/users/u1", None, {}, 200, DOCUMENT),
     ("HEAD", "/v1/users/u1", None, {}, 200, DOCUMENT),
     ("GET", "/v1/users/u1", None, {"If-None-Match": "*"}, 304, DOCUMENT),
@@ -269,6 +297,20 @@ CASES = [
     ("POST", "/v1/users?ttl=x", b"{}", JSON_HEADERS, 400, COLLECTION),
     ("POST", "/v1/users", b"{}", TEXT, 415, COLLECTION),
     ("POST", "/v1/users", BIG, JSON_HEADERS, 413, COLLECTION),
+    ("POST", "/v1/_batch", BATCH_BODY, JSON_HEADERS, 200, BATCH),
+    ("POST", "/v1/_batch", b'{"operations":[]}', JSON_HEADERS, 400, BATCH),
+    ("POST", "/v1/_batch", b'{"operations":[{"op":"get"}]}', TEXT, 415, BATCH),
+    ("POST", "/v1/_batch", TOO_MANY, JSON_HEADERS, 413, BATCH),
+    ("GET", "/v1/_collections", None, {}, 200, SETTINGS_LIST),
+    ("HEAD", "/v1/_collections/", None, {}, 200, SETTINGS_LIST),
+    ("GET", "/v1/_collections/users", None, {}, 404, SETTINGS),
+    ("GET", "/v1/_collections/Users", None, {}, 400, SETTINGS),
+    ("PUT", "/v1/_collections/users", b'{"ttl":60}', JSON_HEADERS, 201, SETTINGS),
+    ("PUT", "/v1/_collections/users", b'{"ttl":60}', TEXT, 415, SETTINGS),
+    ("PUT", "/v1/_collections/users", b'{"ttl":60}', {**JSON_HEADERS, **STALE}, 412, SETTINGS),
+    ("PUT", "/v1/_collections/users", b'{"schema":{"type":"nope"}}', JSON_HEADERS, 422, SETTINGS),
+    ("PUT", "/v1/_collections/users", b'{"bogus":1}', JSON_HEADERS, 422, SETTINGS),
+    ("DELETE", "/v1/_collections/users", None, {}, 404, SETTINGS),
 ]
 
 
@@ -306,6 +348,34 @@ def check_body(response, documented: Dict[str, Any]) -> None:
     if media_type == PROBLEM_TYPE:
         assert body["status"] == response.status_code
         assert body["type"] in documented_problem_types()
+
+
+STRICT_SCHEMA = b'{"schema":{"type":"object","required":["email"],"properties":{"email":{"format":"email"}}}}'
+
+
+@pytest.mark.parametrize(
+    "method,url,body,headers,path",
+    [
+        ("PUT", "/v1/strict/s1", b'{"email":"nope"}', JSON_HEADERS, DOCUMENT),
+        ("POST", "/v1/strict", b"{}", JSON_HEADERS, COLLECTION),
+        ("PATCH", "/v1/strict/ok", b'{"email":null}', MERGE, DOCUMENT),
+    ],
+)
+def test_schema_violations_match_their_documentation(api, method, url, body, headers, path):
+    assert api.put_json("/v1/_collections/strict", STRICT_SCHEMA).status_code == 201
+    assert api.put_json("/v1/strict/ok", b'{"email":"a@example.com"}').status_code == 201
+    response = api.request(method, url, data=body, headers=headers)
+    assert response.status_code == 422, response.text
+    assert response.json()["type"] == PROBLEM_TYPE_PREFIX + "schema-violation"
+    assert response.json()["errors"], response.text
+    check_body(response, operations(path)[method.lower()]["responses"]["422"])
+
+
+def test_settings_routes_are_documented_with_the_admin_scope():
+    for path in (SETTINGS, SETTINGS_LIST):
+        for method, operation in operations(path).items():
+            if method != "options":  # a preflight needs no token
+                assert "admin" in operation["responses"]["403"]["description"]
 
 
 @pytest.mark.parametrize("path", list(PATHS))

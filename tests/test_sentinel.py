@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Iterator, List
+from typing import Callable, Iterator, List
 
 import pytest
 import redis
@@ -123,12 +123,30 @@ def test_killing_the_master_costs_503s_for_the_failover_window_only(group, gatew
         f"{len(missing)} of {len(acknowledged)} acknowledged writes missing on the new master"
     )
 
+    # Every worker's hot cache tracks the new master: a change made there
+    # straight away is read back at once by every worker.
+    new_master = group.current_master()
+    wait_until(lambda: new_master.trackers() == WORKERS, 10, "the hot caches to track the new master")
+    assert_hot_cache_follows(gateway, token, lambda key, etag: new_master.client().hset(key, "e", etag))
+
     # Every worker's token cache subscribed again, on the new master, and a
     # revocation made through it reaches the workers.
-    new_master = group.current_master()
     wait_until(lambda: new_master.subscribers() == WORKERS, 10, "the token caches to subscribe on the new master")
     assert keys_cli(group.url, "revoke", "writer").returncode == 0
     wait_until(lambda: _status(gateway, token) == 401, 2, "the revoked token to be refused")
+
+
+def assert_hot_cache_follows(gateway: JetwayServer, token: str, change: Callable[[bytes, bytes], object]) -> None:
+    """A document cached by every worker, changed in Redis by ``change(key, etag)``, is read back changed at once."""
+    headers = {**JSON, "Authorization": f"Bearer {token}"}
+    for n in range(10):
+        path, key = f"/v1/hot/d{n}", document_key(b"hot", b"d%d" % n)
+        assert requests.put(gateway.url(path), data=b'{"n":1}', headers=headers, timeout=10).status_code == 201
+        for _ in range(20):  # fresh connections: both workers cache it (on its second miss)
+            assert requests.get(gateway.url(path), headers=headers, timeout=10).status_code == 200
+        change(key, b'"changed-%d"' % n)
+        etags = {requests.get(gateway.url(path), headers=headers, timeout=10).headers["ETag"] for _ in range(10)}
+        assert etags == {f'"changed-{n}"'}, (path, etags)
 
 
 def _recovered(recent: List[Call], killed: float) -> bool:

@@ -132,13 +132,14 @@ def test_reads_never_queue_behind_a_waiting_write(pair, one_replica):
         # Four writes wait on the frozen replica; reads are answered meanwhile, at once.
         writes = [pool.submit(put, one_replica, f"w{n}") for n in range(4)]
         time.sleep(0.05)
-        started = time.monotonic()
-        for _ in range(20):
-            assert requests.get(one_replica.url("/v1/wc/r"), timeout=10).status_code == 200
-        reads_took = time.monotonic() - started
+        # Reads queued behind the writes would end after them: answered while
+        # every write still waits, they did not queue (a keep-alive session, so
+        # that a busy machine's connection set-ups do not outlast the wait).
+        with requests.Session() as reads:
+            for _ in range(10):
+                assert reads.get(one_replica.url("/v1/wc/r"), timeout=10).status_code == 200
         assert all(not write.done() for write in writes), "the writes should still be waiting"
         assert [write.result().status_code for write in writes] == [503] * 4
-    assert reads_took < WRITE_TIMEOUT / 2, reads_took
 
 
 def test_more_replicas_than_there_are_is_never_confirmed(pair, tmp_path):

@@ -20,6 +20,11 @@ box), and N workers can use N cores. ``--pin auto`` gives wrk its own core
 instead, which steadies the figures but leaves one core to all the servers'
 workers and Redis.
 
+Every Jetway server runs with the production defaults, authorization on
+(the bench sends an unrated token made with the admin CLI) and the access
+log on, unless ``--server-env`` (``BENCH_SERVER_ENV``) says otherwise, say
+``JETWAY_ACCESS_LOG=off JETWAY_AUTH=off``: the report shows what users get.
+
 At the end the resident memory of every Jetway worker is read, after the
 whole bench's load. Then, as the target is stated, a fresh reference server
 (PyPy, N workers) serves ``--rss-seconds`` (60) of the small read, and its
@@ -42,6 +47,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 from urllib.parse import urlsplit
 
+from loadtest import _bench_validators as _validators
 from loadtest import _data, _token
 from loadtest._run import machine
 from loadtest._servers import CPYTHON, PYPY, Processes, stop_on_sigterm
@@ -53,9 +59,14 @@ WRK_SCRIPT = HERE / "wrk.lua"
 RESULTS = ROOT / "loadtest" / "results"
 REFERENCE = "pypy"
 FRESH = "pypy-fresh"  # the reference, started anew for the memory run
+SCHEMA_COLLECTION = "bench-schema"
+SCHEMA_DOCUMENT = json.dumps(_validators.document(), separators=(",", ":"))
 LIST_DOCS = 200
 MULTI_GET = 20
 MULTI_GET_MANY = 500
+BATCH = 100
+# What a Jetway server runs with unless --server-env or its own row says otherwise.
+PRODUCTION_DEFAULTS = (("JETWAY_AUTH", "on"), ("JETWAY_ACCESS_LOG", "on"))
 PAGE = 100
 MIN_WARMUP = 15.0
 MIN_ROUNDS = 2
@@ -73,6 +84,8 @@ class Server:
     only: Tuple[str, ...] = ()  # the endpoints it is measured on (all when empty)
 
     def measures(self, endpoint: Endpoint) -> bool:
+        if endpoint.varies and self.kind != "jetway":
+            return False  # a static file cannot answer it
         return not self.only or endpoint.key in self.only
 
     @property
@@ -89,6 +102,9 @@ class Endpoint:
     body: Optional[str] = None  # sent as it is (a PUT sends a document instead); text, for bench.json
     headers: Tuple[Tuple[str, str], ...] = ()  # sent besides the token
     size: str = "small"  # the document a PUT sends: small or large
+    connections: int = 0  # wrk's connections for this endpoint (0: the bench's --connections)
+    documents: int = 1  # documents one request carries (a batch's operations)
+    varies: bool = False  # the answer differs every time (ETags in the body): only its status is checked
 
 
 @dataclass
@@ -114,6 +130,12 @@ class CpuPlan:
     loadgen: Optional[List[int]]
     server: Optional[List[int]]
     description: str
+
+
+def jetway_settings(server_env: str, own: Sequence[Tuple[str, str]] = ()) -> Tuple[Tuple[str, str], ...]:
+    """A Jetway server's settings: the production defaults, then ``--server-env`` (``K=V ...``), then its row's own."""
+    given = dict(item.split("=", 1) for item in server_env.split())
+    return tuple({**dict(PRODUCTION_DEFAULTS), **given, **dict(own)}.items())
 
 
 def plan_cpus(pin: str, available: Sequence[int]) -> CpuPlan:
@@ -172,6 +194,8 @@ def endpoints(small: int, large: int) -> List[Endpoint]:
     # GET form's request line still holds them; the POST form, any number.
     many = (_data.ids("m", LIST_DOCS) * (MULTI_GET_MANY // LIST_DOCS + 1))[:MULTI_GET_MANY]
     many_body = json.dumps({"ids": many})
+    document = json.loads(_data.document("doc", small))
+    batch = [{"op": "put", "collection": "bench-batch", "id": f"b{n}", "document": document} for n in range(BATCH)]
     return [
         Endpoint("get-small", f"GET /v1/{{coll}}/{{id}} ({small} B)", "GET", "/v1/bench-small/doc"),
         Endpoint("get-large", f"GET /v1/{{coll}}/{{id}} ({large // 1024} KB)", "GET", "/v1/bench-large/doc"),
@@ -183,8 +207,29 @@ def endpoints(small: int, large: int) -> List[Endpoint]:
             headers=(("Accept-Encoding", "gzip"),),
         ),
         Endpoint("put", f"PUT /v1/{{coll}}/{{id}} ({small} B)", "PUT", "/v1/bench-put/doc"),
+        # The same ~1 KB document into a collection without settings and into one with a
+        # 10-property schema (issue 21's target: with / without >= 0.85), one after the other.
+        Endpoint("put-1k", "PUT 1 KB, no schema", "PUT", "/v1/bench-put-1k/doc", SCHEMA_DOCUMENT),
+        Endpoint(
+            "put-1k-schema", "PUT 1 KB, 10-property schema", "PUT", f"/v1/{SCHEMA_COLLECTION}/doc", SCHEMA_DOCUMENT
+        ),
         Endpoint(
             "put-large", f"PUT /v1/{{coll}}/{{id}} ({large // 1024} KB)", "PUT", "/v1/bench-put-large/doc", size="large"
+        ),
+        # The batch's target: documents per second through one keep-alive connection, request after request.
+        Endpoint(
+            "put-1c", f"PUT /v1/{{coll}}/{{id}} ({small} B), 1 connection", "PUT", "/v1/bench-put/doc", connections=1
+        ),
+        Endpoint(
+            f"batch-{BATCH}",
+            f"POST /v1/_batch of {BATCH} PUTs ({small} B), 1 connection",
+            "POST",
+            "/v1/_batch",
+            json.dumps({"operations": batch}),
+            headers=(("Prefer", "return=minimal"),),
+            connections=1,
+            documents=BATCH,
+            varies=True,
         ),
         Endpoint("list-100", f"GET list page of {PAGE}", "GET", f"/v1/bench-list?limit={PAGE}"),
         Endpoint("mget-20", f"GET multi-get of {MULTI_GET}", "GET", f"/v1/bench-mget?ids={mget}"),
@@ -252,16 +297,16 @@ class Bench:
         # Every server shares the one Redis; with a replica when a server waits for one.
         with_replica = any(server.needs_replica for server in self.servers)
         redis_url = processes.redis(cpus=self.plan.server, replica=with_replica)
-        server_env = dict(item.split("=", 1) for item in self.args.server_env.split())
-        os.environ.update(server_env)  # the Jetway servers inherit it
         for server in self.servers:
             if server.kind == "jetway":
                 print(f"bench: starting {server.label}", flush=True)
+                settings = jetway_settings(self.args.server_env, server.env)
                 self.bases[server.key] = processes.jetway(
-                    server.key, server.python, redis_url, server.workers, self.plan.server, server.module, server.env
+                    server.key, server.python, redis_url, server.workers, self.plan.server, server.module, settings
                 )
         token = _token.resolve(str(PYPY), redis_url, os.environ.get("JETWAY_TOKEN", ""))
         self.headers, self.token_source = token.headers(), token.source
+        self._set_schema(redis_url)
         self._seed(self.bases[REFERENCE])
         if any(server.kind == "nginx" for server in self.servers):
             root = self._static_root()
@@ -284,7 +329,10 @@ class Bench:
         fresh = replace(reference, key=FRESH, label=f"{reference.label}, fresh")
         print(f"bench: {fresh.label}: {self.args.rss_seconds:g} s of {endpoint.label}, then its memory", flush=True)
         cpus = self.plan.server
-        self.bases[FRESH] = processes.jetway(FRESH, fresh.python, redis_url, fresh.workers, cpus, fresh.module)
+        settings = jetway_settings(self.args.server_env, fresh.env)
+        self.bases[FRESH] = processes.jetway(
+            FRESH, fresh.python, redis_url, fresh.workers, cpus, fresh.module, settings
+        )
         run = self.wrk(fresh, endpoint, self.args.rss_seconds, 0, 0)
         if run.errors:
             raise RuntimeError(f"{fresh.label}: {run.errors} errors in the memory run")
@@ -297,15 +345,28 @@ class Bench:
         for collection in ("bench-list", "bench-mget", "bench-mget-many"):
             documents += [(collection, doc_id, small) for doc_id in _data.ids("m", LIST_DOCS)]
         with Client(base, self.headers) as client:
+            for path in ("/v1/bench-put-1k/doc", f"/v1/{SCHEMA_COLLECTION}/doc"):
+                client.send("PUT", path, SCHEMA_DOCUMENT.encode())
             for collection, doc_id, size in documents:
                 status, body = client.send("PUT", f"/v1/{collection}/{doc_id}", _data.document(doc_id, size))
                 if status not in (200, 201):
                     raise RuntimeError(f"seeding {collection}/{doc_id}: {status} {body[:200]!r}")
-            for endpoint in self.endpoints:
+            for endpoint in filter(lambda endpoint: not endpoint.varies, self.endpoints):
                 status, body = client.send(endpoint.method, endpoint.path, self._body(endpoint), endpoint.headers)
                 if status != 200:
                     raise RuntimeError(f"{endpoint.method} {endpoint.path} on the reference: {status} {body[:200]!r}")
                 self.expected[endpoint.key] = body
+
+    def _set_schema(self, redis_url: str) -> None:
+        """The 10-property schema on ``SCHEMA_COLLECTION``, with the CLI (the bench's token is not admin)."""
+        schema_file = self.scratch / "bench-schema.json"
+        schema_file.write_text(json.dumps(_validators.SCHEMA))
+        command = [str(PYPY), "-m", "api", "collections", "set", SCHEMA_COLLECTION, "--schema", str(schema_file)]
+        result = subprocess.run(
+            command, cwd=ROOT, env={**os.environ, "REDIS_URL": redis_url}, capture_output=True, text=True, timeout=60
+        )
+        if result.returncode != 0:
+            raise RuntimeError(f"setting the bench schema: {result.stderr}")
 
     def _body(self, endpoint: Endpoint) -> Optional[bytes]:
         if endpoint.body is not None:
@@ -316,7 +377,7 @@ class Bench:
     def _static_root(self) -> Path:
         """The reference's response bodies as files, at the same paths."""
         root = self.scratch / "www"
-        for endpoint in self.endpoints:
+        for endpoint in filter(lambda endpoint: not endpoint.varies, self.endpoints):
             target = root / urlsplit(endpoint.path).path.lstrip("/")
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(self.expected[endpoint.key])
@@ -332,7 +393,7 @@ class Bench:
                     status, body = client.send(endpoint.method, endpoint.path, self._body(endpoint), endpoint.headers)
                     if status != 200:
                         raise RuntimeError(f"{server.label}: {endpoint.method} {endpoint.path} answered {status}")
-                    if body != self.expected[endpoint.key]:
+                    if not endpoint.varies and body != self.expected[endpoint.key]:
                         self.mismatches.append(f"{server.label}, {endpoint.label}: {len(body)} bytes differ")
 
     def _warm_up(self) -> None:
@@ -363,8 +424,9 @@ class Bench:
         return runs
 
     def wrk(self, server: Server, endpoint: Endpoint, seconds: float, round_number: int, order: int) -> Run:
-        threads = len(self.plan.loadgen) if self.plan.loadgen else 1
-        command = ["wrk", "-t", str(threads), "-c", str(self.args.connections), "-d", f"{max(1, round(seconds))}s"]
+        connections = endpoint.connections or self.args.connections
+        threads = min(connections, len(self.plan.loadgen) if self.plan.loadgen else 1)
+        command = ["wrk", "-t", str(threads), "-c", str(connections), "-d", f"{max(1, round(seconds))}s"]
         command += ["--timeout", "10s", "-s", str(WRK_SCRIPT)]
         for name, value in (*self.headers.items(), *endpoint.headers):
             command += ["-H", f"{name}: {value}"]
@@ -450,7 +512,7 @@ def _summary(
     for endpoint in points:
         for server in filter(lambda server: server.measures(endpoint), chosen):
             mine = [run for run in runs if run.server == server.key and run.endpoint == endpoint.key]
-            cases[f"{endpoint.key}/{server.key}"] = _case(mine)
+            cases[f"{endpoint.key}/{server.key}"] = _case(mine, endpoint.documents)
     trustworthy = args.warmup >= MIN_WARMUP and args.rounds >= MIN_ROUNDS and not args.quick
     return {
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
@@ -464,6 +526,7 @@ def _summary(
             "workers": args.workers,
             "quick": args.quick,
             "server_env": args.server_env,
+            "jetway_env": " ".join(f"{name}={value}" for name, value in jetway_settings(args.server_env)),
         },
         "pinning": plan.description,
         "token": bench.token_source,
@@ -480,11 +543,12 @@ def _summary(
     }
 
 
-def _case(runs: List[Run]) -> Dict[str, Any]:
+def _case(runs: List[Run], documents: int) -> Dict[str, Any]:
     rps = [run.rps for run in runs]
     p99 = [run.p99_ms for run in runs]
     return {
         "rps": statistics.mean(rps) if rps else 0.0,
+        "documents_per_s": statistics.mean(rps) * documents if rps else 0.0,
         "rps_min": min(rps, default=0.0),
         "rps_max": max(rps, default=0.0),
         "p99_ms": statistics.mean(p99) if p99 else 0.0,
@@ -521,7 +585,11 @@ def _parser() -> argparse.ArgumentParser:
         "--rss-seconds", type=float, default=env("RSS_SECONDS", 60.0), help="s of the memory run (0: none)"
     )
     parser.add_argument("--pause", type=float, default=env("PAUSE", 0.5), help="s between measurements")
-    parser.add_argument("--server-env", default=env("SERVER_ENV", ""), help="K=V … for the Jetway servers")
+    parser.add_argument(
+        "--server-env",
+        default=env("SERVER_ENV", ""),
+        help="K=V … for the Jetway servers (over the production defaults)",
+    )
     parser.add_argument("--results", type=Path, default=RESULTS)
     parser.add_argument(
         "--quick", action="store_true", default=bool(os.environ.get("BENCH_QUICK")), help="2 s runs: a smoke test"

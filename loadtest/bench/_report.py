@@ -26,7 +26,8 @@ def markdown(summary: Dict[str, Any]) -> str:
         f"- wrk: {settings['connections']} connections; warm-up {settings['warmup_s']:g} s per server; "
         f"{settings['rounds']} interleaved rounds of {settings['duration_s']:g} s per case",
         f"- servers: PyPy `{machine['server_python']}`; token: {summary['token']}"
-        + (f"; Jetway env `{settings['server_env']}`" if settings["server_env"] else ""),
+        + (f"; Jetway env `{settings['jetway_env']}`" if settings.get("jetway_env") else "")
+        + (f" (`--server-env {settings['server_env']}`)" if settings["server_env"] else ""),
         "- cells: mean over the rounds, ±spread ((max-min)/mean), and ratio to the first column (x)",
         "- nginx's figures are a lower bound of the ceiling: wrk, on its own cores, may be what limits them",
     ]
@@ -46,7 +47,7 @@ def markdown(summary: Dict[str, Any]) -> str:
 
 # (what, numerator case, denominator case or None, comparison, bound); the
 # figure is the ratio of requests per second (of response bytes for the rows
-# in BYTE_TARGETS), or the numerator's p99 when there is no denominator.
+# in BYTE_TARGETS, of documents for those in DOCUMENT_TARGETS), or the numerator's p99 when there is no denominator.
 TARGETS = [
     ("200 B read, 2 workers / nginx", "get-small/pypy", "get-small/nginx", ">=", 0.5),
     ("10 KB read, 2 workers / nginx", "get-large/pypy", "get-large/nginx", ">=", 0.4),
@@ -56,11 +57,14 @@ TARGETS = [
     ("200 B PUT / 200 B read, 2 workers", "put/pypy", "get-small/pypy", ">=", 0.5),
     ("500-id multi-get, POST form / GET form, 2 workers", "mget-500-post/pypy", "mget-500/pypy", ">=", 0.9),
     ("200 B PUT, JETWAY_WRITE_REPLICAS=1 / 0, a healthy replica", "put/wait1", "put/pypy", ">=", 0.7),
+    ("1 KB PUT, 10-property schema / none, 2 workers", "put-1k-schema/pypy", "put-1k/pypy", ">=", 0.85),
     ("10 KB read, gzip variant / stored bytes, 2 workers", "get-large-gzip/pypy", "get-large/pypy", ">=", 0.9),
     ("10 KB read, gzip variant / stored bytes: response bytes", "get-large-gzip/pypy", "get-large/pypy", "<=", 0.34),
     ("10 KB PUT, variants made / none, 2 workers", "put-large/pypy", "put-large/plain", ">=", 0.7),
+    ("100 PUTs of 200 B on 1 connection, one batch / one request each", "batch-100/pypy", "put-1c/pypy", ">=", 10.0),
 ]
 BYTE_TARGETS = {"10 KB read, gzip variant / stored bytes: response bytes"}
+DOCUMENT_TARGETS = {"100 PUTs of 200 B on 1 connection, one batch / one request each"}
 RSS_BUDGET_MB = 150.0
 
 
@@ -71,7 +75,7 @@ def _targets(summary: Dict[str, Any]) -> List[str]:
     for what, top, bottom, comparison, bound in TARGETS:
         if top not in cases or (bottom is not None and bottom not in cases):
             continue
-        kind = "bytes_per_request" if what in BYTE_TARGETS else "rps"
+        kind = "bytes_per_request" if what in BYTE_TARGETS else "documents_per_s" if what in DOCUMENT_TARGETS else "rps"
         if bottom is None:
             figure = cases[top]["p99_ms"]
         else:

@@ -14,6 +14,7 @@ from http import HTTPStatus
 from typing import Any, List
 
 from jetway_client import AuthenticatedClient, Client
+from jetway_client.api.batch import run_batch
 from jetway_client.api.collections import create_document, get_documents, head_collection, list_documents
 from jetway_client.api.documents import (
     delete_document,
@@ -23,8 +24,45 @@ from jetway_client.api.documents import (
     put_document,
 )
 from jetway_client.api.health import get_health, get_readiness, head_health, head_readiness
-from jetway_client.api.meta import get_metrics, get_open_api, head_metrics, head_open_api
-from jetway_client.models import Document, IdList, Items, MergePatch, Page, Problem
+from jetway_client.api.meta import (
+    get_docs,
+    get_docs_asset,
+    get_metrics,
+    get_open_api,
+    head_docs,
+    head_docs_asset,
+    head_metrics,
+    head_open_api,
+)
+from jetway_client.api.settings import (
+    delete_collection_settings,
+    get_collection_settings,
+    head_collection_settings,
+    head_collection_settings_list,
+    list_collection_settings,
+    put_collection_settings,
+)
+from jetway_client.api.typed import create_typed_document, put_typed_document
+from jetway_client.models import (
+    BatchCreate,
+    BatchDelete,
+    BatchGet,
+    BatchPatch,
+    BatchPut,
+    BatchRequest,
+    BatchResults,
+    CollectionSettings,
+    CollectionSettingsList,
+    CollectionSettingsSchema,
+    DocsAsset,
+    Document,
+    IdList,
+    Items,
+    MergePatch,
+    Page,
+    Problem,
+    TypedDocument,
+)
 from jetway_client.types import Response
 
 COLLECTION = "genpy"
@@ -55,9 +93,18 @@ def health(anonymous: Client) -> None:
     assert expect(get_readiness.sync_detailed(client=anonymous), 200).status == "ready"
     assert "# TYPE" in expect(get_metrics.sync_detailed(client=anonymous), 200)
     assert expect(get_open_api.sync_detailed(client=anonymous), 200)["openapi"] == "3.1.0"
-    for head in (head_health, head_readiness, head_metrics, head_open_api):
+    for head in (head_health, head_readiness, head_metrics, head_open_api, head_docs):
         response = head.sync_detailed(client=anonymous)
         assert response.status_code == 200 and response.content == b"", head.__name__
+
+
+def docs(anonymous: Client) -> None:
+    page = get_docs.sync_detailed(client=anonymous)
+    assert 'id="swagger-ui"' in expect(page, 200)
+    expect(get_docs.sync_detailed(client=anonymous, if_none_match=page.headers["ETag"]), 304)
+    assert "SwaggerUIBundle" in expect(get_docs_asset.sync_detailed(DocsAsset.START_JS, client=anonymous), 200)
+    head = head_docs_asset.sync_detailed(DocsAsset.SWAGGER_UI_CSS, client=anonymous)
+    assert head.status_code == 200 and head.content == b"" and head.headers["Cache-Control"] == "no-cache"
 
 
 def documents(client: AuthenticatedClient, anonymous: Client) -> None:
@@ -138,12 +185,78 @@ def collections(client: AuthenticatedClient) -> None:
     problem(list_documents.sync_detailed(COLLECTION, client=client, limit=0), 400, "invalid-limit")
 
 
+def batch(client: AuthenticatedClient) -> None:
+    patch = MergePatch()
+    patch.additional_properties = {"m": 2}
+    operations: List[Any] = [
+        BatchPut(op="put", collection=COLLECTION, id="b1", document=document({"n": 1})),
+        BatchCreate(op="create", collection=COLLECTION, document=document({"n": 2})),
+        BatchPatch(op="patch", collection=COLLECTION, id="b1", patch=patch),
+        BatchGet(op="get", collection=COLLECTION, id="b1"),
+        BatchDelete(op="delete", collection=COLLECTION, id="b1"),
+        BatchGet(op="get", collection=COLLECTION, id="b1"),
+    ]
+    request = BatchRequest(operations=operations)
+    answer = expect(run_batch.sync_detailed(client=client, body=request, idempotency_key="genpy-batch"), 200)
+    assert isinstance(answer, BatchResults), answer
+    assert [result.status for result in answer.results] == [201, 201, 200, 200, 204, 404], answer
+    assert answer.results[3].document.additional_properties == {"n": 1, "m": 2}
+    assert answer.results[5].problem.type_ == PROBLEM + "not-found"
+    replayed = run_batch.sync_detailed(client=client, body=request, idempotency_key="genpy-batch")
+    assert replayed.headers["Idempotency-Replayed"] == "true"
+    assert [result.status for result in expect(replayed, 200).results] == [201, 201, 200, 200, 204, 404]
+    problem(run_batch.sync_detailed(client=client, body=BatchRequest(operations=[])), 400, "invalid-batch")
+
+
+def collection_settings(client: AuthenticatedClient) -> None:
+    """The settings operations, and collection ``typed``'s own typed writes (its schema set by the test)."""
+    rules = "genpy-rules"
+    schema = CollectionSettingsSchema()
+    schema.additional_properties = {"type": "object", "required": ["n"], "properties": {"n": {"type": "integer"}}}
+    made = put_collection_settings.sync_detailed(rules, client=client, body=CollectionSettings(schema=schema, ttl=60))
+    assert expect(made, 201).ttl == 60
+    etag = made.headers["ETag"]
+    got = expect(get_collection_settings.sync_detailed(rules, client=client), 200)
+    assert isinstance(got, CollectionSettings) and got.schema.additional_properties["required"] == ["n"]
+    assert get_collection_settings.sync_detailed(rules, client=client, if_none_match=etag).status_code == 304
+    assert head_collection_settings.sync_detailed(rules, client=client).headers["ETag"] == etag
+    listed = expect(list_collection_settings.sync_detailed(client=client), 200)
+    assert isinstance(listed, CollectionSettingsList)
+    assert {item.collection for item in listed.items} == {rules, "typed"}
+    assert head_collection_settings_list.sync_detailed(client=client).status_code == 200
+    bad = CollectionSettingsSchema()
+    bad.additional_properties = {"type": "nope"}
+    problem(
+        put_collection_settings.sync_detailed(rules, client=client, body=CollectionSettings(schema=bad)),
+        422,
+        "invalid-schema",
+    )
+    violation = problem(
+        put_document.sync_detailed(rules, "r1", client=client, body=document({"n": "one"})), 422, "schema-violation"
+    )
+    assert [(error.pointer, error.keyword) for error in violation.errors] == [("/n", "type")]
+    problem(
+        delete_collection_settings.sync_detailed(rules, client=client, if_match='"stale"'), 412, "precondition-failed"
+    )
+    expect(delete_collection_settings.sync_detailed(rules, client=client, if_match=etag), 204)
+    problem(get_collection_settings.sync_detailed(rules, client=client), 404, "not-found")
+
+    typed = TypedDocument(email="ada@example.com", age=36)
+    assert expect(put_typed_document.sync_detailed("t1", client=client, body=typed), 201)["age"] == 36
+    assert expect(create_typed_document.sync_detailed(client=client, body=typed), 201)["email"] == "ada@example.com"
+    refused = put_typed_document.sync_detailed("t2", client=client, body=TypedDocument(email="not an email"))
+    assert problem(refused, 422, "schema-violation").errors[0].keyword == "format"
+
+
 def main(base_url: str, token: str) -> None:
     anonymous = Client(base_url=base_url, raise_on_unexpected_status=True)
     client = AuthenticatedClient(base_url=base_url, token=token, raise_on_unexpected_status=True)
     health(anonymous)
+    docs(anonymous)
     documents(client, anonymous)
     collections(client)
+    batch(client)
+    collection_settings(client)
     print(f"python client: every operation answered as documented ({HTTPStatus.OK.phrase})")
 
 

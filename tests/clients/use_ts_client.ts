@@ -33,10 +33,24 @@ async function health(): Promise<void> {
   assert.match(metrics.data ?? "", /# TYPE/);
   const spec = await anonymous.GET("/openapi.json");
   assert.equal(spec.data?.openapi, "3.1.0");
-  for (const path of ["/healthz", "/readyz", "/metrics", "/openapi.json"] as const) {
+  for (const path of ["/healthz", "/readyz", "/metrics", "/openapi.json", "/docs"] as const) {
     const head = await anonymous.HEAD(path);
     assert.equal(head.response.status, 200, path);
   }
+}
+
+async function docs(): Promise<void> {
+  const page = await anonymous.GET("/docs", { parseAs: "text" });
+  assert.match(page.data ?? "", /id="swagger-ui"/);
+  const etag = page.response.headers.get("ETag") ?? "";
+  const again = await anonymous.GET("/docs", { params: { header: { "If-None-Match": etag } }, parseAs: "text" });
+  assert.equal(again.response.status, 304);
+  const params = { path: { asset: "start.js" as const } };
+  const start = await anonymous.GET("/docs/assets/{asset}", { params, parseAs: "text" });
+  assert.match(start.data ?? "", /SwaggerUIBundle/);
+  const head = await anonymous.HEAD("/docs/assets/{asset}", { params: { path: { asset: "swagger-ui.css" } } });
+  assert.equal(head.response.status, 200);
+  assert.equal(head.response.headers.get("Cache-Control"), "no-cache");
 }
 
 async function documents(): Promise<void> {
@@ -118,7 +132,78 @@ async function collections(): Promise<void> {
   isProblem(invalid.error, 400, "invalid-id");
 }
 
+async function batch(): Promise<void> {
+  const operations = [
+    { op: "put" as const, collection, id: "b1", document: { n: 1 } },
+    { op: "create" as const, collection, document: { n: 2 } },
+    { op: "patch" as const, collection, id: "b1", patch: { m: 2 } },
+    { op: "get" as const, collection, id: "b1" },
+    { op: "delete" as const, collection, id: "b1" },
+    { op: "get" as const, collection, id: "b1" },
+  ];
+  const headers = { "Idempotency-Key": "gents-batch" };
+  const answer = await client.POST("/v1/_batch", { body: { operations }, params: { header: headers } });
+  assert.equal(answer.response.status, 200);
+  const results = answer.data?.results ?? [];
+  assert.deepEqual(
+    results.map((result) => result.status),
+    [201, 201, 200, 200, 204, 404],
+  );
+  assert.deepEqual(results[3].document, { n: 1, m: 2 });
+  assert.equal(results[5].problem?.type, "urn:jetway:problem:not-found");
+  const replayed = await client.POST("/v1/_batch", { body: { operations }, params: { header: headers } });
+  assert.equal(replayed.response.headers.get("Idempotency-Replayed"), "true");
+  const empty = await client.POST("/v1/_batch", { body: { operations: [] } });
+  isProblem(empty.error, 400, "invalid-batch");
+}
+
+async function collectionSettings(): Promise<void> {
+  const rules = "gents-rules";
+  const path = "/v1/_collections/{collection}" as const;
+  const params = { path: { collection: rules } };
+  const schema = { type: "object", required: ["n"], properties: { n: { type: "integer" } } };
+  const made = await client.PUT(path, { params, body: { schema, ttl: 60 } });
+  assert.equal(made.response.status, 201);
+  assert.equal(made.data?.ttl, 60);
+  const etag = made.response.headers.get("ETag") ?? "";
+  const got = await client.GET(path, { params });
+  assert.deepEqual(got.data?.schema, schema);
+  const unchanged = await client.GET(path, { params: { ...params, header: { "If-None-Match": etag } } });
+  assert.equal(unchanged.response.status, 304);
+  assert.equal((await client.HEAD(path, { params })).response.headers.get("ETag"), etag);
+  const listed = await client.GET("/v1/_collections");
+  assert.deepEqual(listed.data?.items.map((item) => item.collection).sort(), [rules, "typed"]);
+  assert.equal((await client.HEAD("/v1/_collections")).response.status, 200);
+  isProblem((await client.PUT(path, { params, body: { schema: { type: "nope" } } })).error, 422, "invalid-schema");
+
+  const violation = await client.PUT("/v1/{collection}/{id}", {
+    params: { path: { collection: rules, id: "r1" } },
+    body: { n: "one" },
+  });
+  isProblem(violation.error, 422, "schema-violation");
+  assert.deepEqual(
+    violation.error?.errors?.map((error) => [error.pointer, error.keyword]),
+    [["/n", "type"]],
+  );
+  const stale = await client.DELETE(path, { params: { ...params, header: { "If-Match": '"stale"' } } });
+  isProblem(stale.error, 412, "precondition-failed");
+  assert.equal((await client.DELETE(path, { params: { ...params, header: { "If-Match": etag } } })).response.status, 204);
+  isProblem((await client.GET(path, { params })).error, 404, "not-found");
+
+  // Collection "typed" has a schema (set by the test before generating): its body type is checked by tsc.
+  const typed: components["schemas"]["TypedDocument"] = { email: "ada@example.com", age: 36 };
+  const put = await client.PUT("/v1/typed/{id}", { params: { path: { id: "t1" } }, body: typed });
+  assert.equal(put.response.status, 201);
+  const created = await client.POST("/v1/typed", { body: typed });
+  assert.equal(created.response.status, 201);
+  const refused = await client.PUT("/v1/typed/{id}", { params: { path: { id: "t2" } }, body: { email: "nope" } });
+  isProblem(refused.error, 422, "schema-violation");
+}
+
 await health();
+await docs();
 await documents();
 await collections();
+await batch();
+await collectionSettings();
 console.log("typescript client: every operation answered as documented");

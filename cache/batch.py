@@ -1,0 +1,290 @@
+"""Many document operations in one request: sent to Redis together, each with its own outcome.
+
+Operations take effect in the order given, each as it would alone (the same
+scripts, so a write and its index entry still change together), but a batch
+is not atomic: one operation's failure leaves the others as they went, and
+another client may write between them. Each operation's outcome is its own:
+an ``OperationResult`` with the document or the error it met.
+
+Round trips: the operations go to Redis in one pipeline (split by node and
+put back in order on a cluster). A merge patch needs the document it merges
+into first, so a batch with patches reads their documents in one pipeline
+before; and a patch of a document that an earlier operation of the same
+batch writes starts a new segment (read, then write), so that it merges
+into what that operation left. A patch is a compare-and-set on the
+document it read: a writer outside the batch that changes it in between
+makes that patch a ``WriteConflict``, to be retried.
+
+With the store's hot cache (``cache.hot_cache``): a get of a document the
+worker holds is answered from it, unless an earlier operation of its
+segment writes that document (the pipeline has not run yet) or the request
+asked for fresh reads; gets do not fill it. The entries of every document a
+segment writes go before the segment's outcomes are read, whatever they
+are, as a single write's do: the batch's answer is followed on this worker
+by reads of what it wrote.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, List, Optional, Sequence, Set, Tuple
+
+from twisted.internet import defer
+
+from cache import codec, keys, scripts
+from cache.errors import DocumentNotFound, DocumentTooLarge, NotReplicated, PreconditionFailed, WriteConflict
+from cache.link import Link
+from cache.merge_patch import merge_patch
+from cache.store import (
+    NO_CONDITIONS,
+    Conditions,
+    Document,
+    DocumentStore,
+    PreparedDelete,
+    PreparedPut,
+    delete_outcome,
+    put_outcome,
+    read_command,
+    stored_document,
+)
+from cache.write_concern import WriteConcern
+
+GET, PUT, CREATE, PATCH, DELETE = "get", "put", "create", "patch", "delete"
+WRITES = frozenset({PUT, CREATE, PATCH, DELETE})
+# Checks a merged document before it is written (a collection's schema); raises to refuse it.
+Check = Callable[[Any, int], None]
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One operation of a batch, checked and ready: ids, bodies and ETags as they will be written."""
+
+    op: str
+    collection: bytes
+    doc_id: bytes  # for a create, the id chosen for it
+    body: Optional[bytes] = None  # put, create
+    patch: Any = None  # patch: the parsed merge patch
+    conditions: Conditions = NO_CONDITIONS
+    ttl: bytes = b""  # b"" keeps the expiry, b"0" removes it, b"N" sets it
+    etag: Optional[bytes] = None  # the ETag a write stores (planned: a retry writes the same)
+    max_size: int = 1 << 20  # of a patch's merged document
+    check: Optional[Check] = None
+    replicas: Optional[int] = None  # the collection's own write_replicas (None: the deployment's)
+
+
+@dataclass
+class OperationResult:
+    """What one operation got: a document (gets and writes), nothing (deletes), or an error."""
+
+    operation: Operation
+    document: Optional[Document] = None
+    created: Optional[bool] = None
+    error: Optional[BaseException] = None
+    written: bool = field(default=False)  # reached Redis as a write that took effect
+
+
+class BatchRunner:
+    """Carries out batches on a store's link; writes that wait for replicas go through ``write_link``.
+
+    ``WAIT`` blocks the connection it is sent on, so a batch that waits
+    (the deployment's write concern, or a collection's ``write_replicas``)
+    sends its writes on the write pool, as the store's single writes do.
+    """
+
+    def __init__(
+        self, store: DocumentStore, link: Link, concern: WriteConcern, write_link: Optional[Link] = None
+    ) -> None:
+        if concern.waits and write_link is None:
+            raise ValueError("a write concern that waits for replicas needs a write link")
+        self._store = store
+        self._link = link
+        self._write_link = write_link
+        self._concern = concern
+
+    @defer.inlineCallbacks
+    def run(self, operations: Sequence[Operation], fresh: bool = False) -> Any:
+        """Fires with an ``OperationResult`` per operation, in order; ``fresh``: gets read Redis, not the hot cache."""
+        concern = self.concern_of(operations)
+        if concern.waits and self._write_link is None:
+            raise ValueError("a write concern that waits for replicas needs a write link")
+        results: List[OperationResult] = [OperationResult(operation) for operation in operations]
+        for start, end in segments(operations):
+            yield self._run_segment(results[start:end], concern, fresh)
+        return results
+
+    def concern_of(self, operations: Sequence[Operation]) -> WriteConcern:
+        """What the batch's writes wait for: the most replicas any of them asks for.
+
+        The writes share a pipeline and one ``WAIT`` at its end, so the
+        batch waits as its most careful write would alone (its collection's
+        ``write_replicas``, else the deployment's); the others wait with it.
+        """
+        asked = [
+            self._concern.replicas if operation.replicas is None else operation.replicas
+            for operation in operations
+            if operation.op in WRITES
+        ]
+        replicas = max(asked, default=self._concern.replicas)
+        return self._concern if replicas == self._concern.replicas else WriteConcern(replicas, self._concern.timeout)
+
+    @defer.inlineCallbacks
+    def _run_segment(self, results: List[OperationResult], concern: WriteConcern, fresh: bool) -> Any:
+        bases = yield self._read_bases([result for result in results if result.operation.op == PATCH])
+        commands: List[Tuple[Any, ...]] = []
+        sent: List[Tuple[OperationResult, Any]] = []
+        written: Set[Tuple[bytes, bytes]] = set()
+        for result in results:
+            target = (result.operation.collection, result.operation.doc_id)
+            if result.operation.op == GET and not fresh and target not in written:
+                result.document = self._store.cached(*target)
+                if result.document is not None:
+                    continue
+            elif result.operation.op in WRITES:
+                written.add(target)
+            prepared = self._prepare(result, bases.get(id(result)))
+            if prepared is not None:
+                sent.append((result, prepared))
+                commands.append(prepared if isinstance(prepared, tuple) else prepared.command())
+        if not commands:
+            self._forget(written)  # patches found done by an earlier attempt
+            return
+        wait = concern.wait_command() if concern.waits else None
+        link = self._write_link if wait is not None else self._link
+        assert link is not None
+        outcomes = yield self._store.forgetting(
+            link.pipeline_outcomes(commands, [scripts.PUT, scripts.DELETE], wait),
+            [keys.document_key(*target) for target in written],
+        )
+        for (result, prepared), (ok, reply) in zip(sent, outcomes):
+            _settle(result, prepared, ok, reply)
+        if wait is not None:
+            _check_replicated(results, outcomes[-1], concern, self._concern.replicas)
+
+    def _forget(self, written: Set[Tuple[bytes, bytes]]) -> None:
+        for target in written:
+            self._store.forget(*target)
+
+    def _read_bases(self, patches: List[OperationResult]) -> defer.Deferred:
+        """The stored fields of each patched document, by ``id`` of its result."""
+        if not patches:
+            return defer.succeed({})
+        reads = [
+            (b"HMGET", keys.document_key(r.operation.collection, r.operation.doc_id), b"b", b"e", b"m") for r in patches
+        ]
+        return self._link.pipeline_outcomes(reads, []).addCallback(
+            lambda outcomes: {id(result): outcome for result, outcome in zip(patches, outcomes)}
+        )
+
+    def _prepare(self, result: OperationResult, base: Any) -> Any:
+        """The command of ``result``'s operation (a tuple, or a prepared write); None if it is settled already."""
+        operation = result.operation
+        if operation.op == GET:
+            return read_command(operation.collection, operation.doc_id)
+        if operation.op == DELETE:
+            return self._store.prepare_delete(operation.collection, operation.doc_id, operation.conditions.if_match)
+        if operation.op == PATCH:
+            return self._prepare_patch(result, base)
+        conditions = Conditions(if_none_match=b"*") if operation.op == CREATE else operation.conditions
+        assert operation.body is not None
+        return self._store.prepare_put(
+            operation.collection,
+            operation.doc_id,
+            operation.body,
+            conditions,
+            operation.ttl,
+            operation.etag,
+            operation.op.encode(),  # the change feed names a batch's write as it names the same write alone
+        )
+
+    def _prepare_patch(self, result: OperationResult, base: Any) -> Optional[PreparedPut]:
+        ok, fields = base
+        if not ok:
+            result.error = fields
+            return None
+        operation = result.operation
+        body, etag, modified = fields
+        try:
+            if body is not None and operation.etag is not None and etag == operation.etag:
+                result.document = Document(body, etag, modified)  # this patch, done by an earlier attempt
+                return None
+            if body is None:
+                raise PreconditionFailed() if operation.conditions.if_match else DocumentNotFound()
+            if_match = operation.conditions.if_match
+            if if_match and not (if_match == b"*" or etag in if_match.split()):
+                raise PreconditionFailed()
+            value = merge_patch(codec.loads(body), operation.patch)
+            merged = codec.dumps(value)
+            if len(merged) > operation.max_size:
+                raise DocumentTooLarge(len(merged))
+            if operation.check is not None:
+                operation.check(value, len(merged))
+        except Exception as error:
+            result.error = error
+            return None
+        cas = Conditions(if_match=etag)
+        return self._store.prepare_put(
+            operation.collection, operation.doc_id, merged, cas, b"", operation.etag, b"patch"
+        )
+
+
+def segments(operations: Sequence[Operation]) -> List[Tuple[int, int]]:
+    """Runs of operations that can go in one pipeline.
+
+    A patch of a document written earlier in the run starts a new one.
+    """
+    bounds: List[Tuple[int, int]] = []
+    start = 0
+    written: Set[Tuple[bytes, bytes]] = set()
+    for index, operation in enumerate(operations):
+        target = (operation.collection, operation.doc_id)
+        if operation.op == PATCH and target in written:
+            bounds.append((start, index))
+            start, written = index, set()
+        if operation.op in WRITES:
+            written.add(target)
+    bounds.append((start, len(operations)))
+    return [bound for bound in bounds if bound[0] < bound[1]]
+
+
+def _check_replicated(
+    results: List[OperationResult], waited: Tuple[bool, Any], concern: WriteConcern, default: int
+) -> None:
+    """Each write that fewer replicas confirmed than it asks for becomes ``NotReplicated`` (it did happen).
+
+    A write asks for its collection's ``write_replicas``, else ``default``
+    (the deployment's): one that asks for fewer than the ``WAIT`` got is
+    answered as it would be alone.
+    """
+    ok, confirmed = waited
+    reached = confirmed if ok else 0
+    if reached >= concern.replicas:
+        return
+    for result in results:
+        wanted = default if result.operation.replicas is None else result.operation.replicas
+        if result.written and reached < wanted:
+            etag = result.document.etag if result.document is not None else None
+            result.error = NotReplicated(reached, wanted, concern.timeout, etag)
+
+
+def _settle(result: OperationResult, prepared: Any, ok: bool, reply: Any) -> None:
+    """Read an operation's reply into its result."""
+    if not ok:
+        result.error = reply
+        return
+    operation = result.operation
+    try:
+        if operation.op == GET:
+            result.document = stored_document(reply)
+            if result.document is None:
+                raise DocumentNotFound()
+        elif isinstance(prepared, PreparedDelete):
+            delete_outcome(reply)
+            result.written = True
+        else:
+            result.document, result.created = put_outcome(prepared, reply)
+            result.written = result.created is not None
+    except PreconditionFailed as error:
+        # A patch's compare-and-set lost to a writer outside the batch.
+        result.error = WriteConflict() if operation.op == PATCH else error
+    except Exception as error:
+        result.error = error

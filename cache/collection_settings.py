@@ -1,0 +1,229 @@
+"""A collection's settings in Redis: JSON Schema, default TTL, size limit, cache policy, write replicas.
+
+Layout (one hash tag, so every change is one script even on Redis Cluster;
+settings are few and small):
+
+    jw:{collections}:c:<coll>   HASH  s = the settings as JSON (the bytes
+                                      the API answers with), e = ETag
+    jw:{collections}:names      ZSET  every collection with settings (score 0)
+
+A change (PUT or DELETE) publishes the collection's name on
+``CHANGED_CHANNEL`` inside the same script, so each worker's cache
+(``cache.settings_cache``) drops it within a round trip. A collection
+without settings behaves exactly as before settings existed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Tuple
+
+from twisted.internet import defer
+
+from cache import codec
+from cache.errors import StoreError
+from cache.link import Link
+from cache.schema import CompiledSchema, DocumentInvalid, InvalidSchema, compile_schema
+from cache.scripts import Script
+
+CHANGED_CHANNEL = b"jw:collections:changed"
+_TAG = b"jw:{collections}"
+NAMES_KEY = _TAG + b":names"
+MAX_TTL = 31_536_000
+MAX_REPLICAS = 16
+# What a Cache-Control value may hold: visible ASCII and spaces, no line breaks.
+_CACHE_CONTROL = re.compile(r"[\x20-\x7e]{1,256}\Z")
+FIELDS = ("schema", "ttl", "max_bytes", "cache_control", "write_replicas")
+
+
+class SettingsError(ValueError):
+    """Settings that cannot be stored; the message says which member and why."""
+
+
+class OverCollectionLimit(StoreError):
+    """A document larger than its collection's ``max_bytes`` (maps to 413)."""
+
+    def __init__(self, size: int, collection: str, limit: int) -> None:
+        super().__init__(f"the document is {size} bytes; collection {collection} takes at most {limit} (max_bytes)")
+
+
+def settings_key(collection: bytes) -> bytes:
+    return _TAG + b":c:" + collection
+
+
+# KEYS: settings key, names. ARGV: name, settings JSON, new etag, If-Match, If-None-Match, channel.
+# Returns 0 when a condition failed, 1 replaced, 2 created.
+_PUT = Script(
+    b"""
+local current = redis.call('HGET', KEYS[1], 'e')
+local function matches(header)
+  if header == '*' then return current ~= false end
+  if not current then return false end
+  for tag in string.gmatch(header, '%S+') do if tag == current then return true end end
+  return false
+end
+if ARGV[4] ~= '' and not matches(ARGV[4]) then return 0 end
+if ARGV[5] ~= '' and matches(ARGV[5]) then return 0 end
+redis.call('HSET', KEYS[1], 's', ARGV[2], 'e', ARGV[3])
+redis.call('ZADD', KEYS[2], 0, ARGV[1])
+redis.call('PUBLISH', ARGV[6], ARGV[1])
+if current then return 1 end
+return 2
+"""
+)
+
+# KEYS: settings key, names. ARGV: name, If-Match, channel. Returns 0 condition failed, -1 missing, 1 deleted.
+_DELETE = Script(
+    b"""
+local current = redis.call('HGET', KEYS[1], 'e')
+if ARGV[2] ~= '' and ARGV[2] ~= '*' then
+  local found = false
+  for tag in string.gmatch(ARGV[2], '%S+') do if tag == current then found = true end end
+  if not found then return 0 end
+end
+if not current then return -1 end
+redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('PUBLISH', ARGV[3], ARGV[1])
+return 1
+"""
+)
+
+
+@dataclass(frozen=True)
+class CollectionSettings:
+    """One collection's settings, the schema compiled; ``NO_SETTINGS`` changes nothing."""
+
+    name: str = ""
+    body: bytes = b"{}"  # the settings as stored and answered
+    etag: bytes = b""
+    schema: Optional[CompiledSchema] = None
+    ttl: Optional[int] = None
+    max_bytes: Optional[int] = None
+    cache_control: Optional[str] = None
+    write_replicas: Optional[int] = None
+
+    def check(self, document: Any, size: int) -> None:
+        """Raise ``OverCollectionLimit`` or ``DocumentInvalid`` for a document this collection refuses.
+
+        Plain values in (the parsed document and its size in bytes), so a
+        handler, the store's merge patch or a batch can call it alike.
+        """
+        if self.max_bytes is not None and size > self.max_bytes:
+            raise OverCollectionLimit(size, self.name, self.max_bytes)
+        if self.schema is not None and not self.schema.is_valid(document):
+            raise DocumentInvalid(self.schema.violations(document))
+
+    def ttl_or_default(self, ttl: Optional[int]) -> Optional[int]:
+        """A write's ``?ttl``, or this collection's default when it gave none."""
+        return self.ttl if ttl is None else ttl
+
+
+NO_SETTINGS = CollectionSettings()
+
+
+def parse_settings(
+    name: str, body: bytes, etag: bytes, compiled: Optional[CompiledSchema] = None
+) -> CollectionSettings:
+    """Settings from their JSON; ``compiled`` reuses a schema already compiled for this version."""
+    values = checked_values(codec.loads(body))
+    schema = values.get("schema")
+    if schema is not None and compiled is None:
+        compiled = compile_schema(schema)
+    return CollectionSettings(
+        name=name,
+        body=body,
+        etag=etag,
+        schema=compiled if schema is not None else None,
+        ttl=values.get("ttl"),
+        max_bytes=values.get("max_bytes"),
+        cache_control=values.get("cache_control"),
+        write_replicas=values.get("write_replicas"),
+    )
+
+
+def checked_values(values: Any) -> Dict[str, Any]:
+    """The members of a settings object, each checked; ``SettingsError`` (or ``InvalidSchema``) says why not."""
+    if not isinstance(values, dict):
+        raise SettingsError("the settings must be a JSON object")
+    unknown = sorted(set(values) - set(FIELDS))
+    if unknown:
+        raise SettingsError(f"unknown member {unknown[0]!r}; the members are {', '.join(FIELDS)}")
+    for name, low, high in (("ttl", 1, MAX_TTL), ("max_bytes", 2, None), ("write_replicas", 0, MAX_REPLICAS)):
+        value = values.get(name)
+        if value is not None and (
+            not isinstance(value, int) or isinstance(value, bool) or value < low or (high and value > high)
+        ):
+            bound = f"from {low} to {high}" if high else f"of at least {low}"
+            raise SettingsError(f"{name} must be a whole number {bound}, not {codec.dumps(value)[:40].decode()}")
+    policy = values.get("cache_control")
+    if policy is not None and not (isinstance(policy, str) and _CACHE_CONTROL.match(policy)):
+        raise SettingsError("cache_control must be a Cache-Control header value (printable ASCII, 1-256 characters)")
+    if "schema" in values and values["schema"] is None:
+        raise SettingsError("schema must be a JSON Schema object; leave it out for none")
+    return {name: value for name, value in values.items() if value is not None}
+
+
+class CollectionSettingsStore:
+    """Read, write, list and delete collection settings in Redis."""
+
+    def __init__(self, link: Link) -> None:
+        self._link = link
+        self._counter = 0
+        self._prefix = os.urandom(6).hex()
+
+    def _new_etag(self) -> bytes:
+        self._counter += 1
+        return b'"c%s-%x"' % (self._prefix.encode(), self._counter)
+
+    def read(self, name: str) -> defer.Deferred:
+        """``(body, etag)`` or None."""
+        reading = self._link.execute(b"HMGET", settings_key(name.encode()), b"s", b"e")
+        return reading.addCallback(lambda fields: None if fields[0] is None else (fields[0], fields[1]))
+
+    @defer.inlineCallbacks
+    def put(self, name: str, values: Dict[str, Any], if_match: bytes = b"", if_none_match: bytes = b"") -> Any:
+        """Store checked settings; fires with ``(CollectionSettings, created)``; ``None`` when a condition failed."""
+        body = codec.dumps(checked_values(values))
+        settings = parse_settings(name, body, self._new_etag())
+        result = yield self._link.run_script(
+            _PUT,
+            [settings_key(name.encode()), NAMES_KEY],
+            [name, body, settings.etag, if_match, if_none_match, CHANGED_CHANNEL],
+        )
+        return None if result == 0 else (settings, result == 2)
+
+    def delete(self, name: str, if_match: bytes = b"") -> defer.Deferred:
+        """Fires with 1 (deleted), 0 (a condition failed) or -1 (no settings)."""
+        return self._link.run_script(
+            _DELETE, [settings_key(name.encode()), NAMES_KEY], [name, if_match, CHANGED_CHANNEL]
+        )
+
+    @defer.inlineCallbacks
+    def read_all(self) -> Any:
+        """Every collection's ``(name, body, etag)``, by name."""
+        names: List[bytes] = yield self._link.execute(b"ZRANGE", NAMES_KEY, 0, -1)
+        if not names:
+            return []
+        rows = yield self._link.pipeline([(b"HMGET", settings_key(name), b"s", b"e") for name in names])
+        found: List[Tuple[str, bytes, bytes]] = []
+        for name, (body, etag) in zip(names, rows):
+            if body is not None:
+                found.append((name.decode(), body, etag))
+        return found
+
+
+__all__ = [
+    "CHANGED_CHANNEL",
+    "NO_SETTINGS",
+    "CollectionSettings",
+    "CollectionSettingsStore",
+    "DocumentInvalid",
+    "InvalidSchema",
+    "OverCollectionLimit",
+    "SettingsError",
+    "checked_values",
+    "parse_settings",
+]

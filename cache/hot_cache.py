@@ -1,0 +1,279 @@
+"""A worker's hot cache of documents, bounded in bytes, kept true by Redis.
+
+It holds ``cache.store.Document`` objects exactly as the store returned them,
+by their Redis key, least recently used out first. Its consistency rule:
+
+- An entry exists only while the invalidation feed (``cache.tracking``: a
+  connection per Redis master that Redis tells of every change to a document
+  key) is up. When the feed goes down, or the topology it watches changes,
+  every entry is dropped and none is made until it is up again.
+- An invalidation drops the key's entry; a null one (``FLUSHALL``,
+  ``FLUSHDB``) drops them all. A write by this worker drops its own entry
+  before the write is answered (``DocumentStore``), so the worker reads its
+  own writes at once; other workers within the invalidation's delay.
+- A read fills only if nothing could have changed the key between the moment
+  it was sent and the moment its reply came: the read takes a ticket when it
+  is sent (``reserve``), and its reply is refused (``fill``) when an
+  invalidation of that key, a write by this worker, the loss of the feed, a
+  flush or a topology change came in between. Invalidations arrive on another
+  connection than replies, so either may come first.
+- An entry carries the key's expiry (``PTTL``, read with the body) and is not
+  served past it: Redis may delete an expired key much later (its active
+  expiry samples keys), and only then sends the invalidation.
+
+A document larger than ``1/MAX_ENTRY_SHARE`` of the bound is never cached,
+so a few large documents cannot push out every small one. A key is cached
+only from its second miss within a while (``Doorkeeper``): a document read
+once costs what it costs without the cache, where filling on every miss cost
+a read of 200,000 documents in turn 23% more worker CPU (README, "The hot
+cache").
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from typing import Any, Callable, Dict, Iterable, Optional
+
+# A worker's memory grows by more than its entries hold: PyPy collects its
+# old generation only once it has grown to PYPY_GC_MAJOR_COLLECT (1.5) times
+# what survived the collection before, and evicted entries wait for that
+# collection. With 64 MiB of entries and half the reads filling, each
+# worker's RSS grew by 1.8 times that (python -m loadtest._hot_cache memory:
+# 138-141 -> 252-257 MB). So the bound is on what the cache adds to a
+# worker's memory, and the entries themselves are kept to bound / HEAP_GROWTH.
+HEAP_GROWTH = 1.8
+# The largest entry, as a share of the entries' bytes.
+MAX_ENTRY_SHARE = 64
+# What an entry costs beyond its bytes: the Document and entry objects, the
+# bytes objects' headers and the dict slot (PyPy; README, "The hot cache").
+ENTRY_OVERHEAD = 256
+# The doorkeeper: bits of key hashes, forgotten after DOORKEEPER_BITS >> 5
+# keys (4 Mi bits, 512 KiB; 131,072 keys, when at most 1 in 32 bits is set,
+# so at most ~3% of keys seen once are let in by a collision).
+DOORKEEPER_BITS = 1 << 22
+# PTTL's answers besides a number of milliseconds.
+_NO_EXPIRY, _NO_KEY = -1, -2
+
+
+class _Entry:
+    __slots__ = ("document", "expires", "size")
+
+    def __init__(self, document: Any, size: int, expires: float) -> None:
+        self.document = document
+        self.size = size
+        self.expires = expires  # on the cache's clock; 0.0: never
+
+
+class _Pending:
+    """Reads of one key in flight, and the last invalidation that spoilt them."""
+
+    __slots__ = ("count", "spoilt_at")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.spoilt_at = -1
+
+
+class Doorkeeper:
+    """Keys missed once lately, as one bit each of a hash: a miss is let in to fill only if its bit is set."""
+
+    def __init__(self, bits: int = DOORKEEPER_BITS) -> None:
+        self._mask = bits - 1
+        self._window = bits >> 5
+        self._bits = bytearray(bits >> 3)
+        self._marked = 0
+
+    def admit(self, key: bytes) -> bool:
+        """True when ``key`` was missed since the last reset; else it is marked."""
+        bit = hash(key) & self._mask
+        byte, flag = bit >> 3, 1 << (bit & 7)
+        if self._bits[byte] & flag:
+            return True
+        self._bits[byte] |= flag
+        self._marked += 1
+        if self._marked >= self._window:
+            self._bits = bytearray(len(self._bits))
+            self._marked = 0
+        return False
+
+
+def document_size(document: Any, key: bytes) -> int:
+    """The bytes an entry holds: every bytes field of the document, its key, the overhead.
+
+    Every field, not a fixed list: the ``Document`` may grow fields (compressed
+    variants), and those cost memory too.
+    """
+    return _held(vars(document).values()) + len(key) + ENTRY_OVERHEAD
+
+
+def _held(values: Iterable[Any]) -> int:
+    """The bytes in ``values``, also inside tuples (a document's ``(coding, bytes)`` variants)."""
+    held = 0
+    for value in values:
+        if isinstance(value, bytes):
+            held += len(value)
+        elif isinstance(value, tuple):
+            held += _held(value)
+    return held
+
+
+class HotCache:
+    """Documents by Redis key; see the module's rule. ``clock``: seconds, monotonic.
+
+    ``memory_bytes`` bounds what the cache adds to the worker's memory; its
+    entries hold at most ``max_bytes`` of it (``HEAP_GROWTH``).
+    """
+
+    def __init__(self, memory_bytes: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.max_bytes = int(memory_bytes / HEAP_GROWTH)
+        self.max_entry = self.max_bytes // MAX_ENTRY_SHARE
+        self._clock = clock
+        self._entries: OrderedDict[bytes, _Entry] = OrderedDict()
+        self._pending: Dict[bytes, _Pending] = {}
+        self._doorkeeper = Doorkeeper()
+        self._live = False
+        # Bumped by every invalidation and every loss; a ticket is this
+        # number when its read was sent, and tickets below _floor are void.
+        self._sequence = 0
+        self._floor = 0
+        # Counted here, read by the metrics once a second.
+        self.bytes = 0
+        self.hits = 0
+        self.misses = 0
+        self.evictions = 0
+        self.invalidations = 0
+        self.refused_fills = 0
+
+    @property
+    def live(self) -> bool:
+        """Whether the feed is up (entries are kept and served)."""
+        return self._live
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: bytes) -> Any:
+        """The cached document, or None (counted as a miss)."""
+        # No live check: entries exist only while the feed is up.
+        entry = self._entries.get(key)
+        if entry is None or (entry.expires and self._clock() >= entry.expires):
+            if entry is not None:
+                self._drop(key)
+            self.misses += 1
+            return None
+        self._entries.move_to_end(key)
+        self.hits += 1
+        return entry.document
+
+    def reserve(self, key: bytes) -> Optional[int]:
+        """A ticket for a read of ``key`` about to be sent, or None: the feed is
+        down, or the key's first miss lately (then the read should not fill).
+
+        Every ticket must come back exactly once, by ``fill`` or ``release``.
+        """
+        if not self._live or not self._doorkeeper.admit(key):
+            return None
+        pending = self._pending.get(key)
+        if pending is None:
+            pending = self._pending[key] = _Pending()
+        pending.count += 1
+        return self._sequence
+
+    def fill(self, key: bytes, ticket: int, document: Any, pttl: Any) -> None:
+        """The reply of a read sent with ``ticket``: cached unless something may have changed since."""
+        spoilt = self._settle(key) > ticket or ticket < self._floor
+        if spoilt:
+            self.refused_fills += 1
+            return
+        if document is None or pttl == _NO_KEY:
+            return  # absence is not cached: a create is an invalidation too, but not worth the risk
+        size = document_size(document, key)
+        if size > self.max_entry:
+            return
+        expires = 0.0 if pttl == _NO_EXPIRY else self._clock() + int(pttl) / 1000.0
+        if key in self._entries:
+            self._drop(key)
+        self._entries[key] = _Entry(document, size, expires)
+        self.bytes += size
+        while self.bytes > self.max_bytes:
+            _, oldest = self._entries.popitem(last=False)
+            self.bytes -= oldest.size
+            self.evictions += 1
+
+    def release(self, key: bytes, ticket: int) -> None:
+        """A read sent with ``ticket`` failed: its ticket back, nothing cached."""
+        self._settle(key)
+
+    def invalidate(self, keys: Optional[Iterable[bytes]]) -> None:
+        """Redis says these keys changed (None: every key, a flush)."""
+        self._sequence += 1
+        if keys is None:
+            self.invalidations += 1
+            self._forget_all()
+            return
+        for key in keys:
+            self.invalidations += 1
+            self._invalidate_one(key)
+
+    def written(self, key: bytes) -> None:
+        """This worker wrote ``key`` (or tried to): its entry goes before the write is answered."""
+        self._sequence += 1
+        self._invalidate_one(key)
+
+    def up(self) -> None:
+        """The feed is up: entries may be made from reads sent from now on."""
+        self._forget_all()
+        self._live = True
+
+    def down(self) -> None:
+        """The feed is down (or not yet up): nothing is cached or served until ``up``."""
+        self._live = False
+        self._forget_all()
+
+    def reset(self) -> None:
+        """The topology changed (a slot moved, a master changed): start over."""
+        self._forget_all()
+
+    def void(self) -> None:
+        """No read in flight may fill; what is cached stays."""
+        self._sequence += 1
+        self._floor = self._sequence
+
+    def stats(self) -> Dict[str, int]:
+        return {
+            "hits": self.hits,
+            "misses": self.misses,
+            "evictions": self.evictions,
+            "invalidations": self.invalidations,
+            "refused_fills": self.refused_fills,
+            "bytes": self.bytes,
+            "entries": len(self._entries),
+            "bypassed": 0 if self._live else 1,
+        }
+
+    def _invalidate_one(self, key: bytes) -> None:
+        if key in self._entries:
+            self._drop(key)
+        pending = self._pending.get(key)
+        if pending is not None:
+            pending.spoilt_at = self._sequence
+
+    def _settle(self, key: bytes) -> int:
+        """A ticket of ``key`` comes back; the sequence number of the invalidation that spoilt it, if any."""
+        pending = self._pending.get(key)
+        if pending is None:
+            return -1
+        pending.count -= 1
+        if pending.count <= 0:
+            del self._pending[key]
+        return pending.spoilt_at
+
+    def _drop(self, key: bytes) -> None:
+        self.bytes -= self._entries.pop(key).size
+
+    def _forget_all(self) -> None:
+        self._sequence += 1
+        self._floor = self._sequence
+        self._entries.clear()
+        self.bytes = 0

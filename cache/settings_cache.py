@@ -1,0 +1,138 @@
+"""A worker's cache of collection settings, invalidated from Redis.
+
+Consistency rule: a cached entry (settings, or "this collection has none")
+is used only while this worker is subscribed to
+``cache.collection_settings.CHANGED_CHANNEL``; a change publishes the
+collection's name in the script that makes it, and the entry is dropped
+when the message arrives (within a round trip, on every worker of every
+instance). While the subscription is down (starting, or its connection
+lost) the cache is emptied and every lookup reads Redis. A change that
+bypasses the scripts (FLUSHALL, a key edited by hand) publishes nothing:
+publish ``*`` after it (``FORGET_ALL``). A read that was
+under way when an invalidation came is not cached (its answer may predate
+the change). A schema is compiled once per version (its ETag), however
+often it is read again.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from twisted.internet import defer
+
+from cache.address import RedisAddress
+from cache.collection_settings import (
+    CHANGED_CHANNEL,
+    NO_SETTINGS,
+    CollectionSettings,
+    CollectionSettingsStore,
+    parse_settings,
+)
+from cache.schema import CompiledSchema
+from cache.token_cache import MAX_ENTRIES, keep_bounded
+from cache.token_cache import _Subscriber as _TokenSubscriber
+from cache.token_cache import _SubscriberFactory as _TokenSubscriberFactory
+from cache.topology import subscriber_endpoint
+
+_NONE: Tuple[()] = ()  # cached "this collection has no settings"
+# Published by hand (``PUBLISH jw:collections:changed '*'``) after a FLUSHALL or
+# an edit of the keys that bypassed the scripts: every worker drops every entry.
+FORGET_ALL = b"*"
+
+
+class _Subscriber(_TokenSubscriber):
+    def _subscribe(self) -> None:
+        subscribing = self.subscribe([CHANGED_CHANNEL])
+        subscribing.addCallbacks(lambda _: self.cache._subscribed(self), lambda _: self.transport.loseConnection())
+
+
+class _SubscriberFactory(_TokenSubscriberFactory):
+    protocol = _Subscriber
+
+
+class SettingsCache:
+    """Collection settings by name, trusted only while subscribed; ``on_change`` hears every invalidation."""
+
+    def __init__(
+        self, store: CollectionSettingsStore, address: Optional[RedisAddress], reactor: Any, timeout: float
+    ) -> None:
+        self.store = store
+        self._entries: Dict[str, Any] = {}
+        self._compiled: Dict[Tuple[str, bytes], CompiledSchema] = {}
+        self._live: Optional[_Subscriber] = None
+        # Bumped by every invalidation: a read that saw another generation is not cached.
+        self.generation = 0
+        self._listeners: List[Callable[[], None]] = []
+        self._factory: Optional[_SubscriberFactory] = None
+        if address is not None:
+            self._factory = _SubscriberFactory(self, address)  # type: ignore[arg-type]
+            self._factory.startConnecting(subscriber_endpoint(address, reactor, timeout))
+
+    @property
+    def subscribed(self) -> bool:
+        return self._live is not None
+
+    def on_change(self, listener: Callable[[], None]) -> None:
+        self._listeners.append(listener)
+
+    def get(self, name: str) -> defer.Deferred:
+        """The collection's ``CollectionSettings``, or None: from memory while subscribed, else from Redis."""
+        entry = self._entries.get(name)
+        if entry is not None and self._live is not None:
+            return defer.succeed(entry or None)  # every write to a known collection: no Redis
+        return self.store.read(name).addCallback(self._remember, name, self.generation)
+
+    def peek(self, name: str) -> Optional[CollectionSettings]:
+        """The collection's settings if this worker knows them now (``NO_SETTINGS`` for none); else None.
+
+        No Deferred: for reads, which want the cache policy at the cost of a
+        dictionary lookup and read Redis only when the settings are not known.
+        """
+        entry = self._entries.get(name)
+        if entry is None or self._live is None:
+            return None
+        return entry or NO_SETTINGS
+
+    def _remember(self, row: Optional[Tuple[bytes, bytes]], name: str, generation: int) -> Optional[CollectionSettings]:
+        settings = None if row is None else self.parsed(name, *row)
+        if self._live is not None and generation == self.generation:
+            keep_bounded(self._entries, name, settings or _NONE, MAX_ENTRIES)
+        return settings
+
+    def parsed(self, name: str, body: bytes, etag: bytes) -> CollectionSettings:
+        """Settings from their stored form, reusing the schema compiled for this version."""
+        compiled = self._compiled.get((name, etag))
+        settings = parse_settings(name, body, etag, compiled)
+        if settings.schema is not None and compiled is None:
+            # One compiled version per collection: an older one is never asked for again.
+            for key in [key for key in self._compiled if key[0] == name]:
+                del self._compiled[key]
+            keep_bounded(self._compiled, (name, etag), settings.schema, MAX_ENTRIES)
+        return settings
+
+    def forget(self, name: bytes) -> None:
+        """Drop a collection's entry; ``*`` drops them all (what to publish after changing keys by hand)."""
+        if name == FORGET_ALL:
+            self._entries.clear()
+        else:
+            self._entries.pop(name.decode("utf-8", "replace"), None)
+        self._changed()
+
+    def close(self) -> defer.Deferred:
+        return self._factory.disconnect() if self._factory is not None else defer.succeed(None)
+
+    def _changed(self) -> None:
+        self.generation += 1
+        for listener in self._listeners:
+            listener()
+
+    def _subscribed(self, protocol: _Subscriber) -> None:
+        self._entries.clear()
+        self._live = protocol
+        self._changed()
+
+    def _unsubscribed(self, protocol: _Subscriber) -> None:
+        if self._live is protocol:
+            self._live = None
+        self._entries.clear()
+        self._changed()

@@ -1,0 +1,329 @@
+"""Redis's invalidations for the hot cache: one tracking connection per Redis master.
+
+Each ``Tracker`` keeps one connection to one server that asks Redis to tell
+it of every change to a key under ``TRACKED_PREFIX`` (RESP2 client-side
+caching in broadcasting mode, redirected to the connection itself)::
+
+    CLIENT ID                                   -> n
+    CLIENT TRACKING ON REDIRECT n BCAST PREFIX jw:{
+    SUBSCRIBE __redis__:invalidate
+
+and hands every key it is told of to the ``HotCache``; a null payload (a
+``FLUSHALL`` or ``FLUSHDB``) empties it. Broadcasting rather than Redis's
+default mode (which remembers the keys each connection read): no data
+connection needs tracking, none has to be set up again when this one's id
+changes, and Redis does no bookkeeping per read (README, "The hot cache",
+has the measurements behind the choice).
+
+The cache is live only while every tracker the topology needs
+(``InvalidationFeed``) is subscribed. A tracker that loses its connection,
+or whose ``PING`` (sent every ``PING_INTERVAL``, the one command a RESP2
+subscriber may send) is not answered within the link's timeout, takes the
+cache down with it until it is subscribed again.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, Callable, Deque, Dict, Iterable, List, Optional
+
+from twisted.internet import task
+from twisted.internet.protocol import Factory, Protocol
+from twisted.logger import Logger
+
+from cache import keys
+from cache.hot_cache import HotCache
+from cache.resp import Incomplete, encode_command, parse_reply
+
+# Every document key starts so (cache.keys). So do index and token keys,
+# whose invalidations find no entry and cost a dict lookup each.
+TRACKED_PREFIX = keys.PREFIX + b"{"
+INVALIDATION_CHANNEL = b"__redis__:invalidate"
+CONNECTION_NAME = b"jetway-hot-cache"
+PING_INTERVAL = 1.0
+# Between connection attempts, as the links redial (cache.link).
+RETRY_DELAYS = (0.2, 1.0)
+_log = Logger()
+
+Reply = Any
+
+
+class _TrackingProtocol(Protocol):
+    """One tracking connection: set up, then invalidations and pongs."""
+
+    tracker: Tracker
+
+    def connectionMade(self) -> None:
+        try:
+            self._fd = self.transport.fileno()
+        except AttributeError:  # a TLS transport: its requests come in the order the poll gives
+            self._fd = -1
+        read_first = getattr(self.tracker.clock, "read_first", None)
+        if read_first is not None and self._fd >= 0:
+            # Invalidations before the requests that came in the same poll (api/event_loop.py).
+            read_first(self._fd)
+        self._buffer = b""
+        self._expected: Deque[Callable[[Reply], None]] = deque()
+        self.subscribed = False
+        self.waiting_since: Optional[float] = self.tracker.clock.seconds()
+        setup = []
+        if self.tracker.password is not None:
+            auth = (self.tracker.username, self.tracker.password) if self.tracker.username else (self.tracker.password,)
+            setup.append(((b"AUTH", *auth), self._ok))
+        setup.append(((b"CLIENT", b"SETNAME", CONNECTION_NAME), self._ok))
+        if self.tracker.require_master:
+            setup.append(((b"ROLE",), self._master))
+        setup.append(((b"CLIENT", b"ID"), self._track))
+        self._send(setup)
+
+    def _send(self, commands: List[Any]) -> None:
+        self.transport.write(b"".join(encode_command(command) for command, _ in commands))
+        self._expected.extend(expect for _, expect in commands)
+
+    def dataReceived(self, data: bytes) -> None:
+        self._buffer = self._buffer + data if self._buffer else data
+        pos = 0
+        while pos < len(self._buffer):
+            try:
+                reply, pos = parse_reply(self._buffer, pos)
+            except Incomplete:
+                break
+            except Exception:  # a stream we cannot read is a connection we cannot trust
+                self.transport.abortConnection()
+                return
+            self._reply(reply)
+        self._buffer = self._buffer[pos:]
+
+    def _reply(self, reply: Reply) -> None:
+        if isinstance(reply, list) and len(reply) == 3 and reply[0] == b"message":
+            self.tracker.invalidated(reply[2])
+            return
+        if isinstance(reply, list) and reply and reply[0] == b"pong":
+            self.waiting_since = None
+            return
+        if not self._expected:
+            return
+        self._expected.popleft()(reply)
+
+    def _refuse(self, why: str) -> None:
+        self.tracker.refused(why)
+        self.transport.loseConnection()
+
+    def _ok(self, reply: Reply) -> None:
+        if reply != "OK":
+            self._refuse(f"setup failed: {reply}")
+
+    def _master(self, reply: Reply) -> None:
+        if not isinstance(reply, list) or reply[0] != b"master":
+            self._refuse("the server is not a master")
+
+    def _track(self, reply: Reply) -> None:
+        if not isinstance(reply, int):
+            self._refuse(f"CLIENT ID failed: {reply}")
+            return
+        track = (b"CLIENT", b"TRACKING", b"ON", b"REDIRECT", reply, b"BCAST", b"PREFIX", TRACKED_PREFIX)
+        self._send([(track, self._ok), ((b"SUBSCRIBE", INVALIDATION_CHANNEL), self._subscribed)])
+
+    def _subscribed(self, reply: Reply) -> None:
+        if not (isinstance(reply, list) and reply[0] == b"subscribe"):
+            self._refuse(f"SUBSCRIBE failed: {reply}")
+            return
+        self.subscribed = True
+        self.waiting_since = None
+        self.tracker.subscribed(self)
+
+    def ping(self, now: float, timeout: float) -> None:
+        """Send a PING, or drop the connection if the last one (or the setup) is overdue."""
+        if self.waiting_since is not None:
+            if now - self.waiting_since > timeout:
+                self.tracker.refused(f"no answer in {timeout:g} s")
+                self.transport.abortConnection()
+            return
+        if self.subscribed:
+            self.waiting_since = now
+            self.transport.write(encode_command((b"PING",)))
+
+    def connectionLost(self, reason: Any) -> None:
+        read_first = getattr(self.tracker.clock, "read_first", None)
+        if read_first is not None and self._fd >= 0:
+            read_first(self._fd, False)
+        self.tracker.lost(self)
+
+
+class Tracker:
+    """One server's tracking connection, redialled whenever it is lost.
+
+    ``endpoint`` dials the server (``MasterEndpoint`` asks the sentinels
+    first); ``require_master`` drops a server whose ``ROLE`` is not master.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        endpoint: Any,
+        feed: InvalidationFeed,
+        reactor: Any,
+        timeout: float,
+        password: Optional[str] = None,
+        username: Optional[str] = None,
+        require_master: bool = False,
+    ) -> None:
+        self.name = name
+        self.endpoint = endpoint
+        self.feed = feed
+        self.clock = reactor
+        self.timeout = timeout
+        self.password = password
+        self.username = username
+        self.require_master = require_master
+        self.live: Optional[_TrackingProtocol] = None
+        self._connection: Optional[_TrackingProtocol] = None
+        self._failures = 0
+        self._stopped = False
+        self._retry: Any = None
+        self._pinging = task.LoopingCall(self._ping)
+        self._pinging.clock = reactor
+
+    @property
+    def is_subscribed(self) -> bool:
+        return self.live is not None
+
+    def start(self) -> None:
+        self._pinging.start(PING_INTERVAL, now=False)
+        self._dial()
+
+    def stop(self) -> None:
+        self._stopped = True
+        if self._pinging.running:
+            self._pinging.stop()
+        if self._retry is not None and self._retry.active():
+            self._retry.cancel()
+        if self._connection is not None:
+            self._connection.transport.abortConnection()
+
+    def _dial(self) -> None:
+        self._retry = None
+        if self._stopped:
+            return
+        factory = Factory.forProtocol(_TrackingProtocol)
+        factory.buildProtocol = self._build  # type: ignore[method-assign]
+        connecting = self.endpoint.connect(factory)
+        connecting.addErrback(self._failed)
+
+    def _build(self, addr: Any) -> _TrackingProtocol:
+        protocol = _TrackingProtocol()
+        protocol.tracker = self
+        self._connection = protocol
+        return protocol
+
+    def _failed(self, failure: Any) -> None:
+        self.refused(f"cannot connect ({failure.getErrorMessage()})")
+        self._redial()
+
+    def _redial(self) -> None:
+        if self._stopped or self._retry is not None:
+            return
+        delay = RETRY_DELAYS[min(self._failures, len(RETRY_DELAYS) - 1)]
+        self._failures += 1
+        self._retry = self.clock.callLater(delay, self._dial)
+
+    def _ping(self) -> None:
+        if self._connection is not None:
+            self._connection.ping(self.clock.seconds(), self.timeout)
+
+    def subscribed(self, protocol: _TrackingProtocol) -> None:
+        self._failures = 0
+        self.live = protocol
+        self.feed.tracker_up(self)
+
+    def invalidated(self, message: Any) -> None:
+        self.feed.invalidated(message)
+
+    def refused(self, why: str) -> None:
+        self.feed.tracker_trouble(self, why)
+
+    def lost(self, protocol: _TrackingProtocol) -> None:
+        if self._connection is protocol:
+            self._connection = None
+        if self.live is protocol:
+            self.live = None
+        self.feed.tracker_down(self)
+        self._redial()
+
+
+class InvalidationFeed:
+    """The trackers the cache depends on: it is live while every one of them is subscribed.
+
+    One tracker for one server or a Sentinel group's master; one per master
+    of a cluster, following its slot map (``follow``): a change of the map
+    empties the cache, and a tracker in trouble makes the cluster link reload
+    the map (``on_trouble``), so a master replaced by its replica is noticed
+    even when no request asks for its slots.
+    """
+
+    def __init__(self, cache: HotCache, on_trouble: Optional[Callable[[], Any]] = None) -> None:
+        self.cache = cache
+        self.trackers: Dict[Any, Tracker] = {}
+        self._on_trouble = on_trouble
+        self._was_live = False
+
+    def add(self, node: Any, tracker: Tracker) -> None:
+        self.trackers[node] = tracker
+        self._settle()
+        tracker.start()
+
+    def remove(self, node: Any) -> None:
+        tracker = self.trackers.pop(node, None)
+        if tracker is not None:
+            tracker.stop()
+        self._settle()
+
+    def follow(self, nodes: Iterable[Any], make: Callable[[Any], Tracker]) -> None:
+        """Trackers for exactly ``nodes`` (the cluster's masters), the cache emptied: the map changed."""
+        wanted = list(nodes)
+        self.cache.reset()
+        for node in [node for node in self.trackers if node not in wanted]:
+            self.remove(node)
+        for node in wanted:
+            if node not in self.trackers:
+                self.add(node, make(node))
+
+    def void(self) -> None:
+        """A redirection: no read in flight may fill (its reply may come from a node not yet tracked)."""
+        self.cache.void()
+
+    def stop(self) -> None:
+        for tracker in self.trackers.values():
+            tracker.stop()
+        self.cache.down()
+
+    def invalidated(self, message: Any) -> None:
+        if message is None:
+            self.cache.invalidate(None)
+        else:
+            self.cache.invalidate([key for key in message if isinstance(key, bytes)])
+
+    def tracker_up(self, tracker: Tracker) -> None:
+        self._settle()
+
+    def tracker_down(self, tracker: Tracker) -> None:
+        self._settle()
+        if self._on_trouble is not None:
+            self._on_trouble()
+
+    def tracker_trouble(self, tracker: Tracker, why: str) -> None:
+        if self._was_live:
+            _log.warn("hot cache: invalidation connection to {server}: {why}", server=tracker.name, why=why)
+        if self._on_trouble is not None:
+            self._on_trouble()
+
+    def _settle(self) -> None:
+        live = bool(self.trackers) and all(tracker.is_subscribed for tracker in self.trackers.values())
+        if live and not self.cache.live:
+            self.cache.up()
+            _log.info("hot cache: live ({count} invalidation connections)", count=len(self.trackers))
+        elif not live:
+            if self.cache.live:
+                _log.warn("hot cache: bypassed until every invalidation connection is up again")
+            self.cache.down()
+        self._was_live = live

@@ -1,0 +1,259 @@
+"""``POST /v1/_batch``: many document operations in one request, each answered as it would be alone.
+
+The body is ``{"operations": [{"op": "put", "collection": "users", "id":
+"u1", "document": {...}, "if_match": "...", "ttl": 60}, ...]}`` with ``op``
+one of get, put, create (no id: one is made), patch (``patch``: a merge
+patch) and delete. The answer is 200 ``{"results": [...]}``, one result per
+operation in order: its ``status``, ``id``, ``etag`` and ``document`` (the
+stored bytes, inlined as they are; ``Prefer: return=minimal`` leaves them
+out of write results), or the ``problem`` it would have had alone. The
+batch itself is refused only when it is malformed as a whole (400), too
+large (413, before anything is written) or not authorized at all (401, 429).
+
+Each operation is authorized on its own collection, checked as its single
+request would be (its collection's settings too: the schema and
+``max_bytes`` refuse a put, create or merged patch with that operation's own
+422 or 413, a put or create without ``ttl`` gets the default TTL, and the
+batch waits for the most ``write_replicas`` any of its writes asks for),
+then all go to Redis together (``cache.batch``: not
+atomic across documents). A document written by a batch is stored as the
+compact serialization of its JSON value: it arrives inside the batch's own
+JSON, so there are no bytes of its own to keep verbatim.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+from twisted.internet import defer
+
+from cache import codec
+from cache.batch import CREATE, DELETE, GET, PATCH, PUT, WRITES, BatchRunner, Operation, OperationResult
+from cache.collection_settings import CollectionSettings
+from cache.idempotency import StoredResponse
+from cache.store import Conditions
+from cache.variants import base_tag
+from handlers import validation
+from handlers.auth import may
+from handlers.base import JSON_TYPE, ResourceHandler, as_api_error
+from handlers.errors import ApiError, bad_request
+from handlers.idempotency import respond_once
+
+_FIELDS: Dict[str, Tuple[str, ...]] = {
+    GET: ("op", "collection", "id"),
+    PUT: ("op", "collection", "id", "document", "if_match", "if_none_match", "ttl"),
+    CREATE: ("op", "collection", "document", "ttl"),
+    PATCH: ("op", "collection", "id", "patch", "if_match"),
+    DELETE: ("op", "collection", "id", "if_match"),
+}
+_STATUS = {GET: 200, PATCH: 200, DELETE: 204, CREATE: 201}
+# A checked operation, or the problem it would have had alone.
+Checked = Union[Operation, ApiError]
+# A put's or create's ttl member left out: the collection's default applies (replaced before the run).
+_NO_TTL = b""
+
+
+class BatchHandler(ResourceHandler):
+    ROUTE = "batch"
+    SUPPORTED_METHODS = ("POST", "OPTIONS")
+
+    def initialize(self, batches: BatchRunner, max_operations: int, **documents: Any) -> None:
+        super().initialize(**documents)
+        self.batches = batches
+        self.max_operations = max_operations
+
+    def prepare(self) -> Optional[defer.Deferred]:
+        if self.request.method == "OPTIONS":
+            return None
+        body = validation.json_document(
+            self.request.body, self.request.headers.get("Content-Type"), validation.JSON, len(self.request.body)
+        )
+        operations = body.get("operations")
+        if set(body) != {"operations"} or not isinstance(operations, list) or not operations:
+            raise bad_request(
+                'the body must be {"operations": [...]}: a non-empty array, and no other member', "invalid-batch"
+            )
+        if len(operations) > self.max_operations:
+            raise ApiError(
+                413, "batch-too-large", f"{len(operations)} operations; a batch holds at most {self.max_operations}"
+            )
+        self.operations = operations
+        authorization = self.request.headers.get("Authorization")
+        return self.gate.admit_batch(authorization, len(operations)).addCallback(self._admitted)
+
+    def post(self) -> defer.Deferred:
+        checked = [self._check(raw) for raw in self.operations]
+        values = [
+            raw.get("document") if isinstance(item, Operation) else None for item, raw in zip(checked, self.operations)
+        ]
+        # Ids and ETags are chosen before anything is written: an
+        # Idempotency-Key's retry writes with the same ones.
+        # Only a create needs a new id (a ULID is the dearer of the two).
+        plan = codec.dumps(
+            [
+                [self.store.new_id().decode() if _is(item, CREATE) else "", self.store.new_etag().decode()]
+                for item in checked
+            ]
+        )
+        # A create's id is the first attempt's, unknown to a replay: no entry can predate it.
+        writes = [
+            (item.collection, item.doc_id)
+            for item in checked
+            if isinstance(item, Operation) and item.op in (PUT, PATCH, DELETE)
+        ]
+        return respond_once(self, plan, lambda plan: self._run_batch(checked, values, plan), writes)
+
+    @defer.inlineCallbacks
+    def _run_batch(self, checked: List[Checked], values: List[Any], plan: bytes) -> Any:
+        # Inside the Idempotency-Key's claim: an operation's 422 or 413 from
+        # its collection's settings is part of the answer a retry gets again.
+        rules = yield self._settings_of(
+            {item.collection for item in checked if isinstance(item, Operation) and item.op in WRITES}
+        )
+        checked = [
+            _obeying(item, rules.get(item.collection), value) if isinstance(item, Operation) else item
+            for item, value in zip(checked, values)
+        ]
+        planned = json.loads(plan)
+        ready = [_planned(item, ids) if isinstance(item, Operation) else item for item, ids in zip(checked, planned)]
+        operations = [item for item in ready if isinstance(item, Operation)]
+        fresh = validation.wants_fresh(self.request.headers.get("Cache-Control"))
+        results = yield self.batches.run(operations, fresh) if operations else defer.succeed([])
+        answers = iter(results)
+        minimal = "return=minimal" in self.request.headers.get("Prefer", "").replace(" ", "")
+        parts = [_result(next(answers), minimal) if isinstance(item, Operation) else _problem(item) for item in ready]
+        return StoredResponse(200, (("Content-Type", JSON_TYPE),), b'{"results":[' + b",".join(parts) + b"]}")
+
+    def _settings_of(self, collections: Any) -> defer.Deferred:
+        """Each collection's settings, read at once (most come from the worker's cache)."""
+        names = sorted(collections)
+        reads = defer.gatherResults([self.collection_settings(name) for name in names], consumeErrors=True)
+        return reads.addCallbacks(lambda found: dict(zip(names, found)), _first_error)
+
+    def _check(self, raw: Any) -> Checked:
+        """An operation as a single request would be checked: its shape, its scope, its document."""
+        try:
+            return self._operation(raw)
+        except ApiError as error:
+            return error
+
+    def _operation(self, raw: Any) -> Operation:
+        if not isinstance(raw, dict) or raw.get("op") not in _FIELDS:
+            raise bad_request(
+                'an operation is an object whose "op" is get, put, create, patch or delete', "invalid-batch"
+            )
+        op = raw["op"]
+        unknown = set(raw) - set(_FIELDS[op])
+        if unknown:
+            raise bad_request(f"a {op} takes no {', '.join(sorted(unknown))}", "invalid-batch")
+        collection = validation.collection_name(_text(raw, "collection"))
+        doc_id = b"" if op == CREATE else validation.document_id(_text(raw, "id"))
+        if self.grant.record is not None and not may(self.grant.record.scopes, collection.decode(), op != GET):
+            raise ApiError(
+                403, "forbidden", f"the token may not {'read' if op == GET else 'write'} {collection.decode()}"
+            )
+        conditions = Conditions(_tags(raw, "if_match", weak=False), _tags(raw, "if_none_match", weak=True))
+        ttl = raw.get("ttl")
+        if ttl is not None and (not isinstance(ttl, int) or isinstance(ttl, bool)):
+            raise bad_request(f"ttl must be a whole number from 1 to {validation.MAX_TTL}", "invalid-ttl")
+        seconds = validation.ttl(None if ttl is None else str(ttl))
+        given_ttl = _NO_TTL if seconds is None else b"%d" % seconds
+        body, patch = None, None
+        if op in (PUT, CREATE):
+            body = self._document(raw, "document")
+        elif op == PATCH:
+            patch = raw.get("patch")
+            if not isinstance(patch, dict):
+                raise bad_request("a patch's patch must be a JSON object", "not-an-object")
+        return Operation(op, collection, doc_id, body, patch, conditions, given_ttl, None, self.max_body)
+
+    def _document(self, raw: Dict[str, Any], name: str) -> bytes:
+        value = raw.get(name)
+        if not isinstance(value, dict):
+            raise bad_request(f"a {raw['op']}'s {name} must be a JSON object", "not-an-object")
+        body = codec.dumps(value)
+        if len(body) > self.max_body:
+            raise ApiError(413, "body-too-large", f"the document is {len(body)} bytes; the limit is {self.max_body}")
+        return body
+
+
+def _is(item: Checked, op: str) -> bool:
+    return isinstance(item, Operation) and item.op == op
+
+
+def _text(raw: Dict[str, Any], name: str) -> str:
+    value = raw.get(name)
+    if not isinstance(value, str):
+        raise bad_request(f"{name} must be a string", "invalid-batch")
+    return value
+
+
+def _tags(raw: Dict[str, Any], name: str, weak: bool) -> bytes:
+    value = raw.get(name)
+    if value is None:
+        return b""
+    if not isinstance(value, str):
+        raise bad_request(f"{name} must be a string of entity tags, as in the header", "invalid-batch")
+    tags = validation.entity_tags(value, weak)
+    return tags if tags in (b"", b"*") else b" ".join(base_tag(tag) for tag in tags.split())
+
+
+def _first_error(failure: Any) -> Any:
+    """gatherResults' ``FirstError`` as the error it wraps (a Redis error maps to its status)."""
+    failure.trap(defer.FirstError)
+    return failure.value.subFailure
+
+
+def _obeying(operation: Operation, rules: Optional[CollectionSettings], value: Any) -> Checked:
+    """``operation`` under its collection's settings, or the problem its single request would get."""
+    if rules is None or operation.op not in WRITES:
+        return operation
+    if operation.op in (PUT, CREATE):
+        assert operation.body is not None
+        try:
+            rules.check(value, len(operation.body))
+        except Exception as error:
+            problem = as_api_error(error)
+            if problem is None:
+                raise
+            return problem
+    ttl = operation.ttl
+    if operation.op in (PUT, CREATE) and ttl == _NO_TTL:
+        ttl = b"%d" % (rules.ttl or 0)  # a single PUT without ?ttl also clears an expiry
+    # A patch's merged document is checked by the runner, just before it is written.
+    check = rules.check if operation.op == PATCH else None
+    return replace(operation, ttl=ttl, check=check, replicas=rules.write_replicas)
+
+
+def _planned(operation: Operation, ids: Sequence[str]) -> Operation:
+    """``operation`` with the plan's id (a create's) and ETag (a write's)."""
+    doc_id, etag = ids[0].encode(), ids[1].encode()
+    return replace(
+        operation,
+        doc_id=doc_id if operation.op == CREATE else operation.doc_id,
+        etag=None if operation.op == GET else etag,
+    )
+
+
+def _result(result: OperationResult, minimal: bool) -> bytes:
+    """One operation's result, put together around the stored bytes (never parsed)."""
+    if result.error is not None:
+        problem = as_api_error(result.error)
+        if problem is None:
+            raise result.error  # a bug: the whole request fails as such
+        return _problem(problem)
+    operation, document = result.operation, result.document
+    status = 201 if operation.op == PUT and result.created else _STATUS.get(operation.op, 200)
+    head = b'{"status":%d,"id":%s' % (status, codec.dumps(operation.doc_id.decode()))
+    if document is None:
+        return head + b"}"
+    head += b',"etag":' + codec.dumps(document.etag.decode())
+    if minimal and operation.op != GET:
+        return head + b"}"
+    return head + b',"document":' + document.body + b"}"
+
+
+def _problem(error: ApiError) -> bytes:
+    return b'{"status":%d,"problem":%s}' % (error.status_code, codec.dumps(error.as_problem()))

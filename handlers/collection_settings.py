@@ -1,0 +1,125 @@
+"""``/v1/_collections/{coll}`` and ``/v1/_collections``: collection settings (admin scope).
+
+PUT stores a collection's settings (JSON Schema, default TTL, size limit,
+cache policy, write replicas) after checking each and compiling the schema;
+GET answers them as stored, with their ETag; DELETE returns the collection
+to no settings at all. ``If-Match`` (and ``If-None-Match: *`` on PUT) work
+as on documents. Every worker hears of a change within a round trip
+(``cache.settings_cache``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, List, Optional, Tuple
+
+from twisted.internet import defer
+
+from cache import codec
+from cache.collection_settings import CollectionSettings, SettingsError
+from cache.schema import InvalidSchema
+from handlers import validation
+from handlers.auth import Grant
+from handlers.base import ResourceHandler
+from handlers.cache_policy import cache_policy
+from handlers.errors import ApiError, not_found, precondition_failed
+
+ADMIN = "admin"
+
+
+class _AdminHandler(ResourceHandler):
+    """Admitted only with the ``admin`` scope (a ``write:*`` token may not change the rules)."""
+
+    def prepare(self) -> Optional[defer.Deferred]:
+        if self.request.method == "OPTIONS":
+            return None  # a CORS preflight carries no credentials
+        authorization = self.request.headers.get("Authorization")
+        return self.gate.admit(authorization, "_collections", self.writes(), False).addCallback(self._admin_only)
+
+    def _admin_only(self, grant: Grant) -> None:
+        self._admitted(grant)
+        if grant.record is not None and ADMIN not in grant.record.scopes:
+            raise ApiError(403, "forbidden", "collection settings need the admin scope")
+
+
+class CollectionSettingsHandler(_AdminHandler):
+    ROUTE = "collection_settings"
+    SUPPORTED_METHODS = ("GET", "HEAD", "PUT", "DELETE", "OPTIONS")
+
+    @defer.inlineCallbacks
+    def get(self, collection: str) -> Any:
+        name = validation.collection_name(collection).decode()
+        row = yield self.collections.store.read(name)
+        if row is None:
+            raise not_found(f"collection {name} has no settings")
+        body, etag = row
+        inm = validation.entity_tags(self.request.headers.get("If-None-Match"), weak=True)
+        self.set_header("ETag", etag)
+        if inm == b"*" or etag in inm.split():
+            self.set_status(304)
+            return
+        self.send_bytes(200, body)
+
+    head = get
+
+    @defer.inlineCallbacks
+    def put(self, collection: str) -> Any:
+        name = validation.collection_name(collection).decode()
+        values = validation.json_document(
+            self.request.body, self.request.headers.get("Content-Type"), validation.JSON, self.max_body
+        )
+        if isinstance(values.get("cache_control"), str):
+            # Checked as JETWAY_CACHE_CONTROL is (handlers/cache_policy.py), and kept normalized.
+            try:
+                values["cache_control"] = cache_policy(values["cache_control"])
+            except ValueError as error:
+                raise ApiError(422, "invalid-settings", f"cache_control: {error}") from None
+        try:
+            stored: Optional[Tuple[CollectionSettings, bool]] = yield self.collections.store.put(
+                name,
+                values,
+                validation.entity_tags(self.request.headers.get("If-Match"), weak=False),
+                validation.entity_tags(self.request.headers.get("If-None-Match"), weak=True),
+            )
+        except InvalidSchema as error:
+            raise ApiError(422, "invalid-schema", str(error)) from None
+        except SettingsError as error:
+            raise ApiError(422, "invalid-settings", str(error)) from None
+        if stored is None:
+            raise precondition_failed("the settings do not match the request's conditions")
+        settings, created = stored
+        self.set_header("ETag", settings.etag)
+        self.send_bytes(201 if created else 200, settings.body)
+
+    @defer.inlineCallbacks
+    def delete(self, collection: str) -> Any:
+        name = validation.collection_name(collection).decode()
+        if_match = validation.entity_tags(self.request.headers.get("If-Match"), weak=False)
+        result = yield self.collections.store.delete(name, if_match)
+        if result == 0:
+            raise precondition_failed("the settings do not match the request's conditions")
+        if result == -1:
+            raise not_found(f"collection {name} has no settings")
+        self.send_no_content()
+
+
+class CollectionSettingsListHandler(_AdminHandler):
+    ROUTE = "collection_settings_list"
+    SUPPORTED_METHODS = ("GET", "HEAD", "OPTIONS")
+
+    @defer.inlineCallbacks
+    def get(self) -> Any:
+        rows: List[Tuple[str, bytes, bytes]] = yield self.collections.store.read_all()
+        # Stored bytes, unparsed, inside a small envelope (as list pages are made).
+        items = b",".join(
+            b'{"collection":'
+            + codec.dumps(name)
+            + b',"etag":'
+            + codec.dumps(etag.decode())
+            + b',"settings":'
+            + body
+            + b"}"
+            for name, body, etag in rows
+        )
+        self.send_bytes(200, b'{"items":[' + items + b"]}")
+
+    head = get

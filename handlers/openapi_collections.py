@@ -1,0 +1,141 @@
+"""``/openapi.json`` with each configured collection's schema, rebuilt when settings change.
+
+A collection with a schema gets paths of its own, ``/v1/<coll>/{id}`` and
+``/v1/<coll>``: the generic document and collection operations with the
+collection's schema as the body of its writes (PUT, POST) and operation ids
+that name it (``putUsersDocument``), so generated clients get a type per
+collection. The generic paths stay for every other collection.
+
+What it costs: the document is serialized once and kept with the settings
+cache's generation; a change (published by any worker or the CLI) bumps the
+generation, and the next ``/openapi.json`` reads every collection's
+settings (one ``ZRANGE`` and one pipelined read) and serializes again. While
+the settings subscription is down nothing is kept: each request rebuilds.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from typing import Any, List, Optional, Tuple
+
+from twisted.internet import defer
+
+from cache import codec
+from cache.settings_cache import SettingsCache
+from handlers.openapi import COLLECTION, DOCUMENT, Json
+from handlers.openapi_settings import api_document
+
+_SCHEMA_ONLY_KEYS = ("$schema", "$id")
+
+
+def camel(name: str) -> str:
+    """``user-events_2`` -> ``UserEvents2``: an operation id part generators keep readable."""
+    return "".join(part[:1].upper() + part[1:] for part in re.split(r"[-_]", name) if part)
+
+
+def with_collections(base: Json, schemas: List[Tuple[str, Any]]) -> Json:
+    """``base`` plus, for each ``(collection, schema)``, its own typed paths."""
+    spec = copy.deepcopy(base)
+    taken = {name for name in spec["components"]["schemas"]}
+    for collection, schema in schemas:
+        component = _unique(camel(collection) + "Document", taken)
+        taken.add(component)
+        spec["components"]["schemas"][component] = _as_component(schema, component, collection)
+        ref = {"$ref": f"#/components/schemas/{component}"}
+        operation_part = component[: -len("Document")]
+        spec["paths"][f"/v1/{collection}/{{id}}"] = _typed(
+            spec["paths"][DOCUMENT], collection, ref, operation_part, ("put",)
+        )
+        spec["paths"][f"/v1/{collection}"] = _typed(
+            spec["paths"][COLLECTION], collection, ref, operation_part, ("post",)
+        )
+    return spec
+
+
+def _unique(name: str, taken: Any) -> str:
+    candidate, number = name, 2
+    while candidate in taken:
+        candidate, number = f"{name[: -len('Document')]}{number}Document", number + 1
+    return candidate
+
+
+def _as_component(schema: Any, component: str, collection: str) -> Any:
+    """The collection's schema where OpenAPI wants it: local ``$ref``s re-rooted, no ``$schema``/``$id``."""
+    if isinstance(schema, bool):
+        return {} if schema else {"not": {}}
+    rooted = _reroot(schema, f"#/components/schemas/{component}")
+    for key in _SCHEMA_ONLY_KEYS:
+        rooted.pop(key, None)
+    rooted.setdefault("description", f"A document of collection `{collection}`, as its schema requires.")
+    return rooted
+
+
+def _reroot(node: Any, root: str) -> Any:
+    if isinstance(node, list):
+        return [_reroot(item, root) for item in node]
+    if not isinstance(node, dict):
+        return node
+    moved = {key: _reroot(value, root) for key, value in node.items()}
+    ref = moved.get("$ref")
+    if isinstance(ref, str) and (ref == "#" or ref.startswith("#/")):
+        moved["$ref"] = root + ref[1:]
+    return moved
+
+
+def _typed(generic: Json, collection: str, body_ref: Json, part: str, bodies: Tuple[str, ...]) -> Json:
+    """A copy of a generic path item for one collection: no ``collection`` parameter, typed write bodies."""
+    item = copy.deepcopy(generic)
+    item["description"] = f"Collection `{collection}` (its settings give it a schema). " + item["description"]
+    item["parameters"] = [p for p in item.get("parameters", []) if not p["$ref"].endswith("/collection")]
+    for method, operation in item.items():
+        if not isinstance(operation, dict) or "operationId" not in operation:
+            continue
+        operation["operationId"] = _named(operation["operationId"], part)
+        operation["tags"] = [collection]
+        if method in bodies:
+            operation["requestBody"]["content"]["application/json"]["schema"] = body_ref
+            operation["requestBody"]["description"] += f" It must match the schema of `{collection}`."
+    return item
+
+
+def _named(operation_id: str, part: str) -> str:
+    """``putDocument`` -> ``putUsersDocument``; ``listDocuments`` -> ``listUsersDocuments``."""
+    match = re.match(r"([a-z]+)(.*)", operation_id)
+    assert match is not None
+    return match.group(1) + part + match.group(2)
+
+
+class OpenApiSource:
+    """The served document's bytes: kept per settings generation, rebuilt after a change."""
+
+    def __init__(
+        self, max_ids: int, collections: Optional[SettingsCache], with_docs: bool = True, max_wait: int = 60
+    ) -> None:
+        self._base = api_document(max_ids, with_docs, max_wait)
+        self._collections = collections
+        self._kept: Optional[Tuple[int, bytes]] = None
+        if collections is None:
+            self._kept = (0, codec.dumps(self._base))
+
+    def body(self) -> defer.Deferred:
+        collections = self._collections
+        if collections is None:
+            assert self._kept is not None
+            return defer.succeed(self._kept[1])
+        generation = collections.generation
+        if self._kept is not None and self._kept[0] == generation and collections.subscribed:
+            return defer.succeed(self._kept[1])
+        return collections.store.read_all().addCallback(self._rebuilt, generation)
+
+    def _rebuilt(self, rows: List[Tuple[str, bytes, bytes]], generation: int) -> bytes:
+        schemas = []
+        for name, settings, _etag in rows:
+            schema = codec.loads(settings).get("schema")
+            if schema is not None:
+                schemas.append((name, schema))
+        body = codec.dumps(with_collections(self._base, schemas) if schemas else self._base)
+        assert self._collections is not None
+        if self._collections.subscribed and generation == self._collections.generation:
+            self._kept = (generation, body)
+        return body

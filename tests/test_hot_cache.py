@@ -1,0 +1,210 @@
+"""cache.hot_cache: the bound, the recency order, and the rule that no fill outlives what could change it.
+
+These drive the cache by hand, in the order a worker sees events; the
+same rule against a real Redis, with the order made certain by holding a
+reply back, is in tests/test_hot_cache_redis.py.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+import pytest
+
+from cache.hot_cache import ENTRY_OVERHEAD, HEAP_GROWTH, MAX_ENTRY_SHARE, Doorkeeper, HotCache, document_size
+from cache.store import Document
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def doc(body: bytes = b'{"a":1}', etag: bytes = b'"e1"') -> Document:
+    return Document(body, etag, b"Mon, 23 Nov 2026 10:00:00 GMT")
+
+
+def live_cache(max_bytes: int = 1 << 20, clock: Optional[Clock] = None) -> HotCache:
+    """A live cache whose entries may hold ``max_bytes``."""
+    cache = HotCache(int(max_bytes * HEAP_GROWTH + 1), clock or Clock())
+    assert cache.max_bytes == max_bytes
+    cache.up()
+    return cache
+
+
+def read(cache: HotCache, key: bytes, document: Document, pttl: int = -1) -> Optional[int]:
+    """A miss of ``key`` read from Redis with nothing between send and reply; the ticket, if it was let in."""
+    assert cache.get(key) is None
+    ticket = cache.reserve(key)
+    if ticket is not None:
+        cache.fill(key, ticket, document, pttl)
+    return ticket
+
+
+def cached(cache: HotCache, key: bytes, document: Document, pttl: int = -1) -> None:
+    """Read until cached: the doorkeeper lets a key in on its second miss."""
+    assert read(cache, key, document, pttl) is None
+    assert read(cache, key, document, pttl) is not None
+    assert cache.get(key) is document
+
+
+def test_a_key_fills_on_its_second_miss_and_is_then_served_as_the_same_object():
+    cache = live_cache()
+    document = doc()
+    assert read(cache, b"k", document) is None  # the first miss only marks the key
+    assert cache.get(b"k") is None
+    assert read(cache, b"k", document) is not None
+    assert cache.get(b"k") is document
+    assert (cache.hits, cache.misses) == (1, 3)
+
+
+def test_nothing_is_reserved_filled_or_served_while_the_feed_is_down():
+    cache = HotCache(1 << 20, Clock())
+    document = doc()
+    for _ in range(3):
+        assert read(cache, b"k", document) is None
+    cache.up()
+    cached(cache, b"k", document)
+    cache.down()
+    assert cache.get(b"k") is None and len(cache) == 0 and cache.bytes == 0
+
+
+def test_the_bound_holds_and_the_least_recently_used_goes_first():
+    keys = [b"k%03d" % n for n in range(101)]
+    size = document_size(doc(), keys[0])
+    cache = live_cache(max_bytes=100 * size + size // 2)  # room for 100 (all keys are as long)
+    for key in keys[:100]:
+        cached(cache, key, doc())
+    assert cache.get(keys[0]) is not None  # k000 is now the most recent; k001 the least
+    cached(cache, keys[100], doc())
+    assert cache.get(keys[1]) is None
+    assert all(cache.get(key) is not None for key in (keys[0], *keys[2:]))
+    assert cache.bytes <= cache.max_bytes and cache.evictions == 1
+
+
+def test_the_bound_is_on_the_workers_memory_and_the_entries_keep_to_a_share_of_it():
+    cache = HotCache(90 * 1024 * 1024)
+    assert cache.max_bytes == int(90 * 1024 * 1024 / HEAP_GROWTH) == 50 * 1024 * 1024
+    assert cache.max_entry == cache.max_bytes // MAX_ENTRY_SHARE
+
+
+def test_an_entry_over_its_share_of_the_bound_is_never_cached():
+    cache = live_cache(max_bytes=MAX_ENTRY_SHARE * 1000)
+    small = doc(b"x" * (1000 - ENTRY_OVERHEAD - 100))
+    large = doc(b"x" * 1000)
+    cached(cache, b"small", small)
+    read(cache, b"large", large)
+    read(cache, b"large", large)
+    assert cache.get(b"large") is None
+
+
+def test_size_counts_every_bytes_field_of_the_document_so_new_fields_count_too():
+    document = doc(b"x" * 100, b'"etag"')
+    assert document_size(document, b"key") == 100 + 6 + len(document.last_modified) + 3 + ENTRY_OVERHEAD
+
+
+def test_size_counts_the_stored_compressed_variants_bytes():
+    plain = doc(b"x" * 100, b'"etag"')
+    gzipped = Document(plain.body, plain.etag, plain.last_modified, (("gzip", b"z" * 40),))
+    assert document_size(gzipped, b"key") == document_size(plain, b"key") + 40
+
+
+def test_an_invalidation_between_send_and_reply_refuses_the_fill():
+    cache = live_cache()
+    read(cache, b"k", doc())
+    ticket = cache.reserve(b"k")  # the read is sent...
+    cache.invalidate([b"k"])  # ...Redis's invalidation comes first...
+    cache.fill(b"k", ticket, doc(etag=b'"old"'), -1)  # ...then the reply, with the old bytes
+    assert cache.get(b"k") is None and cache.refused_fills == 1
+
+
+def test_an_invalidation_of_another_key_does_not_refuse_the_fill():
+    cache = live_cache()
+    read(cache, b"k", doc())
+    ticket = cache.reserve(b"k")
+    cache.invalidate([b"other"])
+    cache.fill(b"k", ticket, doc(), -1)
+    assert cache.get(b"k") is not None
+
+
+@pytest.mark.parametrize(
+    "between",
+    [
+        pytest.param(lambda cache: cache.written(b"k"), id="this worker's own write"),
+        pytest.param(lambda cache: cache.invalidate(None), id="a flush"),
+        pytest.param(lambda cache: (cache.down(), cache.up()), id="the feed lost and back"),
+        pytest.param(lambda cache: cache.reset(), id="a topology change"),
+        pytest.param(lambda cache: cache.void(), id="a redirection"),
+    ],
+)
+def test_anything_that_may_change_the_key_between_send_and_reply_refuses_the_fill(between):
+    cache = live_cache()
+    read(cache, b"k", doc())
+    ticket = cache.reserve(b"k")
+    between(cache)
+    cache.fill(b"k", ticket, doc(), -1)
+    assert cache.get(b"k") is None
+
+
+def test_a_read_sent_after_the_invalidation_fills_though_an_older_one_of_the_same_key_was_refused():
+    cache = live_cache()
+    read(cache, b"k", doc())
+    old = cache.reserve(b"k")
+    cache.invalidate([b"k"])
+    new = cache.reserve(b"k")  # sent after the invalidation: it reads the new bytes
+    fresh = doc(etag=b'"new"')
+    cache.fill(b"k", new, fresh, -1)  # its reply may even come first
+    cache.fill(b"k", old, doc(etag=b'"old"'), -1)
+    assert cache.get(b"k") is fresh
+
+
+def test_a_failed_read_gives_its_ticket_back_and_leaves_no_bookkeeping():
+    cache = live_cache()
+    read(cache, b"k", doc())
+    tickets: List[int] = [cache.reserve(b"k") for _ in range(3)]
+    for ticket in tickets:
+        cache.release(b"k", ticket)
+    assert cache._pending == {}
+
+
+def test_an_invalidation_or_a_write_drops_the_entry_and_a_flush_drops_all():
+    cache = live_cache()
+    for key in (b"a", b"b", b"c"):
+        cached(cache, key, doc())
+    cache.invalidate([b"a"])
+    cache.written(b"b")
+    assert cache.get(b"a") is None and cache.get(b"b") is None and cache.get(b"c") is not None
+    cache.invalidate(None)
+    assert len(cache) == 0 and cache.bytes == 0 and cache.live
+
+
+def test_an_entry_is_not_served_past_the_expiry_read_with_it():
+    clock = Clock()
+    cache = live_cache(clock=clock)
+    cached(cache, b"k", doc(), pttl=1500)
+    clock.now += 1.4
+    assert cache.get(b"k") is not None
+    clock.now += 0.2
+    assert cache.get(b"k") is None and len(cache) == 0
+
+
+def test_a_key_missing_in_redis_is_not_cached():
+    cache = live_cache()
+    read(cache, b"k", None)
+    ticket = cache.reserve(b"k")
+    cache.fill(b"k", ticket, None, -2)
+    assert len(cache) == 0
+
+
+def test_the_doorkeeper_lets_a_key_in_on_its_second_sighting_and_forgets_after_its_window():
+    keeper = Doorkeeper(bits=1 << 12)  # a window of 128 keys
+    assert not keeper.admit(b"k") and keeper.admit(b"k")
+    for n in range(1000):  # new keys until the window is full and every mark is forgotten
+        keeper.admit(b"o%d" % n)
+        if keeper._marked == 0:
+            break
+    assert n + 1 >= 127  # k's mark and at least 127 others (more when hashes collide)
+    assert not keeper.admit(b"k")
