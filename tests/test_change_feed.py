@@ -113,3 +113,11 @@ def test_the_age_cap_drops_older_events(redis_client):
 def test_a_check_only_read_returns_no_entries(redis_client):
     put(redis_client, b"a", b'"e"', FeedLog())
     assert read(redis_client, stream_of(b"a"), b"0-0", 0) == [0, []]
+
+
+def test_a_write_already_carrying_its_etag_is_answered_as_done_and_logged_once(redis_client):
+    """The PUT script's {3, last-modified} reply (a retry of an Idempotency-Key's plan) adds no second event."""
+    feed = FeedLog()
+    assert put(redis_client, b"r", b'"planned"', feed) == 2
+    assert put(redis_client, b"r", b'"planned"', feed) == [3, b"date"]
+    assert [fields[b"e"] for _, fields in redis_client.xrange(stream_of(b"r"))] == [b'"planned"']

@@ -334,3 +334,69 @@ def test_json_is_what_the_stream_events_hold(api):
     polled = api.get(f"/v1/_changes/feedsame?since={since}").json()
     assert polled["events"] == [json.loads(streamed.data)]
     assert polled["next"] == streamed.id
+
+
+# -- writes made by POST /v1/_batch and retried by an Idempotency-Key --
+
+
+def poll_all(api, collection: str, since: str) -> List[Dict[str, str]]:
+    """Every event after ``since``, by long-poll pages, until a page comes back empty."""
+    events: List[Dict[str, str]] = []
+    while True:
+        page = api.get(f"/v1/_changes/{collection}?since={since}&limit=100")
+        assert page.status_code == 200, page.text
+        events += page.json()["events"]
+        since = page.json()["next"]
+        if not page.json()["events"]:
+            return events
+
+
+def post_batch(api, *operations: Dict[str, object], **kwargs) -> requests.Response:
+    return api.post_json("/v1/_batch", json.dumps({"operations": list(operations)}).encode(), **kwargs)
+
+
+def test_a_batchs_writes_are_events_as_the_same_writes_alone_are_and_its_failures_are_none(api):
+    since = api.get("/v1/_changes/feedbatch").json()["next"]
+    assert api.put_json("/v1/feedbatch/a", b"{}").status_code == 201
+    answer = post_batch(
+        api,
+        {"op": "put", "collection": "feedbatch", "id": "b", "document": {"n": 1}},
+        {"op": "put", "collection": "feedbatch", "id": "a", "document": {}, "if_match": '"stale"'},
+        {"op": "patch", "collection": "feedbatch", "id": "a", "patch": {"m": 2}},
+        {"op": "create", "collection": "feedbatch", "document": {"n": 3}},
+        {"op": "delete", "collection": "feedbatch", "id": "a"},
+        {"op": "delete", "collection": "feedbatch", "id": "nope"},
+        {"op": "get", "collection": "feedbatch", "id": "b"},
+    )
+    assert answer.status_code == 200, answer.text
+    results = answer.json()["results"]
+    assert [result["status"] for result in results] == [201, 412, 200, 201, 204, 404, 200]
+    events = poll_all(api, "feedbatch", since)
+    assert [(event["op"], event["id"]) for event in events] == [
+        ("put", "a"),
+        ("put", "b"),
+        ("patch", "a"),
+        ("create", results[3]["id"]),
+        ("delete", "a"),
+    ]
+    assert [event["etag"] for event in events[1:4]] == [results[0]["etag"], results[2]["etag"], results[3]["etag"]]
+
+
+def test_a_retried_batch_or_post_with_its_idempotency_key_is_one_event_per_write(api):
+    since = api.get("/v1/_changes/feedretry").json()["next"]
+    operations = [
+        {"op": "create", "collection": "feedretry", "document": {"n": 1}},
+        {"op": "put", "collection": "feedretry", "id": "p", "document": {"n": 2}},
+    ]
+    first = post_batch(api, *operations, headers={"Idempotency-Key": "feed-batch-1"})
+    again = post_batch(api, *operations, headers={"Idempotency-Key": "feed-batch-1"})
+    assert again.headers["Idempotency-Replayed"] == "true" and again.content == first.content
+    created = api.post_json("/v1/feedretry", b'{"n":3}', headers={"Idempotency-Key": "feed-post-1"})
+    replayed = api.post_json("/v1/feedretry", b'{"n":3}', headers={"Idempotency-Key": "feed-post-1"})
+    assert replayed.headers["Location"] == created.headers["Location"]
+    events = poll_all(api, "feedretry", since)
+    assert [(event["op"], event["id"]) for event in events] == [
+        ("create", first.json()["results"][0]["id"]),
+        ("put", "p"),
+        ("create", created.headers["Location"].rsplit("/", 1)[1]),
+    ]
