@@ -351,6 +351,14 @@ def poll_all(api, collection: str, since: str) -> List[Dict[str, str]]:
             return events
 
 
+def by_document(events: List[Dict[str, str]]) -> Dict[str, List[str]]:
+    """Each document's ops in the order received: the feed orders a document's events, not different documents'."""
+    ops: Dict[str, List[str]] = {}
+    for event in events:
+        ops.setdefault(event["id"], []).append(event["op"])
+    return ops
+
+
 def post_batch(api, *operations: Dict[str, object], **kwargs) -> requests.Response:
     return api.post_json("/v1/_batch", json.dumps({"operations": list(operations)}).encode(), **kwargs)
 
@@ -372,14 +380,11 @@ def test_a_batchs_writes_are_events_as_the_same_writes_alone_are_and_its_failure
     results = answer.json()["results"]
     assert [result["status"] for result in results] == [201, 412, 200, 201, 204, 404, 200]
     events = poll_all(api, "feedbatch", since)
-    assert [(event["op"], event["id"]) for event in events] == [
-        ("put", "a"),
-        ("put", "b"),
-        ("patch", "a"),
-        ("create", results[3]["id"]),
-        ("delete", "a"),
-    ]
-    assert [event["etag"] for event in events[1:4]] == [results[0]["etag"], results[2]["etag"], results[3]["etag"]]
+    assert len(events) == 5
+    assert by_document(events) == {"a": ["put", "patch", "delete"], "b": ["put"], results[3]["id"]: ["create"]}
+    etags = {(event["op"], event["id"]): event["etag"] for event in events}
+    assert etags[("put", "b")] == results[0]["etag"] and etags[("patch", "a")] == results[2]["etag"]
+    assert etags[("create", results[3]["id"])] == results[3]["etag"] and etags[("delete", "a")] is None
 
 
 def test_a_retried_batch_or_post_with_its_idempotency_key_is_one_event_per_write(api):
@@ -395,8 +400,9 @@ def test_a_retried_batch_or_post_with_its_idempotency_key_is_one_event_per_write
     replayed = api.post_json("/v1/feedretry", b'{"n":3}', headers={"Idempotency-Key": "feed-post-1"})
     assert replayed.headers["Location"] == created.headers["Location"]
     events = poll_all(api, "feedretry", since)
-    assert [(event["op"], event["id"]) for event in events] == [
-        ("create", first.json()["results"][0]["id"]),
-        ("put", "p"),
-        ("create", created.headers["Location"].rsplit("/", 1)[1]),
-    ]
+    assert len(events) == 3
+    assert by_document(events) == {
+        first.json()["results"][0]["id"]: ["create"],
+        "p": ["put"],
+        created.headers["Location"].rsplit("/", 1)[1]: ["create"],
+    }
