@@ -279,11 +279,15 @@ def test_a_long_poll_loop_sees_every_write_once(api):
     writer = Writer(api, "feedlp", ["a", "b", "c"])
     writer.start()
     events: List[Tuple[str, str]] = []
+    # At least 30 polls, and on until more than 30 writes were made (a busy
+    # machine may slow the writer more than the polls): generous, not timed.
+    polls, deadline = 0, time.monotonic() + 120
     try:
-        for _ in range(30):
+        while (polls < 30 or writer.total <= 30) and time.monotonic() < deadline:
             page = api.get(f"/v1/_changes/feedlp?since={since}&wait=1&limit=7").json()
             events += [(event["id"], event["etag"]) for event in page["events"]]
             since = page["next"]
+            polls += 1
     finally:
         writer.stopping.set()
         writer.join(30)
