@@ -19,6 +19,7 @@ from typing import Dict, List, Optional, Tuple
 import redis
 from redis.cluster import ClusterNode, RedisCluster
 
+from cache.tokens import CHANGED_CHANNEL as TOKENS_CHANNEL
 from tests.support import RedisServer, free_port, stop_process, wait_until
 
 TOPOLOGY = os.environ.get("JETWAY_TEST_TOPOLOGY", "single")
@@ -77,13 +78,12 @@ class RedisProcess:
     def subscribers(self) -> int:
         """How many of Jetway's token caches (one per worker) are subscribed here.
 
-        Sentinels subscribe to their hello channel on every server they watch;
-        they name their connections ``sentinel-…``. The hot caches' tracking
-        connections are named ``jetway-hot-cache`` (``trackers``).
+        Counted by their channel (``PUBSUB NUMSUB``: a node counts its own
+        subscribers): the collection settings' caches, the hot caches'
+        tracking connections and Sentinels subscribe here too, to others.
         """
         with self.client() as client:
-            clients = client.client_list(_type="pubsub")
-        return sum(1 for one in clients if not one.get("name", "").startswith(("sentinel-", "jetway-hot-cache")))
+            return int(dict(client.pubsub_numsub(TOKENS_CHANNEL))[TOKENS_CHANNEL])
 
     def trackers(self) -> int:
         """How many of Jetway's hot caches (one per worker) track this server's keys."""
