@@ -15,20 +15,24 @@ from cache.batch import BatchRunner
 from cache.idempotency import IdempotencyRecords
 from cache.settings_cache import SettingsCache
 from cache.store import DocumentStore
+from cache.tickets import TicketStore
 from handlers.auth import Gate
 from handlers.base import NoRouteHandler
 from handlers.batch import BatchHandler
+from handlers.changes import ChangesHandler
 from handlers.collection_settings import CollectionSettingsHandler, CollectionSettingsListHandler
 from handlers.collections import CollectionHandler
 from handlers.cors import CorsPolicy
 from handlers.docs import DocsAssetHandler, DocsPageHandler, DocsSite
 from handlers.documents import DocumentHandler
+from handlers.feed import Feed
 from handlers.health import PING_TIMEOUT, LivenessHandler, ReadinessHandler, ReadinessProbe
 from handlers.metrics import MetricsHandler
 from handlers.multi_get import MultiGetHandler
 from handlers.negotiation import Negotiator
 from handlers.openapi import OpenApiHandler
 from handlers.openapi_collections import OpenApiSource
+from handlers.tickets import TicketGate, TicketHandler
 
 # Path segments are matched loosely and checked by the handlers, so that a
 # bad collection name or id is a 400 that says why, not a 404.
@@ -45,9 +49,16 @@ def make_app(
     batches: Optional[BatchRunner] = None,
     collections: Optional[SettingsCache] = None,
     log_lines: Optional[Lines] = None,
+    feed: Optional[Feed] = None,
+    tickets: Optional[TicketStore] = None,
 ) -> JetwayApplication:
-    """The application; access lines go to ``log_lines`` (the worker's ``LineWriter``), or else to stdout."""
+    """The application; access lines go to ``log_lines`` (the worker's ``LineWriter``), or else to stdout.
+
+    Without ``feed`` (JETWAY_FEED=off) the change feed's routes answer 404 ``feed-off``.
+    """
     metrics = metrics or Metrics()
+    if feed is not None:
+        metrics.feed_stats = feed.stats
     documents = {
         "store": store,
         "max_body": settings.max_body,
@@ -59,6 +70,7 @@ def make_app(
         "idempotency": idempotency,
         "collections": collections,
     }
+    changes = {**documents, "feed": feed, "ticket_gate": TicketGate(tickets, gate) if tickets and feed else None}
     docs = {"site": DocsSite.load()} if settings.docs else None
     readiness = ReadinessProbe(store, reactor, min(PING_TIMEOUT, settings.redis_timeout))
     # Cyclone tries the routes in order and no two overlap: the API's come
@@ -66,6 +78,8 @@ def make_app(
     routes = [
         # Jetway's own /v1/_… before the document route, which would take "_get" for a collection.
         (rf"/v1/_get/{SEGMENT}", MultiGetHandler, documents),
+        (rf"/v1/_changes/{SEGMENT}/tickets", TicketHandler, {**documents, "tickets": tickets if feed else None}),
+        (rf"/v1/_changes/{SEGMENT}", ChangesHandler, changes),
         (r"/v1/_batch", BatchHandler, {**documents, "batches": batches, "max_operations": settings.max_batch_ops}),
         (rf"/v1/_collections/{SEGMENT}", CollectionSettingsHandler, documents),
         (r"/v1/_collections/?", CollectionSettingsListHandler, documents),
@@ -74,7 +88,11 @@ def make_app(
         (r"/healthz", LivenessHandler),
         (r"/readyz", ReadinessHandler, {"probe": readiness}),
         (r"/metrics", MetricsHandler, {"render": render_metrics(metrics)}),
-        (r"/openapi\.json", OpenApiHandler, {"source": OpenApiSource(settings.max_ids, collections, settings.docs)}),
+        (
+            r"/openapi\.json",
+            OpenApiHandler,
+            {"source": OpenApiSource(settings.max_ids, collections, settings.docs, settings.feed_max_wait)},
+        ),
         # Swagger UI over /openapi.json, unless JETWAY_DOCS=off.
         *(
             [(r"/docs/?", DocsPageHandler, docs), (rf"/docs/assets/{SEGMENT}", DocsAssetHandler, docs)]

@@ -72,6 +72,15 @@ class Settings:
     compress_min_bytes: int = 1024
     # Browser origins allowed to call the API (handlers/cors.py); "*" for any.
     cors_origins: Tuple[str, ...] = ()
+    # The change feed (cache/change_feed.py): on, how many events a collection
+    # keeps and for how long (0: no age cap), what a subscriber may leave
+    # unread, the longest long poll, a ticket's lifetime.
+    feed: bool = True
+    feed_max_events: int = 100_000
+    feed_max_age: int = 0
+    feed_buffer: int = 1024 * 1024
+    feed_max_wait: int = 60
+    feed_ticket_ttl: int = 3600
     # Seconds an Idempotency-Key's attempt holds its claim before a retry may take it over (cache/idempotency.py).
     idempotency_lease: float = 10.0
     # Operations and bytes one POST /v1/_batch may carry (handlers/batch.py).
@@ -145,6 +154,12 @@ def from_environment(environ: Optional[Mapping[str, str]] = None) -> Settings:
         cache_control=read("JETWAY_CACHE_CONTROL", cache_policy, defaults.cache_control),
         compress_min_bytes=read("JETWAY_COMPRESS_MIN_BYTES", _non_negative_int, defaults.compress_min_bytes),
         cors_origins=read("JETWAY_CORS_ORIGINS", _origins, defaults.cors_origins),
+        feed=read("JETWAY_FEED", _flag, defaults.feed),
+        feed_max_events=read("JETWAY_FEED_MAX_EVENTS", _positive_int, defaults.feed_max_events),
+        feed_max_age=read("JETWAY_FEED_MAX_AGE", _non_negative_int, defaults.feed_max_age),
+        feed_buffer=read("JETWAY_FEED_BUFFER", _positive_int, defaults.feed_buffer),
+        feed_max_wait=read("JETWAY_FEED_MAX_WAIT", _positive_int, defaults.feed_max_wait),
+        feed_ticket_ttl=read("JETWAY_FEED_TICKET_TTL", _positive_int, defaults.feed_ticket_ttl),
         idempotency_lease=read("JETWAY_IDEMPOTENCY_LEASE", _positive_float, defaults.idempotency_lease),
         max_batch_ops=read("JETWAY_MAX_BATCH_OPS", _positive_int, defaults.max_batch_ops),
         max_batch_bytes=max_batch_bytes,

@@ -19,6 +19,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 
 from api.logs import AccessLog
 from api.metrics_dir import MULTIPROC_ENV
+from handlers.event_stream import FeedStats
 
 _TOKEN = re.compile(r"jw_[A-Za-z0-9_-]{20,}")
 _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -81,6 +82,17 @@ class Metrics:
         self.open_connections = 0
         self.hot_cache: Optional[HotCacheMetrics] = None
         self._dropped_lines = 0
+        # The change feed's counters (handlers/event_stream.py), copied out at each flush.
+        self.feed_subscribers = Gauge(
+            "jetway_feed_subscribers", "Open change-feed streams", multiprocess_mode="livesum", registry=None
+        )
+        self.feed_events = Counter("jetway_feed_events_sent", "Change events written to streams", registry=None)
+        self.feed_fell_behind = Counter(
+            "jetway_feed_fell_behind", "Streams ended because their client did not read", registry=None
+        )
+        self.feed_lost = Counter("jetway_feed_lost", "Streams ended because their position was gone", registry=None)
+        self.feed_stats = FeedStats()
+        self._feed_flushed = FeedStats()
         self._bounds = (*_BUCKETS, float("inf"))
         self._requests: Dict[Tuple[str, str, str], int] = defaultdict(int)
         self._latency: Dict[str, HistogramBatch] = {}
@@ -118,6 +130,15 @@ class Metrics:
         self.connections.set(self.open_connections)
         if self.hot_cache is not None:
             self.hot_cache.flush()
+        self._flush_feed()
+
+    def _flush_feed(self) -> None:
+        stats, flushed = self.feed_stats, self._feed_flushed
+        self.feed_subscribers.set(stats.subscribers)
+        self.feed_events.inc(stats.events_sent - flushed.events_sent)
+        self.feed_fell_behind.inc(stats.fell_behind - flushed.fell_behind)
+        self.feed_lost.inc(stats.lost - flushed.lost)
+        self._feed_flushed = FeedStats(stats.subscribers, stats.events_sent, stats.fell_behind, stats.lost)
 
     def _batch(self, batches: Dict[str, HistogramBatch], label: str) -> HistogramBatch:
         batch = batches.get(label)

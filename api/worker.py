@@ -28,6 +28,7 @@ from api.logs import LineStream, start_logging
 from api.observe import HotCacheMetrics, Metrics
 from api.signals import on_signals
 from cache.batch import BatchRunner
+from cache.change_feed import NO_FEED, FeedLog, FeedReader
 from cache.collection_settings import CollectionSettingsStore
 from cache.hot_cache import HotCache
 from cache.idempotency import IdempotencyRecords
@@ -35,11 +36,13 @@ from cache.lazy_link import LazyLink
 from cache.metered import MeteredLink
 from cache.settings_cache import SettingsCache
 from cache.store import DocumentStore
+from cache.tickets import TicketStore
 from cache.token_cache import TokenCache
 from cache.tokens import TokenStore
 from cache.topology import connect, invalidation_feed
 from cache.variants import Variants
 from handlers.auth import Gate
+from handlers.feed import Feed, FeedLimits
 
 # A keep-alive connection idle this long during a drain is closed: long
 # enough that a client is not mid-send, short enough to keep drains quick.
@@ -75,9 +78,9 @@ def run_worker(
     hot = None
     if settings.hot_cache_bytes:
         hot = HotCache(settings.hot_cache_bytes)
-        feed = invalidation_feed(settings.redis, redis, hot, reactor, settings.redis_timeout)
+        invalidations = invalidation_feed(settings.redis, redis, hot, reactor, settings.redis_timeout)
         metrics.hot_cache = HotCacheMetrics(hot.stats)
-        reactor.addSystemEventTrigger("before", "shutdown", feed.stop)
+        reactor.addSystemEventTrigger("before", "shutdown", invalidations.stop)
     # WAIT blocks the connection it is sent on: writes that wait get a pool of
     # their own, dialled at once when every write waits, else when a
     # collection's write_replicas first asks for it.
@@ -96,18 +99,33 @@ def run_worker(
         write_concern=settings.write_concern,
         hot=hot,
         variants=Variants(settings.compress_min_bytes),
+        feed=FeedLog(True, settings.feed_max_events, settings.feed_max_age) if settings.feed else NO_FEED,
     )
+    feed = _feed(settings, link, reactor)
+    tickets = TicketStore(link, settings.feed_ticket_ttl) if feed is not None else None
     tokens = TokenCache(TokenStore(link), settings.redis, reactor, settings.redis_timeout) if settings.auth else None
     collections = SettingsCache(CollectionSettingsStore(link), settings.redis, reactor, settings.redis_timeout)
     reactor.addSystemEventTrigger("before", "shutdown", collections.close)
     idempotency = IdempotencyRecords(link, settings.idempotency_lease)
     batches = BatchRunner(store, link, settings.write_concern, write_link)
     gate = Gate(tokens, link, settings.auth)
-    app = app_factory(settings, store, gate, reactor, metrics, idempotency, batches, collections, log_lines=lines)
+    app = app_factory(
+        settings,
+        store,
+        gate,
+        reactor,
+        metrics,
+        idempotency,
+        batches,
+        collections,
+        log_lines=lines,
+        feed=feed,
+        tickets=tickets,
+    )
     port = adopt_listening_socket(reactor, fd, _nonblocking_family(fd), app)
     os.close(fd)  # the port took a copy
     app.listen_on(port)
-    drain = Drain(app, port, reactor, settings.grace)
+    drain = Drain(app, port, reactor, settings.grace, feed.drain if feed is not None else None)
     flushing = task.LoopingCall(metrics.flush)
     flushing.clock = reactor
     flushing.start(METRICS_FLUSH_SECONDS, now=False)
@@ -118,6 +136,8 @@ def run_worker(
     reactor.addSystemEventTrigger("before", "shutdown", link.close)
     if tokens is not None:
         reactor.addSystemEventTrigger("before", "shutdown", tokens.close)
+    if feed is not None:
+        reactor.addSystemEventTrigger("before", "shutdown", feed.close)
     if ready_fd is not None:
         os.write(ready_fd, b"ready\n")
         os.close(ready_fd)
@@ -125,11 +145,27 @@ def run_worker(
     return 0
 
 
-class Drain:
-    """Stop accepting, let held requests finish, then stop the reactor."""
+def _feed(settings: Settings, link: Any, reactor: Any) -> Optional[Feed]:
+    """The change feed's serving side, with its nudge subscription (None when JETWAY_FEED=off)."""
+    if not settings.feed:
+        return None
+    limits = FeedLimits(settings.feed_buffer, settings.send_timeout, settings.feed_max_wait)
+    return Feed.connected(FeedReader(link), settings.redis, reactor, settings.redis_timeout, limits)
 
-    def __init__(self, app: JetwayApplication, port: Any, reactor: Any, grace: float) -> None:
+
+class Drain:
+    """Stop accepting, end the change-feed streams, let held requests finish, then stop the reactor."""
+
+    def __init__(
+        self,
+        app: JetwayApplication,
+        port: Any,
+        reactor: Any,
+        grace: float,
+        end_streams: Optional[Callable[[], None]] = None,
+    ) -> None:
         self.app = app
+        self.end_streams = end_streams
         self.port = port
         self.reactor = reactor
         self.grace = grace
@@ -143,6 +179,10 @@ class Drain:
         self.port.doRead()
         self.app.stop_accepting()
         self.port.stopListening()
+        if self.end_streams is not None:
+            # A stream never finishes by itself: each gets a final event and
+            # closes now, so its client reconnects to a worker that serves on.
+            self.end_streams()
         self.ticking = task.LoopingCall(self._tick)
         self.ticking.clock = self.reactor
         self.ticking.start(DRAIN_TICK)

@@ -187,7 +187,13 @@ class BatchRunner:
         conditions = Conditions(if_none_match=b"*") if operation.op == CREATE else operation.conditions
         assert operation.body is not None
         return self._store.prepare_put(
-            operation.collection, operation.doc_id, operation.body, conditions, operation.ttl, operation.etag
+            operation.collection,
+            operation.doc_id,
+            operation.body,
+            conditions,
+            operation.ttl,
+            operation.etag,
+            operation.op.encode(),  # the change feed names a batch's write as it names the same write alone
         )
 
     def _prepare_patch(self, result: OperationResult, base: Any) -> Optional[PreparedPut]:
@@ -216,7 +222,9 @@ class BatchRunner:
             result.error = error
             return None
         cas = Conditions(if_match=etag)
-        return self._store.prepare_put(operation.collection, operation.doc_id, merged, cas, b"", operation.etag)
+        return self._store.prepare_put(
+            operation.collection, operation.doc_id, merged, cas, b"", operation.etag, b"patch"
+        )
 
 
 def segments(operations: Sequence[Operation]) -> List[Tuple[int, int]]:

@@ -8,6 +8,7 @@ into ``INDEX_SHARDS`` shards by a CRC32 of the document id, and the shard
 
     jw:{<coll>:<shard>}:d:<id>   HASH   b = body bytes, e = ETag, m = Last-Modified
     jw:{<coll>:<shard>}:i        ZSET   the ids of that shard, all score 0
+    jw:{<coll>:<shard>}:f        STREAM the shard's change feed (``cache.change_feed``)
 
 ``<shard>`` is two hex digits. Collection names and ids cannot contain
 ``{`` or ``}`` (see the route patterns), so no other hash tag can appear.
@@ -70,3 +71,8 @@ def index_key(collection: bytes, shard: int) -> bytes:
 def index_key_for(collection: bytes, doc_id: bytes) -> bytes:
     """The index shard that lists ``doc_id``."""
     return index_key(collection, shard_of(doc_id))
+
+
+def feed_key(collection: bytes, shard: int) -> bytes:
+    """The capped stream of one shard's changes, in the slot of its documents (``cache.change_feed``)."""
+    return _tag(collection, shard) + b":f"

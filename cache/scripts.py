@@ -29,6 +29,29 @@ local function holds(current, if_match, if_none_match)
 end
 """
 
+# A write's event in its shard's change feed (cache.change_feed), in the
+# script of the write itself: no write is stored without its event, and
+# no event describes a write that did not happen. Only with a third key
+# (the shard's stream); then the last FEED_ARGS of ARGV are the event's
+# operation, the stream's length cap, its age cap in ms (0: none), the
+# channel to nudge and the shard's name. The nudge is the shard and the
+# new event's id: a worker that follows the collection reads the shard.
+_FEED = """
+local feed_at = #ARGV
+if KEYS[3] then feed_at = #ARGV - 5 end
+local function log_change(id, etag)
+  if not KEYS[3] then return end
+  local event = redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[feed_at + 2], '*',
+    'o', ARGV[feed_at + 1], 'i', id, 'e', etag)
+  if ARGV[feed_at + 3] ~= '0' then
+    local oldest = tonumber(string.match(event, '^%d+')) - tonumber(ARGV[feed_at + 3])
+    redis.call('XTRIM', KEYS[3], 'MINID', '~', string.format('%d', oldest))
+  end
+  redis.call('PUBLISH', ARGV[feed_at + 4], ARGV[feed_at + 5] .. ' ' .. event)
+end
+"""
+FEED_ARGS = 5
+
 
 @dataclass(frozen=True)
 class Script:
@@ -45,18 +68,21 @@ class Script:
         return (b"EVALSHA", self.sha, len(keys), *keys, *args)
 
 
-# KEYS: document, index shard.
+# KEYS: document, index shard[, change feed].
 # ARGV: id, body, etag, last-modified, ttl ('' keeps the expiry, '0' removes
 # it, N sets N seconds), If-Match, If-None-Match, then the number N of
 # compressed variants, N field/value pairs (cache.variants), and last the
-# variant fields to remove (an earlier version may have had them).
+# variant fields to remove (an earlier version may have had them), then
+# the feed's arguments (_FEED).
 # Returns 0 when a condition failed, 1 when replaced, 2 when created, and
 # {3, last-modified} when the document already carries this write's ETag:
 # ETags are never reused, so this very write was applied before (a retry
-# carrying out an Idempotency-Key's plan again, cache.idempotency).
+# carrying out an Idempotency-Key's plan again, cache.idempotency); it
+# logs no second event, as the first application logged it.
 PUT = Script(
     (
         _CONDITIONS
+        + _FEED
         + """
 local current = redis.call('HGET', KEYS[1], 'e')
 if current == ARGV[3] then return {3, redis.call('HGET', KEYS[1], 'm')} end
@@ -65,30 +91,33 @@ local stale = 9 + 2 * tonumber(ARGV[8])
 local fields = {'b', ARGV[2], 'e', ARGV[3], 'm', ARGV[4]}
 for i = 9, stale - 1 do fields[#fields + 1] = ARGV[i] end
 redis.call('HSET', KEYS[1], unpack(fields))
-if current and #ARGV >= stale then redis.call('HDEL', KEYS[1], unpack(ARGV, stale)) end
+if current and feed_at >= stale then redis.call('HDEL', KEYS[1], unpack(ARGV, stale, feed_at)) end
 if ARGV[5] == '0' then
   redis.call('PERSIST', KEYS[1])
 elseif ARGV[5] ~= '' then
   redis.call('EXPIRE', KEYS[1], ARGV[5])
 end
 redis.call('ZADD', KEYS[2], 0, ARGV[1])
+log_change(ARGV[1], ARGV[3])
 if current then return 1 end
 return 2
 """
     ).encode()
 )
 
-# KEYS: document, index shard. ARGV: id, If-Match.
+# KEYS: document, index shard[, change feed]. ARGV: id, If-Match[, the feed's (_FEED)].
 # Returns 0 when the condition failed, -1 when missing, 1 when deleted.
 DELETE = Script(
     (
         _CONDITIONS
+        + _FEED
         + """
 local current = redis.call('HGET', KEYS[1], 'e')
 if not holds(current, ARGV[2], '') then return 0 end
 if not current then return -1 end
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
+log_change(ARGV[1], '')
 return 1
 """
     ).encode()

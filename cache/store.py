@@ -18,6 +18,7 @@ from twisted.internet import defer
 from twisted.python.failure import Failure
 
 from cache import codec, keys, scripts
+from cache.change_feed import NO_FEED, FeedLog
 from cache.errors import (
     DocumentNotFound,
     DocumentTooLarge,
@@ -131,6 +132,8 @@ class DocumentStore:
     With a ``hot`` cache, document reads are served from it when they can
     be and fill it when they may (``cache.hot_cache`` states when), and
     every write drops its document's entry before it is answered.
+    With a ``feed``, every write script also logs its change
+    (``cache.change_feed``); ``op`` names the operation it logs.
     """
 
     def __init__(
@@ -142,6 +145,7 @@ class DocumentStore:
         write_concern: WriteConcern = PRIMARY_ONLY,
         hot: Optional[HotCache] = None,
         variants: Variants = DEFAULT_VARIANTS,
+        feed: FeedLog = NO_FEED,
     ) -> None:
         if write_concern.waits and write_link is None:
             raise ValueError("a write concern that waits for replicas needs a write link")
@@ -155,6 +159,7 @@ class DocumentStore:
         self._patch_attempts = patch_attempts
         self._hot = hot
         self._variants = variants
+        self._feed = feed
 
     def ping(self) -> defer.Deferred:
         """Fires when Redis answers a PING."""
@@ -311,7 +316,7 @@ class DocumentStore:
         doc_id = doc_id or self.new_id()
         try:
             document, _ = yield self._write(
-                collection, doc_id, body, Conditions(if_none_match=b"*"), b"%d" % (ttl or 0), etag, replicas
+                collection, doc_id, body, Conditions(if_none_match=b"*"), b"%d" % (ttl or 0), etag, replicas, b"create"
             )
         except NotReplicated as error:
             error.doc_id = doc_id
@@ -362,7 +367,7 @@ class DocumentStore:
                 # Compare-and-set on the ETag just read: a concurrent write
                 # changes it, and then the merge is redone on the new body.
                 written = self._write(
-                    collection, doc_id, merged, Conditions(if_match=etag), b"", planned_etag, replicas
+                    collection, doc_id, merged, Conditions(if_match=etag), b"", planned_etag, replicas, b"patch"
                 )
                 document, _ = yield written
             except PreconditionFailed:
@@ -434,8 +439,9 @@ class DocumentStore:
         ttl: bytes,
         etag: Optional[bytes] = None,
         replicas: Optional[int] = None,
+        op: bytes = b"put",
     ) -> Any:
-        write = self.prepare_put(collection, doc_id, body, conditions, ttl, etag)
+        write = self.prepare_put(collection, doc_id, body, conditions, ttl, etag, op)
         concern = self._concern(replicas)
         result, confirmed = yield self._run_write(scripts.PUT, write.keys, write.args, concern)
         outcome = put_outcome(write, result)
@@ -451,10 +457,12 @@ class DocumentStore:
         conditions: Conditions,
         ttl: bytes,
         etag: Optional[bytes] = None,
+        op: bytes = b"put",
     ) -> PreparedPut:
         """A create-or-replace as the script call that makes it (``put_outcome`` reads its reply).
 
         ``ttl``: ``b''`` keeps the expiry, ``b'0'`` removes it, ``b'N'`` sets N seconds.
+        ``op``: the operation its change-feed event names (``cache.change_feed.OPS``).
         """
         encoded = self._variants.encode(body)
         document = Document(body, etag or self._etags.new(), self._now_as_http_date(), encoded)
@@ -471,16 +479,27 @@ class DocumentStore:
             *(part for coding, data in encoded for part in (FIELDS[coding], data)),
             # Variants an earlier version had and this one has not.
             *(field for field in _VARIANT_FIELDS if field not in stored),
+            *self._feed.script_args(op, collection, doc_id),
         ]
         return PreparedPut(
-            document, [keys.document_key(collection, doc_id), keys.index_key_for(collection, doc_id)], args
+            document,
+            [
+                keys.document_key(collection, doc_id),
+                keys.index_key_for(collection, doc_id),
+                *self._feed.script_keys(collection, doc_id),
+            ],
+            args,
         )
 
-    @staticmethod
-    def prepare_delete(collection: bytes, doc_id: bytes, if_match: bytes) -> PreparedDelete:
+    def prepare_delete(self, collection: bytes, doc_id: bytes, if_match: bytes) -> PreparedDelete:
         """A delete as the script call that makes it (``delete_outcome`` reads its reply)."""
         return PreparedDelete(
-            [keys.document_key(collection, doc_id), keys.index_key_for(collection, doc_id)], [doc_id, if_match]
+            [
+                keys.document_key(collection, doc_id),
+                keys.index_key_for(collection, doc_id),
+                *self._feed.script_keys(collection, doc_id),
+            ],
+            [doc_id, if_match, *self._feed.script_args(b"delete", collection, doc_id)],
         )
 
     def _concern(self, replicas: Optional[int]) -> WriteConcern:

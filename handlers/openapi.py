@@ -99,6 +99,7 @@ _ERRORS: Dict[int, str] = {
     405: "The path does not support this method; `Allow` lists those it does.",
     406: "`Accept-Encoding` refuses the stored bytes (`identity;q=0`) and every compressed variant stored.",
     408: "The request head or body did not arrive in time (`request-timeout`); the connection closes.",
+    410: "The change feed no longer keeps the events after the position (`feed-position-lost`).",
     409: "The merge patch lost the race to concurrent writers too many times; retry.",
     412: "An `If-Match`, `If-None-Match` or `If-Unmodified-Since` condition does not hold.",
     413: "The body is larger than `JETWAY_MAX_BODY` bytes (default 1 MiB), or than the collection's `max_bytes`.",
@@ -644,8 +645,8 @@ def _headers() -> Json:
     }
 
 
-def _problem_schema() -> Json:
-    listed = "\n".join(f"- `{PROBLEM_TYPE_PREFIX}{slug}`: {meaning}" for slug, meaning in PROBLEM_TYPES)
+def _problem_schema(more: Iterable[Tuple[str, str]] = ()) -> Json:
+    listed = "\n".join(f"- `{PROBLEM_TYPE_PREFIX}{slug}`: {meaning}" for slug, meaning in (*PROBLEM_TYPES, *more))
     return _object(
         {
             "type": {"type": "string", "format": "uri", "description": "One of:\n" + listed},
@@ -718,9 +719,11 @@ def _schemas(max_ids: int) -> Json:
     }
 
 
-def openapi_document(max_ids: int = validation.MAX_IDS, with_docs: bool = True) -> Json:
+def openapi_document(max_ids: int = validation.MAX_IDS, with_docs: bool = True, max_wait: int = 60) -> Json:
     """The whole OpenAPI 3.1.0 document, as plain JSON values."""
-    # Imported here: handlers.openapi_batch is built from this module's builders.
+    # Imported here: handlers.openapi_batch and the change feed's part
+    # (handlers.openapi_changes) are built from this module's builders.
+    from handlers import openapi_changes as changes
     from handlers.openapi_batch import BATCH, batch_operations, batch_schemas
 
     return {
@@ -745,10 +748,16 @@ def openapi_document(max_ids: int = validation.MAX_IDS, with_docs: bool = True) 
                 "A multi-get by POST.", "MultiGet", _secured(_multi_get_operations()), ("collection",)
             ),
             BATCH: _path_item("Many operations in one request.", "Batch", _secured(batch_operations())),
+            **changes.changes_paths(max_wait),
         },
         "components": {
-            "schemas": {**_schemas(max_ids), **batch_schemas()},
-            "parameters": _parameters(max_ids),
+            "schemas": {
+                **_schemas(max_ids),
+                **batch_schemas(),
+                **changes.changes_schemas(),
+                "Problem": _problem_schema(changes.PROBLEM_TYPES),
+            },
+            "parameters": {**_parameters(max_ids), **changes.changes_parameters(max_wait)},
             "headers": _headers(),
             "responses": {"MethodNotAllowed": _errors((405,))["405"]},
             "securitySchemes": {
@@ -756,7 +765,8 @@ def openapi_document(max_ids: int = validation.MAX_IDS, with_docs: bool = True) 
                     "type": "http",
                     "scheme": "bearer",
                     "description": "A token made with `python -m api keys create`; only its SHA-256 is stored.",
-                }
+                },
+                "ticket": changes.TICKET_SCHEME,
             },
         },
     }

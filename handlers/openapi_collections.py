@@ -109,8 +109,10 @@ def _named(operation_id: str, part: str) -> str:
 class OpenApiSource:
     """The served document's bytes: kept per settings generation, rebuilt after a change."""
 
-    def __init__(self, max_ids: int, collections: Optional[SettingsCache], with_docs: bool = True) -> None:
-        self._base = api_document(max_ids, with_docs)
+    def __init__(
+        self, max_ids: int, collections: Optional[SettingsCache], with_docs: bool = True, max_wait: int = 60
+    ) -> None:
+        self._base = api_document(max_ids, with_docs, max_wait)
         self._collections = collections
         self._kept: Optional[Tuple[int, bytes]] = None
         if collections is None:

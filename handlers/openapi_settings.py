@@ -160,9 +160,9 @@ def _paths() -> Json:
     }
 
 
-def api_document(max_ids: int = validation.MAX_IDS, with_docs: bool = True) -> Json:
+def api_document(max_ids: int = validation.MAX_IDS, with_docs: bool = True, max_wait: int = 60) -> Json:
     """``handlers.openapi.openapi_document`` with the collection-settings routes."""
-    spec = openapi_document(max_ids, with_docs)
+    spec = openapi_document(max_ids, with_docs, max_wait)
     spec["paths"].update(_paths())
     spec["components"]["schemas"].update(_schemas())
     return spec

@@ -1,0 +1,216 @@
+"""``GET /v1/_changes/{coll}``: a collection's change feed, as SSE or as a long poll.
+
+- ``Accept: text/event-stream``: Server-Sent Events from now, or from
+  ``Last-Event-ID`` (what a browser's ``EventSource`` sends when it
+  reconnects) or ``?since=``. First a ``ready`` event with ``retry:`` and the
+  starting position as its ``id:``, then every change as ``id:`` (the
+  position after it) and ``data:`` ``{"op","id","etag","time"}``, plus
+  ``"doc"`` with ``?include_docs=true``; the stream itself is
+  ``handlers.event_stream`` and ``handlers.feed``.
+- Otherwise a long poll: ``{"events": [...], "next": "<position>"}``, up to
+  ``limit`` events after ``since`` (or now), waiting up to ``wait`` seconds
+  for the first.
+
+A position older than what the feed keeps is a 410 ``feed-position-lost``
+(on a stream mid-way: a ``lost`` event, then the end). Read scope on the
+collection, by bearer token or by ``?ticket=`` (``handlers.tickets``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+from twisted.internet import defer
+
+from cache import feed_position
+from cache.change_feed import Page
+from cache.feed_position import Position, PositionError
+from handlers import validation
+from handlers.base import ResourceHandler
+from handlers.errors import ApiError, bad_request
+from handlers.event_stream import LOST_DETAIL, EventStream, ready_event
+from handlers.feed import Feed
+from handlers.feed_subscriber import Subscription
+from handlers.tickets import TicketGate, feed_off
+
+EVENT_STREAM = "text/event-stream"
+
+
+def gone() -> ApiError:
+    return ApiError(410, "feed-position-lost", LOST_DETAIL)
+
+
+def wants_events(accept: Optional[str]) -> bool:
+    """Whether ``Accept`` asks for ``text/event-stream`` (with a weight above 0)."""
+    if not accept or EVENT_STREAM not in accept.lower():
+        return False
+    for part in accept.lower().split(","):
+        media, *params = [piece.strip() for piece in part.split(";")]
+        if media == EVENT_STREAM:
+            return not any(param.replace(" ", "") in ("q=0", "q=0.0", "q=0.00", "q=0.000") for param in params)
+    return False
+
+
+def _flag(name: str, text: Optional[str]) -> bool:
+    if text is None or text == "false":
+        return False
+    if text == "true":
+        return True
+    raise bad_request(f"{name} must be true or false", f"invalid-{name}")
+
+
+def _seconds(name: str, text: Optional[str], high: int) -> int:
+    if text is None:
+        return 0
+    if not text.isascii() or not text.isdigit() or int(text) > high:
+        raise bad_request(f"{name} must be a whole number of seconds from 0 to {high}", f"invalid-{name}")
+    return int(text)
+
+
+class ChangesHandler(ResourceHandler):
+    ROUTE = "changes"
+    SUPPORTED_METHODS = ("GET", "OPTIONS")
+
+    def initialize(self, feed: Optional[Feed], ticket_gate: Optional[TicketGate], **documents: Any) -> None:
+        super().initialize(**documents)
+        self.feed = feed
+        self.ticket_gate = ticket_gate
+        self.stream: Optional[EventStream] = None
+        self.subscription: Optional[Subscription] = None
+        self._gone = False
+        self._ended = False
+
+    def writes(self) -> bool:
+        return False
+
+    def prepare(self) -> Optional[defer.Deferred]:
+        if self.request.method == "OPTIONS":
+            return None
+        if self.feed is None:
+            raise feed_off()
+        ticket = self.query_argument("ticket")
+        if ticket is not None and self.ticket_gate is not None and self.request.headers.get("Authorization") is None:
+            return self.ticket_gate.admit(ticket, self.path_args[0]).addCallback(self._admitted)
+        return super().prepare()
+
+    def get(self, collection: str) -> defer.Deferred:
+        name = validation.collection_name(collection)
+        with_docs = _flag("include_docs", self.query_argument("include_docs"))
+        if wants_events(self.request.headers.get("Accept")):
+            return self._stream(name, with_docs)
+        return self._poll(name, with_docs)
+
+    def _position(self, name: bytes, resuming: bool) -> Optional[Position]:
+        """Where to start: ``Last-Event-ID`` (a stream resuming), else ``since``; None for now."""
+        token = self.request.headers.get("Last-Event-ID") if resuming else None
+        if not token:
+            token = self.query_argument("since")
+        if not token:
+            return None
+        try:
+            return feed_position.decode(name, token)
+        except PositionError as error:
+            raise bad_request(
+                f"since / Last-Event-ID is not a position in {name.decode()}'s feed ({error})", "invalid-position"
+            ) from None
+
+    # -- the long poll ----------------------------------------------------
+
+    @defer.inlineCallbacks
+    def _poll(self, name: bytes, with_docs: bool) -> Any:
+        assert self.feed is not None
+        limit = validation.limit(self.query_argument("limit"))
+        wait = _seconds("wait", self.query_argument("wait"), self.feed.limits.max_wait)
+        position = self._position(name, resuming=False)
+        if position is None:
+            position = yield self.feed.now(name)
+        page: Page = yield self.feed.poll(name, position, limit, wait)
+        if page.lost:
+            raise gone()
+        docs: Dict[bytes, Optional[bytes]] = {}
+        if with_docs and page.events:
+            ids = list(dict.fromkeys(event.doc_id for event in page.events))
+            bodies = yield self.feed.reader.documents(name, ids)
+            docs = dict(zip(ids, bodies))
+        events = b",".join([event.json(with_docs, docs.get(event.doc_id)) for event in page.events])
+        following = feed_position.encode(name, page.position).encode("ascii")
+        self.set_header("Cache-Control", "no-store")
+        self.send_bytes(200, b'{"events":[' + events + b'],"next":"' + following + b'"}')
+
+    # -- the stream -------------------------------------------------------
+
+    @defer.inlineCallbacks
+    def _stream(self, name: bytes, with_docs: bool) -> Any:
+        assert self.feed is not None
+        position = self._position(name, resuming=True)
+        subscription = self.feed.subscription(name, with_docs)
+        try:
+            first = yield subscription.start(position)
+        except BaseException:
+            subscription.cancel()
+            raise
+        if first is not None and first.lost:
+            subscription.cancel()
+            raise gone()
+        if self._gone:
+            subscription.cancel()  # the client left while the start was read
+            return
+        self.subscription = subscription
+        self._open(feed_position.encode(name, subscription.position))
+        assert self.stream is not None
+        if self.feed.draining:
+            self.stream.end_reconnect("the server is shutting down; reconnect with Last-Event-ID")
+            return
+        subscription.run(self.stream, first)
+
+    def _open(self, token: str) -> None:
+        """The response head and the ``ready`` event; from here on the stream answers, not Cyclone."""
+        assert self.feed is not None
+        self._auto_finish = False
+        self.set_status(200)
+        self.set_header("Content-Type", EVENT_STREAM)
+        self.set_header("Cache-Control", "no-store")
+        self.set_header("X-Accel-Buffering", "no")  # nginx would hold events back to fill its buffer
+        connection = self.request.connection
+        chunked = self.request.supports_http_1_1()
+        if chunked:
+            self.set_header("Transfer-Encoding", "chunked")
+        else:
+            connection.keep_alive = False  # HTTP/1.0: the body ends with the connection
+        head = self._generate_headers()
+        self._headers_written = True
+        limits = self.feed.limits
+        self.stream = EventStream(
+            connection.transport,
+            chunked,
+            limits.buffer,
+            limits.stall_seconds,
+            self.feed.clock,
+            self.feed.stats,
+            self._stream_ended,
+        )
+        self.feed.stream_opened(self.stream)
+        self.stream.open(head, ready_event(token))
+
+    def _stream_ended(self) -> None:
+        """The stream's end, whoever ended it: one access line and one request in the metrics."""
+        if self._ended:
+            return
+        self._ended = True
+        assert self.feed is not None and self.stream is not None
+        self.feed.stream_closed(self.stream)
+        if self.subscription is not None:
+            self.subscription.cancel()
+        self.request.connection.no_keep_alive = True
+        if not self._finished:
+            self.finish()
+
+    def on_connection_close(self, *args: Any) -> None:
+        if self._finished:
+            return
+        self._gone = True
+        if self.stream is not None and self.feed is not None:
+            self.stream.connection_lost()
+            # Not from inside this callback: Cyclone's connection fires it
+            # before it lets go of it, and finishing would fire it again.
+            self.feed.clock.callLater(0, self._stream_ended)

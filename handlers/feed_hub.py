@@ -1,0 +1,363 @@
+"""One collection's change feed as one worker follows it, for all its subscribers there.
+
+A ``Hub`` reads the collection's shard streams (``cache.change_feed``) from
+where it last was (``position``) whenever a nudge says a shard has more
+(``cache.feed_nudges``), when its subscription comes back, and on the
+worker's sweep; it never blocks a Redis connection. Each read's events are
+merged in stream-id order, given their position token once, and made into
+SSE frames once, and every live subscriber gets the same bytes in one
+write (``Chunk``): the cost of an event is paid once per worker, and a
+subscriber costs a write per batch.
+
+Two lanes: ``plain`` (op, id, etag, time) and ``docs`` (the same with the
+document's bytes as they are now, fetched once per batch for all the
+``include_docs`` subscribers, ``DOCS_PER_FETCH`` at a time, in order). A
+lane's ``position`` is where its last chunk ended; a subscriber catching
+up joins a lane exactly there (``handlers.feed_subscriber``).
+
+Consistency: a lane delivers each shard's events in stream order, once,
+and a chunk's events in stream-id order. If a read finds that events after
+the hub's position are gone (the cap, a failover that lost writes) it
+cannot go on without a gap: every subscriber is told ``lost``, and the hub
+starts again from the tail.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, List, Optional, Protocol, Set, Tuple
+
+from twisted.internet import defer
+from twisted.logger import Logger
+
+from cache.change_feed import Event, FeedReader, ShardRead, merged
+from cache.feed_nudges import FeedNudges
+from cache.feed_position import START, Position, StreamId, advanced, ahead, encode
+from cache.keys import INDEX_SHARDS
+
+# Events read per shard at once; a busier shard is read again at once.
+READ_BATCH = 500
+# Documents fetched per round trip for the docs lane: at most this many
+# (each up to JETWAY_MAX_BODY) are held at once for a batch.
+DOCS_PER_FETCH = 32
+# Between retries while Redis does not answer a hub's read.
+RETRY_SECONDS = 1.0
+_log = Logger()
+
+# (event, its position token, the position after it)
+Entry = Tuple[Event, bytes, Position]
+
+
+def sse_frame(token: bytes, data: bytes) -> bytes:
+    """One SSE event: its position as ``id:`` (what ``Last-Event-ID`` resumes from), its JSON as ``data:``.
+
+    A stored document may hold line breaks (JSON whitespace), which would
+    end the ``data:`` line: each becomes a new ``data:`` line, which the
+    client joins with ``\\n``, so it reads the same JSON (with CR and CRLF
+    read as LF; the long poll sends the bytes exactly).
+    """
+    if b"\n" in data or b"\r" in data:
+        data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n").replace(b"\n", b"\ndata: ")
+    return b"id: " + token + b"\ndata: " + data + b"\n\n"
+
+
+class Chunk:
+    """The SSE frames of one batch, shared by every subscriber of a lane."""
+
+    __slots__ = ("_chunked", "count", "frames", "position")
+
+    def __init__(self, frames: bytes, position: Position, count: int) -> None:
+        self.frames = frames
+        self.position = position
+        self.count = count
+        self._chunked: Optional[bytes] = None
+
+    def chunked(self) -> bytes:
+        """The frames as one HTTP/1.1 chunk, made once for all subscribers."""
+        if self._chunked is None:
+            self._chunked = b"%x\r\n%s\r\n" % (len(self.frames), self.frames)
+        return self._chunked
+
+
+class Member(Protocol):
+    """What a lane delivers to (``handlers.feed_subscriber.Subscription``)."""
+
+    def deliver(self, chunk: Chunk) -> None: ...
+
+    def buffer(self, chunk: Chunk) -> None: ...
+
+    def lost(self) -> None: ...
+
+    def interrupted(self) -> None: ...
+
+
+class Lane:
+    """Subscribers that get the same frames, and where the last chunk ended."""
+
+    def __init__(self, position: Position) -> None:
+        self.position = position
+        self.members: Set[Member] = set()
+        self.joining: Set[Member] = set()  # catching up: chunks are buffered for them
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.members or self.joining)
+
+    def deliver(self, chunk: Chunk) -> None:
+        self.position = chunk.position
+        for member in list(self.members):
+            member.deliver(chunk)
+        for member in list(self.joining):
+            member.buffer(chunk)
+
+    def everyone(self) -> List[Member]:
+        return [*self.members, *self.joining]
+
+
+class Hub:
+    """One collection followed by this worker: its position, its lanes, its long polls."""
+
+    def __init__(self, collection: bytes, reader: FeedReader, nudges: FeedNudges, clock: Any) -> None:
+        self.collection = collection
+        self.reader = reader
+        self._nudges = nudges
+        self._clock = clock
+        self.position: Position = START
+        self.plain = Lane(START)
+        self.docs = Lane(START)
+        self.ready = False
+        self.closed = False
+        self.events_read = 0
+        self.attached = 0  # subscriptions of this hub, live or catching up
+        self.last_busy = clock.seconds()
+        self._starting: List[defer.Deferred] = []
+        self._dirty: Set[int] = set()
+        self._reading = False
+        self._scheduled: Optional[Any] = None
+        self._reads_started = 0
+        self._settling: List[Tuple[int, defer.Deferred]] = []
+        self._docs_chain: defer.Deferred = defer.succeed(None)
+        self._polls: List[Tuple[Position, defer.Deferred, Any]] = []
+
+    # -- life ------------------------------------------------------------
+
+    def when_ready(self) -> defer.Deferred:
+        """Fires once the hub knows where the feed is (subscribed, then the tail read)."""
+        if self.ready:
+            return defer.succeed(self)
+        waiting: defer.Deferred = defer.Deferred()
+        self._starting.append(waiting)
+        if len(self._starting) == 1:
+            self._start()
+        return waiting
+
+    def _start(self) -> None:
+        # Subscribed before the tail is read: an event after the tail has
+        # its nudge coming (or the sweep finds it).
+        starting = self._nudges.follow(self.collection)
+        starting.addCallback(lambda _: self.reader.tail(self.collection))
+        starting.addCallbacks(self._started, self._not_started)
+
+    def _started(self, tail: Position) -> None:
+        self.position = tail
+        self.plain.position = self.docs.position = tail
+        self._dirty.clear()
+        self.ready = True
+        starting, self._starting = self._starting, []
+        for waiting in starting:
+            waiting.callback(self)
+
+    def _not_started(self, failure: Any) -> None:
+        starting, self._starting = self._starting, []
+        for waiting in starting:
+            waiting.errback(failure)
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.attached or self._polls or self._starting)
+
+    def close(self) -> None:
+        """Stop following (no subscriber left for a while)."""
+        self.closed = True
+        self._nudges.unfollow(self.collection)
+        if self._scheduled is not None and self._scheduled.active():
+            self._scheduled.cancel()
+
+    # -- reading -----------------------------------------------------------
+
+    def nudge(self, shard: int, stream_id: StreamId) -> None:
+        """A write script says ``shard`` has ``stream_id``: read it, unless already read."""
+        if self.ready and stream_id > self.position[shard]:
+            self._dirty.add(shard)
+            self._schedule()
+
+    def refresh(self) -> None:
+        """Read every shard from where the hub is (the subscription came back)."""
+        if self.ready:
+            self._dirty.update(range(INDEX_SHARDS))
+            self._schedule()
+
+    def sweep(self) -> None:
+        """The safety net for lost nudges: read the shards whose tail moved."""
+        if self.ready and not self._reading and not self._dirty:
+            self.reader.tail(self.collection).addCallbacks(self._swept, lambda _: None)
+
+    def _swept(self, tail: Position) -> None:
+        moved = ahead(tail, self.position)
+        if moved and not self.closed:
+            self._dirty.update(moved)
+            self._schedule()
+
+    def settled(self, with_docs: bool) -> defer.Deferred:
+        """Fires once every shard was read to its end after now, and the lane has delivered it."""
+        settling: defer.Deferred = defer.Deferred()
+        self._settling.append((self._reads_started + 1, settling))
+        self.refresh()
+        if with_docs:
+            settling.addCallback(lambda _: self._after_docs())
+        return settling
+
+    def _after_docs(self) -> defer.Deferred:
+        done: defer.Deferred = defer.Deferred()
+        self._docs_chain.addBoth(lambda result: (done.callback(None), result)[1])
+        return done
+
+    def _schedule(self) -> None:
+        # Nudges of one reactor turn make one read.
+        if self._scheduled is None and not self._reading and not self.closed and self.ready:
+            self._scheduled = self._clock.callLater(0, self._read)
+
+    def _read(self) -> None:
+        self._scheduled = None
+        if self._reading or not self._dirty or self.closed or not self.ready:
+            return
+        self._reading = True
+        self._reads_started += 1
+        number = self._reads_started
+        shards = sorted(self._dirty)
+        self._dirty.clear()
+        reading = self.reader.read(
+            self.collection, [(shard, self.position[shard], None, READ_BATCH) for shard in shards]
+        )
+        reading.addCallbacks(self._read_done, self._read_failed, callbackArgs=(number,), errbackArgs=(shards,))
+
+    def _read_done(self, reads: List[ShardRead], number: int) -> None:
+        self._reading = False
+        if self.closed:
+            return
+        if any(read.lost for read in reads):
+            self._lose()
+            return
+        events = merged(reads)
+        full = [read.events[-1].stream_id for read in reads if read.full]
+        if full:
+            # A shard read to READ_BATCH may hold events older than the
+            # other shards' last ones: deliver up to there, read on.
+            cutoff = min(full)
+            self._dirty.update(read.shard for read in reads if read.full)
+            self._dirty.update(event.shard for event in events if event.stream_id > cutoff)
+            events = [event for event in events if event.stream_id <= cutoff]
+        self._dispatch(events)
+        if self._dirty:
+            self._schedule()
+            return
+        settled = [waiting for needed, waiting in self._settling if needed <= number]
+        self._settling = [(needed, waiting) for needed, waiting in self._settling if needed > number]
+        for waiting in settled:
+            waiting.callback(None)
+
+    def _read_failed(self, failure: Any, shards: List[int]) -> None:
+        self._reading = False
+        self._dirty.update(shards)
+        _log.warn("change feed of {collection} not read: {error}", collection=self.collection, error=failure.value)
+        settling, self._settling = self._settling, []
+        for _, waiting in settling:
+            waiting.errback(failure)
+        if not self.closed:
+            self._clock.callLater(RETRY_SECONDS, self._schedule)
+
+    # -- delivering --------------------------------------------------------
+
+    def _dispatch(self, events: List[Event]) -> None:
+        if not events:
+            return
+        self.events_read += len(events)
+        position = self.position
+        entries: List[Entry] = []
+        for event in events:
+            position = advanced(position, event.shard, event.stream_id)
+            entries.append((event, encode(self.collection, position).encode("ascii"), position))
+        self.position = position
+        frames = b"".join([sse_frame(token, event.json()) for event, token, _ in entries])
+        self.plain.deliver(Chunk(frames, position, len(entries)))
+        self._docs_chain.addCallback(self._docs_step, entries)
+        self._wake_polls()
+
+    def _docs_step(self, _: Any, entries: List[Entry]) -> Optional[defer.Deferred]:
+        if not self.docs.busy or self.closed:
+            self.docs.position = entries[-1][2]
+            return None
+        return self._fetch_docs(entries, 0)
+
+    def _fetch_docs(self, entries: List[Entry], start: int) -> defer.Deferred:
+        part = entries[start : start + DOCS_PER_FETCH]
+        ids = list(dict.fromkeys(event.doc_id for event, _, _ in part))
+        fetching = self.reader.documents(self.collection, ids)
+        fetching.addCallback(self._docs_fetched, entries, start, ids)
+        return fetching.addErrback(self._docs_failed, entries)
+
+    def _docs_fetched(self, bodies: List[Optional[bytes]], entries: List[Entry], start: int, ids: List[bytes]) -> Any:
+        docs = dict(zip(ids, bodies))
+        part = entries[start : start + DOCS_PER_FETCH]
+        frames = b"".join([sse_frame(token, event.json(True, docs[event.doc_id])) for event, token, _ in part])
+        self.docs.deliver(Chunk(frames, part[-1][2], len(part)))
+        if start + DOCS_PER_FETCH < len(entries):
+            return self._fetch_docs(entries, start + DOCS_PER_FETCH)
+        return None
+
+    def _docs_failed(self, failure: Any, entries: List[Entry]) -> None:
+        # Their next frames would skip events: they reconnect and resume from their last id.
+        _log.warn("documents of {collection}'s feed not read: {error}", collection=self.collection, error=failure.value)
+        for member in self.docs.everyone():
+            member.interrupted()
+        self.docs.position = entries[-1][2]
+
+    def _lose(self) -> None:
+        """Events after the hub's position are gone: nobody can be told what they were."""
+        for member in [*self.plain.everyone(), *self.docs.everyone()]:
+            member.lost()
+        self._wake_polls(everyone=True)
+        self.ready = False
+        self.when_ready().addErrback(lambda _: None)  # from the tail again; on failure the next subscriber retries
+
+    # -- long polls --------------------------------------------------------
+
+    def wait_past(self, position: Position, seconds: float) -> defer.Deferred:
+        """Fires True once the hub has read past ``position`` in any shard, False after ``seconds``."""
+        if ahead(self.position, position):
+            return defer.succeed(True)
+        waiting: defer.Deferred = defer.Deferred()
+        timer = self._clock.callLater(seconds, self._poll_timed_out, waiting)
+        self._polls.append((position, waiting, timer))
+        return waiting
+
+    def end_polls(self) -> None:
+        """Answer every long poll now (the worker drains)."""
+        self._wake_polls(everyone=True)
+
+    def _poll_timed_out(self, waiting: defer.Deferred) -> None:
+        self._polls = [poll for poll in self._polls if poll[1] is not waiting]
+        self.last_busy = self._clock.seconds()
+        waiting.callback(False)
+
+    def _wake_polls(self, everyone: bool = False) -> None:
+        if not self._polls:
+            return
+        woken = [poll for poll in self._polls if everyone or ahead(self.position, poll[0])]
+        self._polls = [poll for poll in self._polls if poll not in woken]
+        for _, waiting, timer in woken:
+            if timer.active():
+                timer.cancel()
+            waiting.callback(True)
+
+
+HubFactory = Callable[[bytes], Hub]
