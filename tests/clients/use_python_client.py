@@ -15,6 +15,7 @@ from typing import Any, List
 
 from jetway_client import AuthenticatedClient, Client
 from jetway_client.api.batch import run_batch
+from jetway_client.api.changes import create_changes_ticket, get_changes
 from jetway_client.api.collections import create_document, get_documents, head_collection, list_documents
 from jetway_client.api.documents import (
     delete_document,
@@ -51,6 +52,7 @@ from jetway_client.models import (
     BatchPut,
     BatchRequest,
     BatchResults,
+    ChangesPage,
     CollectionSettings,
     CollectionSettingsList,
     CollectionSettingsSchema,
@@ -61,6 +63,7 @@ from jetway_client.models import (
     MergePatch,
     Page,
     Problem,
+    Ticket,
     TypedDocument,
 )
 from jetway_client.types import Response
@@ -248,6 +251,22 @@ def collection_settings(client: AuthenticatedClient) -> None:
     assert problem(refused, 422, "schema-violation").errors[0].keyword == "format"
 
 
+def changes(client: AuthenticatedClient, base_url: str) -> None:
+    """The change feed's long poll, with the token and with a ticket (what EventSource sends)."""
+    now = expect(get_changes.sync_detailed(COLLECTION, client=client, wait=0), 200)
+    assert isinstance(now, ChangesPage) and now.events == [], now
+    expect(put_document.sync_detailed(COLLECTION, "f1", client=client, body=document({"f": 1})), 201)
+    later = expect(get_changes.sync_detailed(COLLECTION, client=client, since=now.next_, wait=5), 200)
+    assert [(event.op.value, event.id) for event in later.events] == [("put", "f1")], later
+    ticket = expect(create_changes_ticket.sync_detailed(COLLECTION, client=client), 201)
+    assert isinstance(ticket, Ticket) and ticket.expires_at, ticket
+    # The ticket is a query-string scheme, which this generator leaves to the caller's httpx arguments.
+    by_ticket = Client(base_url=base_url, httpx_args={"params": {"ticket": ticket.ticket}})
+    again = expect(get_changes.sync_detailed(COLLECTION, client=by_ticket, since=now.next_, wait=0), 200)
+    assert [event.id for event in again.events] == ["f1"], again
+    problem(get_changes.sync_detailed(COLLECTION, client=client, limit=0), 400, "invalid-limit")
+
+
 def main(base_url: str, token: str) -> None:
     anonymous = Client(base_url=base_url, raise_on_unexpected_status=True)
     client = AuthenticatedClient(base_url=base_url, token=token, raise_on_unexpected_status=True)
@@ -257,6 +276,7 @@ def main(base_url: str, token: str) -> None:
     collections(client)
     batch(client)
     collection_settings(client)
+    changes(client, base_url)
     print(f"python client: every operation answered as documented ({HTTPStatus.OK.phrase})")
 
 

@@ -10,6 +10,8 @@ import type { components, paths } from "./schema.js";
 
 type Problem = components["schemas"]["Problem"];
 type Document = components["schemas"]["Document"];
+// The feed's 200 is a page (application/json) or an event stream (text/event-stream): a long poll gets the page.
+type ChangesPage = components["schemas"]["ChangesPage"];
 
 const [baseUrl, token] = process.argv.slice(2);
 const collection = "gents";
@@ -200,10 +202,43 @@ async function collectionSettings(): Promise<void> {
   isProblem(refused.error, 422, "schema-violation");
 }
 
+async function changes(): Promise<void> {
+  const path = "/v1/_changes/{collection}" as const;
+  const now = await client.GET(path, { params: { path: { collection }, query: { wait: 0 } } });
+  const first = now.data as ChangesPage;
+  assert.deepEqual(first.events, []);
+  const since = first.next;
+  const put = await client.PUT("/v1/{collection}/{id}", { params: { path: { collection, id: "f1" } }, body: { f: 1 } });
+  assert.equal(put.response.status, 201);
+  const later = await client.GET(path, { params: { path: { collection }, query: { since, wait: 5 } } });
+  assert.deepEqual(
+    (later.data as ChangesPage).events.map((event) => [event.op, event.id]),
+    [["put", "f1"]],
+  );
+  const ticket = await client.POST("/v1/_changes/{collection}/tickets", { params: { path: { collection } } });
+  assert.equal(ticket.response.status, 201);
+  // The ticket is a query-string scheme: a client that adds it to every request, as EventSource's URL would.
+  const byTicket = createClient<paths>({
+    baseUrl,
+    fetch: (request: Request) => {
+      const url = new URL(request.url);
+      url.searchParams.set("ticket", ticket.data?.ticket ?? "");
+      return fetch(url, { method: request.method, headers: request.headers });
+    },
+  });
+  const again = await byTicket.GET(path, { params: { path: { collection }, query: { since, wait: 0 } } });
+  assert.deepEqual(
+    (again.data as ChangesPage).events.map((event) => event.id),
+    ["f1"],
+  );
+  isProblem((await client.GET(path, { params: { path: { collection }, query: { limit: 0 } } })).error, 400, "invalid-limit");
+}
+
 await health();
 await docs();
 await documents();
 await collections();
 await batch();
 await collectionSettings();
+await changes();
 console.log("typescript client: every operation answered as documented");
