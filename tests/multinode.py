@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
@@ -57,8 +58,23 @@ class RedisProcess:
             self.process = subprocess.Popen(
                 ["redis-server", *self.args], cwd=self.directory, stdout=log, stderr=subprocess.STDOUT
             )
-        wait_until(lambda: self.client().ping(), 10, f"redis on port {self.port}")
+        deadline = time.monotonic() + 30
+        while not self._answers():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"timed out after 30 s waiting for redis on port {self.port}")
+            time.sleep(0.05)
         return self
+
+    def _answers(self) -> bool:
+        # A server that exited (its port taken, a bad argument) fails at once, with its last words.
+        assert self.process is not None
+        if self.process.poll() is not None:
+            log = (self.directory / "redis.log").read_text(errors="replace").strip().splitlines()[-3:]
+            raise RuntimeError(f"redis-server on port {self.port} exited {self.process.returncode}: {log}")
+        try:
+            return bool(self.client().ping())
+        except redis.RedisError:
+            return False
 
     def kill(self) -> None:
         """SIGKILL: a crash, not a shutdown (no goodbye to replicas or sentinels)."""
