@@ -166,7 +166,13 @@ def _migrate(cluster: ClusterServers, source: int, target: int, keys: List[bytes
 
 
 def _end_move(cluster: ClusterServers, slot: int, target: int) -> None:
+    """Move what is left of the slot (the shard's change-feed stream shares it), then hand it over, as reshard does."""
     ids = cluster.node_ids()
+    for node in cluster.nodes:
+        if node.port != target:
+            left = _on(cluster, node.port, "CLUSTER", "GETKEYSINSLOT", slot, 1000)
+            if left:
+                _migrate(cluster, node.port, target, list(left))
     for node in cluster.nodes:
         _on(cluster, node.port, "CLUSTER", "SETSLOT", slot, "NODE", ids[target])
 
