@@ -177,6 +177,16 @@ def servers(workers: int) -> List[Server]:
             env=(("JETWAY_COMPRESS_MIN_BYTES", "0"),),
             only=("get-large", "put-large"),
         ),
+        # Writes that log no change event (JETWAY_FEED=off): what the feed costs a write (issue 23: <= 10%).
+        Server(
+            "nofeed",
+            f"Jetway PyPy, {workers} workers, no change feed",
+            "jetway",
+            PYPY,
+            workers=workers,
+            env=(("JETWAY_FEED", "off"),),
+            only=("put", "put-large"),
+        ),
         Server(
             "reencode",
             f"PyPy decode+re-encode, {workers} workers",
