@@ -187,14 +187,15 @@ def _check(args: argparse.Namespace, baseline: Dict[str, Any]) -> int:
     with tempfile.TemporaryDirectory(prefix="jetway-loadtest-") as scratch, Processes(Path(scratch)) as processes:
         for side in sides:
             _gate.start(side, processes, scenario["workers"], args.python)
-        for side in sides:  # PyPy's JIT first; not counted
-            _measure_round(side, {**scenario, "warmup": 0.0, "duration": gate["warmup_seconds"]}, args, f"{name}-warm")
+        # PyPy's JIT first; not counted
+        _measure_round(sides, {**scenario, "warmup": 0.0, "duration": gate["warmup_seconds"]}, args, f"{name}-warm")
         for number in range(gate["rounds"]):
-            for side in sides if number % 2 == 0 else sides[::-1]:
-                window = {**scenario, "warmup": 1.0, "duration": gate["round_seconds"]}
-                measured[side.name].append(_measure_round(side, window, args, f"{name}-{number + 1}"))
-                figure = measured[side.name][-1].cpu_us_per_request
-                print(f"loadtest-check: round {number + 1}, {side.name}: {figure:.1f} µs of worker CPU per request")
+            order = sides if number % 2 == 0 else sides[::-1]
+            window = {**scenario, "warmup": 1.0, "duration": gate["round_seconds"]}
+            for side, figures in zip(order, _measure_round(order, window, args, f"{name}-{number + 1}")):
+                measured[side.name].append(figures)
+                cpu = figures.cpu_us_per_request
+                print(f"loadtest-check: round {number + 1}, {side.name}: {cpu:.1f} µs of worker CPU per request")
     lines, failures = _gate.verdict(measured["baseline"], measured["this-tree"], limits)
     report = "\n".join(lines)
     print(report)
@@ -214,11 +215,16 @@ def _gate_settings(args: argparse.Namespace, recorded: Dict[str, Any]) -> Dict[s
     return settings
 
 
-def _measure_round(side: _gate.Side, scenario: Dict[str, Any], args: argparse.Namespace, name: str) -> _gate.Round:
-    prefix = args.results / f"{name}-{side.name}"
-    Path(f"{prefix}.json").unlink(missing_ok=True)
-    command = _locust_command(scenario, side.base, prefix, args.locustfile)
-    return _gate.measure(side, command, Path(f"{prefix}.json"))
+def _measure_round(
+    sides: List[_gate.Side], scenario: Dict[str, Any], args: argparse.Namespace, name: str
+) -> List[_gate.Round]:
+    """The scenario against every side at once (``sides``' order: the order their locusts start in)."""
+    runs = []
+    for side in sides:
+        prefix = args.results / f"{name}-{side.name}"
+        Path(f"{prefix}.json").unlink(missing_ok=True)
+        runs.append((side, _locust_command(scenario, side.base, prefix, args.locustfile), Path(f"{prefix}.json")))
+    return _gate.measure_together(runs)
 
 
 def _record(args: argparse.Namespace) -> int:
