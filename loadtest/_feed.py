@@ -339,9 +339,10 @@ def _report(
         )
     steady = [max(sample) for sample in zip(*phases[0].rss_mb[-4:])] if phases[0].rss_mb else []
     peak = [max(sample) for sample in zip(*phases[1].rss_mb)] if phases[1].rss_mb else []
-    allowed = args.stalled / args.workers * buffer_mb
+    # However the stalled streams fell to the workers, together they may hold one buffer each.
+    allowed = args.stalled * buffer_mb
     growth = [after - before for before, after in zip(steady, peak)]
-    memory_verdict = "met" if growth and max(growth) <= allowed else "MISSED"
+    memory_verdict = "met" if growth and sum(growth) <= allowed else "MISSED"
     lines += [
         "",
         "| each worker's RSS | MB |",
@@ -351,8 +352,8 @@ def _report(
         f"| end of phase 1 (max of the last 2 s) | {_mbs(steady)} |",
         f"| phase 1's own swing (max - min of its samples) | {_mbs(_swing(phases[0].rss_mb))} |",
         f"| peak in phase 2 ({args.stalled} stalled) | {_mbs(peak)} |",
-        f"| growth, phase 1 → peak of phase 2 | {_mbs(growth)} (allowed: {args.stalled} / {args.workers} workers"
-        f" x {buffer_mb:g} MiB = {allowed:.0f} MB each: {memory_verdict}) |",
+        f"| growth, phase 1 → peak of phase 2 | {_mbs(growth)} (together {sum(growth):.0f}; allowed:"
+        f" {args.stalled} stalled x {buffer_mb:g} MiB = {allowed:.0f} MB: {memory_verdict}) |",
         "",
         f"Streams ended for not reading (`jetway_feed_fell_behind`): {fell_behind:,.0f} of {args.stalled} stalled."
         f" Untimed readers: {totals.get('bytes', 0) / 2**20:,.1f} MiB read, {totals.get('closed', 0)} closed by the"
