@@ -8,11 +8,14 @@ on with an unrated token, access log on), then:
    them in this process, which note when each event arrives, the rest in a
    second process (``_readers``) that reads and discards, so that its work
    does not delay the probes' clocks;
-2. phase "all read": PUTs at ``--rate`` writes/s for ``--seconds`` through
+2. after ``--warmup`` seconds of the same writes, untimed (PyPy's JIT),
+   phase "all read": PUTs at ``--rate`` writes/s for ``--seconds`` through
    keep-alive connections; an event's latency is the time from its write's
    2xx to its arrival at a probe (0 when it arrived first);
 3. phase "N stalled": opens ``--stalled`` more streams that never read (a
-   4 KiB receive buffer), and writes as in phase 2: the other subscribers'
+   4 KiB receive buffer), and writes as in phase 2 for ``--stalled-seconds``
+   (the kernel takes up to ``tcp_wmem``'s 4 MiB of each before the worker
+   holds any, so this phase lasts long enough to fill both): the other subscribers'
    latency again, and each worker's resident memory sampled twice a second
    against what the stalled streams may hold (``JETWAY_FEED_BUFFER`` each).
 
@@ -60,6 +63,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--rate", type=float, default=1000.0, help="writes per second")
     parser.add_argument("--seconds", type=float, default=20.0, help="of writes, per phase")
     parser.add_argument("--stalled", type=int, default=100, help="streams that never read, in the second phase")
+    # The kernel takes up to tcp_wmem's 4 MiB per connection before a worker holds anything:
+    # at ~150 KB/s per stream that is ~30 s, then the buffer fills and the stream is ended.
+    parser.add_argument("--stalled-seconds", type=float, default=60.0, help="of writes, in the second phase")
+    parser.add_argument("--warmup", type=float, default=10.0, help="seconds of writes first, not timed (the JIT)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--readers-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
@@ -255,11 +262,15 @@ async def measure(args: argparse.Namespace) -> str:
         rss["subscribed"] = processes.worker_rss_mb("jetway")
         subscribers = _metric(base, "jetway_feed_subscribers")
 
+        warmup = Phase("warm-up")
+        await _run_phase(port, token, warmup, args, probes, processes, 0, args.warmup)
+        first = len(warmup.acknowledged) + warmup.failed
         phases = [Phase("all read"), Phase(f"{args.stalled} stalled")]
-        await _run_phase(port, token, phases[0], args, probes, processes, first=0)
+        await _run_phase(port, token, phases[0], args, probes, processes, first, args.seconds)
+        first += int(args.rate * args.seconds)
         stalled = _stalled(port, token, args.stalled)
         try:
-            await _run_phase(port, token, phases[1], args, probes, processes, first=int(args.rate * args.seconds))
+            await _run_phase(port, token, phases[1], args, probes, processes, first, args.stalled_seconds)
             fell_behind = _metric(base, "jetway_feed_fell_behind_total")
         finally:
             for sock in stalled:
@@ -277,6 +288,7 @@ async def _run_phase(
     probes: List[Subscriber],
     processes: Processes,
     first: int,
+    seconds: float,
 ) -> None:
     async def sample_memory() -> None:
         while True:
@@ -285,7 +297,7 @@ async def _run_phase(
 
     sampling = asyncio.ensure_future(sample_memory())
     try:
-        await _write(port, token, phase, args.rate, args.seconds, first)
+        await _write(port, token, phase, args.rate, seconds, first)
         await asyncio.sleep(DRAIN_SECONDS)
     finally:
         sampling.cancel()
@@ -320,10 +332,12 @@ def _report(
         "",
         f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}, load average {os.getloadavg()[0]:.1f},"
         f" {args.workers} workers (production defaults), {subscribers:,.0f} open streams"
-        f" ({len(probes)} timed), PUTs of ~190 B to {DOCUMENTS} documents at {args.rate:g}/s for"
-        f" {args.seconds:g} s per phase through {WRITERS} connections;"
+        f" ({len(probes)} timed), PUTs of ~190 B to {DOCUMENTS} documents at {args.rate:g}/s through"
+        f" {WRITERS} connections, {args.warmup:g} s untimed, {args.seconds:g} s, then {args.stalled_seconds:g} s with"
+        " the stalled streams;"
         f" `python -m loadtest._feed --subscribers {args.subscribers} --probes {args.probes}"
-        f" --rate {args.rate:g} --seconds {args.seconds:g} --stalled {args.stalled} --workers {args.workers}`.",
+        f" --rate {args.rate:g} --seconds {args.seconds:g} --stalled {args.stalled}"
+        f" --stalled-seconds {args.stalled_seconds:g} --warmup {args.warmup:g} --workers {args.workers}`.",
         "",
         "| phase | writes/s done | failed | deliveries timed | p50 | p99 | max | never arrived | p99 target |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---|",
