@@ -214,10 +214,11 @@ test-deploy: setup $(DEPLOY_BASE)/.jetway-base-complete
 # --- Multi-node Redis: tests/multinode.py, see README "Scaling Redis" ---------
 # The API tests on a 3-master Redis Cluster and on a Sentinel group (1 master,
 # 1 replica, 3 sentinels), slots resharded under load, a master killed under
-# load, a TLS-only cluster. Under three minutes here (2 cores); CI runs it after `make test`.
+# load, a TLS-only cluster, the change feed on a cluster and across a Sentinel
+# failover. Under eight minutes here (2 cores); CI runs it after `make test`.
 .PHONY: test-cluster
 API_TESTS := tests/test_documents.py tests/test_collections.py tests/test_multi_get.py tests/test_errors.py tests/test_auth.py tests/test_hot_cache_api.py
 
 test-cluster: setup
-	JETWAY_TEST_TOPOLOGY=cluster $(PY) -m pytest -rP $(API_TESTS) tests/test_cluster.py tests/test_cluster_failover.py tests/test_sentinel.py tests/test_write_concern_failover.py
+	JETWAY_TEST_TOPOLOGY=cluster $(PY) -m pytest -rP $(API_TESTS) tests/test_changes.py tests/test_cluster.py tests/test_cluster_failover.py tests/test_sentinel.py tests/test_write_concern_failover.py
 	JETWAY_TEST_TOPOLOGY=sentinel $(PY) -m pytest $(filter-out tests/test_errors.py,$(API_TESTS))
