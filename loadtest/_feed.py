@@ -19,7 +19,9 @@ on with an unrated token, access log on), then:
    latency again, and each worker's resident memory sampled twice a second
    against what the stalled streams may hold (``JETWAY_FEED_BUFFER`` each).
 
-It writes ``loadtest/results/feed.md``. The client runs on the same two
+``--tickets``: every subscriber authorizes with its own ticket (``?ticket=``,
+as a browser's EventSource must), made beforehand by ``POST
+/v1/_changes/{coll}/tickets``. It writes ``loadtest/results/feed.md``. The client runs on the same two
 cores as the server: compare runs made side by side, not with another day's.
 
 A write's own cost with the feed on is ``make bench``'s: ``BENCH_SERVERS=pypy,nofeed
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import http.client
 import json
 import os
 import re
@@ -72,6 +75,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--token", default="", help=argparse.SUPPRESS)
     parser.add_argument("--state", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--tickets-file", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--tickets", action="store_true", help="each subscriber by its own ticket, as a browser")
     args = parser.parse_args(argv)
     if args.readers_only:
         asyncio.run(_readers(args))
@@ -88,12 +93,30 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 # --- subscribers ----------------------------------------------------------------
 
 
-def _stream_request(port: int, token: str) -> bytes:
-    """HTTP/1.0, so the stream ends by closing and needs no de-chunking."""
+def _stream_request(port: int, token: str, ticket: str = "") -> bytes:
+    """HTTP/1.0, so the stream ends by closing and needs no de-chunking; by ``ticket`` as a browser's
+    EventSource would be (no ``Authorization`` header), else by the bearer token."""
+    credential = f"?ticket={ticket}" if ticket else ""
+    authorization = "" if ticket else f"Authorization: Bearer {token}\r\n"
     return (
-        f"GET /v1/_changes/{COLLECTION} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n"
-        f"Authorization: Bearer {token}\r\nAccept: text/event-stream\r\n\r\n"
+        f"GET /v1/_changes/{COLLECTION}{credential} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n"
+        f"{authorization}Accept: text/event-stream\r\n\r\n"
     ).encode()
+
+
+def _tickets(port: int, token: str, count: int) -> List[str]:
+    """``count`` feed tickets (``POST /v1/_changes/{coll}/tickets``), one per subscriber, as browsers get them."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    made = []
+    for _ in range(count):
+        connection.request("POST", f"/v1/_changes/{COLLECTION}/tickets", headers={"Authorization": f"Bearer {token}"})
+        response = connection.getresponse()
+        body = response.read()
+        if response.status != 201:
+            raise RuntimeError(f"a ticket was answered {response.status}: {body[:200]!r}")
+        made.append(json.loads(body)["ticket"])
+    connection.close()
+    return made
 
 
 @dataclass
@@ -136,13 +159,13 @@ class Subscriber(asyncio.Protocol):
         return (data[: end + 2], data[end + 2 :]) if end >= 0 else (b"", data)
 
 
-async def _subscribe(port: int, token: str, count: int, timed: bool) -> List[Subscriber]:
-    """``count`` streams, opened 100 at a time, each past its ``ready``."""
+async def _subscribe(port: int, token: str, count: int, timed: bool, tickets: Sequence[str] = ()) -> List[Subscriber]:
+    """``count`` streams, opened 100 at a time, each past its ``ready`` (the n-th by ``tickets[n]`` if given)."""
     loop = asyncio.get_running_loop()
-    request = _stream_request(port, token)
+    requests = [_stream_request(port, token, tickets[n] if tickets else "") for n in range(count)]
     subscribers: List[Subscriber] = []
     for start in range(0, count, 100):
-        batch = [Subscriber(request, timed, loop.create_future()) for _ in range(min(100, count - start))]
+        batch = [Subscriber(request, timed, loop.create_future()) for request in requests[start : start + 100]]
         for subscriber in batch:
             await loop.create_connection(lambda s=subscriber: s, "127.0.0.1", port)
         await asyncio.wait_for(asyncio.gather(*(s.ready for s in batch)), 60)
@@ -165,7 +188,8 @@ def _stalled(port: int, token: str, count: int) -> List[socket.socket]:
 async def _readers(args: argparse.Namespace) -> None:
     """The untimed subscribers, in a process of their own; their totals go to ``--state`` at SIGTERM."""
     state = Path(args.state)
-    subscribers = await _subscribe(args.port, args.token, args.subscribers, timed=False)
+    tickets = Path(args.tickets_file).read_text().split() if args.tickets_file else []
+    subscribers = await _subscribe(args.port, args.token, args.subscribers, False, tickets)
     state.with_suffix(".ready").write_text(str(len(subscribers)))
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
@@ -250,6 +274,10 @@ async def measure(args: argparse.Namespace) -> str:
         readers = args.subscribers - probes_wanted
         command = [sys.executable, "-m", "loadtest._feed", "--readers-only", "--port", str(port)]
         command += ["--token", token, "--subscribers", str(readers), "--state", str(state)]
+        tickets = _tickets(port, token, args.subscribers) if args.tickets else []
+        if tickets:
+            (Path(directory) / "tickets").write_text("\n".join(tickets[probes_wanted:]))
+            command += ["--tickets-file", str(Path(directory) / "tickets")]
         reading = processes.start("readers", command)
         ready = state.with_suffix(".ready")
 
@@ -257,7 +285,7 @@ async def measure(args: argparse.Namespace) -> str:
             processes.check_alive(reading, "readers")
             return ready.exists()
 
-        probes = await _subscribe(port, token, probes_wanted, timed=True)
+        probes = await _subscribe(port, token, probes_wanted, True, tickets[:probes_wanted])
         wait_until(readers_ready, 300, f"{readers} subscribers")
         rss["subscribed"] = processes.worker_rss_mb("jetway")
         subscribers = _metric(base, "jetway_feed_subscribers")
@@ -332,12 +360,14 @@ def _report(
         "",
         f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}, load average {os.getloadavg()[0]:.1f},"
         f" {args.workers} workers (production defaults), {subscribers:,.0f} open streams"
+        f" ({'each by its own ticket' if args.tickets else 'by the bearer token'})"
         f" ({len(probes)} timed), PUTs of ~190 B to {DOCUMENTS} documents at {args.rate:g}/s through"
         f" {WRITERS} connections, {args.warmup:g} s untimed, {args.seconds:g} s, then {args.stalled_seconds:g} s with"
         " the stalled streams;"
         f" `python -m loadtest._feed --subscribers {args.subscribers} --probes {args.probes}"
         f" --rate {args.rate:g} --seconds {args.seconds:g} --stalled {args.stalled}"
-        f" --stalled-seconds {args.stalled_seconds:g} --warmup {args.warmup:g} --workers {args.workers}`.",
+        f" --stalled-seconds {args.stalled_seconds:g} --warmup {args.warmup:g} --workers {args.workers}"
+        f"{' --tickets' if args.tickets else ''}`.",
         "",
         "| phase | writes/s done | failed | deliveries timed | p50 | p99 | max | never arrived | p99 target |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---|",
