@@ -26,7 +26,8 @@ so a few large documents cannot push out every small one. A key is cached
 only from its second miss within a while (``Doorkeeper``): a document read
 once costs what it costs without the cache, where filling on every miss cost
 a read of 200,000 documents in turn 23% more worker CPU (README, "The hot
-cache").
+cache"). The while is no longer than the cache's own memory: a document read
+again only after more others than the cache holds is not let in either.
 """
 
 from __future__ import annotations
@@ -48,10 +49,18 @@ MAX_ENTRY_SHARE = 64
 # What an entry costs beyond its bytes: the Document and entry objects, the
 # bytes objects' headers and the dict slot (PyPy; README, "The hot cache").
 ENTRY_OVERHEAD = 256
-# The doorkeeper: bits of key hashes, forgotten after DOORKEEPER_BITS >> 5
+# The doorkeeper: bits of key hashes, forgotten after at most DOORKEEPER_BITS >> 5
 # keys (4 Mi bits, 512 KiB; 131,072 keys, when at most 1 in 32 bits is set,
-# so at most ~3% of keys seen once are let in by a collision).
+# so at most ~3% of keys seen once are let in by a collision), and sooner
+# once the cache is full: after as many keys as it holds entries
+# (``HotCache._forget_after``). A key seen again only after more other keys
+# than the cache holds would be evicted before its next read (LRU), so
+# letting it in costs a fill and an eviction and saves nothing: a read of
+# 200,000 documents in turn over 2 workers cost 1.28x the worker CPU of the
+# cache off when the doorkeeper remembered 131,072 keys (README, "The hot cache").
 DOORKEEPER_BITS = 1 << 22
+# The shortest memory the doorkeeper is given, whatever the cache holds.
+DOORKEEPER_MIN_WINDOW = 1024
 # PTTL's answers besides a number of milliseconds.
 _NO_EXPIRY, _NO_KEY = -1, -2
 
@@ -80,7 +89,9 @@ class Doorkeeper:
 
     def __init__(self, bits: int = DOORKEEPER_BITS) -> None:
         self._mask = bits - 1
-        self._window = bits >> 5
+        self.longest = bits >> 5
+        # Marks after which every mark is forgotten (at most ``longest``).
+        self.window = self.longest
         self._bits = bytearray(bits >> 3)
         self._marked = 0
 
@@ -92,7 +103,7 @@ class Doorkeeper:
             return True
         self._bits[byte] |= flag
         self._marked += 1
-        if self._marked >= self._window:
+        if self._marked >= self.window:
             self._bits = bytearray(len(self._bits))
             self._marked = 0
         return False
@@ -200,6 +211,14 @@ class HotCache:
             _, oldest = self._entries.popitem(last=False)
             self.bytes -= oldest.size
             self.evictions += 1
+        self._doorkeeper.window = self._forget_after()
+
+    def _forget_after(self) -> int:
+        """The doorkeeper's memory: about as many keys as the cache holds entries of the size it holds now."""
+        if not self.bytes:
+            return self._doorkeeper.longest
+        holds = self.max_bytes * len(self._entries) // self.bytes
+        return max(DOORKEEPER_MIN_WINDOW, min(self._doorkeeper.longest, holds))
 
     def release(self, key: bytes, ticket: int) -> None:
         """A read sent with ``ticket`` failed: its ticket back, nothing cached."""
