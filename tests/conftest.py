@@ -8,7 +8,9 @@ same fixtures, so the API tests run unchanged on it (``make test-cluster``).
 
 from __future__ import annotations
 
+import contextlib
 import http.client
+import os
 import re
 import time
 from dataclasses import dataclass
@@ -211,3 +213,15 @@ class RawResponse:
     status: int
     headers: Dict[str, str]
     body: bytes
+
+
+@pytest.fixture
+def pipe() -> Iterator[Tuple[int, int]]:
+    """A pipe's read and write ends, both closed after the test (a test may close either itself)."""
+    read_end, write_end = os.pipe()
+    try:
+        yield read_end, write_end
+    finally:
+        for fd in (read_end, write_end):
+            with contextlib.suppress(OSError):
+                os.close(fd)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -13,7 +12,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Iterator, List, Tuple
+from typing import List
 
 import pytest
 import requests
@@ -31,17 +30,6 @@ class Drops:
     def __call__(self, lines: int) -> None:
         with self.lock:  # counted from the relay's thread too
             self.count += lines
-
-
-@pytest.fixture
-def pipe() -> Iterator[Tuple[int, int]]:
-    read_end, write_end = os.pipe()
-    try:
-        yield read_end, write_end
-    finally:
-        for fd in (read_end, write_end):
-            with contextlib.suppress(OSError):  # a test may have closed it
-                os.close(fd)
 
 
 def read_until(fd: int, size: int, timeout: float = 10.0) -> bytes:

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import os
 import select
 import subprocess
-from typing import Iterator, List, Tuple
-
-import pytest
+from typing import List
 
 from api.log_writer import LineWriter, whole_lines_within
 from tests.support import stop_process
@@ -34,17 +31,6 @@ class Watching:
 
     def removeWriter(self, writer: LineWriter) -> None:
         self.writers.remove(writer)
-
-
-@pytest.fixture
-def pipe() -> Iterator[Tuple[int, int]]:
-    read_end, write_end = os.pipe()
-    try:
-        yield read_end, write_end
-    finally:
-        for fd in (read_end, write_end):
-            with contextlib.suppress(OSError):  # a test may have closed it
-                os.close(fd)
 
 
 def drain(fd: int) -> bytes:
