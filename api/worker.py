@@ -15,7 +15,7 @@ import os
 import signal
 import socket
 import sys
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Tuple
 
 from twisted.internet import task
 
@@ -73,6 +73,37 @@ def run_worker(
     start_logging(LineStream(lines), settings.json_logs)
     if ready_fd is not None:
         _die_with_parent()
+    app, feed = assemble(settings, reactor, metrics, lines, app_factory)
+    port = adopt_listening_socket(reactor, fd, _nonblocking_family(fd), app)
+    os.close(fd)  # the port took a copy
+    app.listen_on(port)
+    drain = Drain(app, port, reactor, settings.grace, feed.drain if feed is not None else None)
+    flushing = task.LoopingCall(metrics.flush)
+    flushing.clock = reactor
+    flushing.start(METRICS_FLUSH_SECONDS, now=False)
+    reactor.addSystemEventTrigger("before", "shutdown", app.observer.flush)
+    # After the observer's flush (triggers of one phase run in order), so the last access lines go too.
+    reactor.addSystemEventTrigger("before", "shutdown", lines.close)
+    reactor.callWhenRunning(on_signals, reactor, drain.start, signal.SIGTERM, signal.SIGINT)
+    if ready_fd is not None:
+        os.write(ready_fd, b"ready\n")
+        os.close(ready_fd)
+    reactor.run()
+    return 0
+
+
+def assemble(
+    settings: Settings,
+    reactor: Any,
+    metrics: Metrics,
+    lines: LineWriter,
+    app_factory: Callable[..., JetwayApplication] = make_app,
+) -> Tuple[JetwayApplication, Optional[Feed]]:
+    """The worker's application and everything it serves with, connected to Redis.
+
+    Also what ``loadtest/_request_path.py`` serves requests with in-process.
+    Each part that holds a connection closes it as the reactor shuts down.
+    """
     redis = connect(settings.redis, reactor, settings.redis_timeout, settings.redis_pool)
     link = MeteredLink(redis, metrics.observe_redis)
     hot = None
@@ -122,27 +153,12 @@ def run_worker(
         feed=feed,
         tickets=tickets,
     )
-    port = adopt_listening_socket(reactor, fd, _nonblocking_family(fd), app)
-    os.close(fd)  # the port took a copy
-    app.listen_on(port)
-    drain = Drain(app, port, reactor, settings.grace, feed.drain if feed is not None else None)
-    flushing = task.LoopingCall(metrics.flush)
-    flushing.clock = reactor
-    flushing.start(METRICS_FLUSH_SECONDS, now=False)
-    reactor.addSystemEventTrigger("before", "shutdown", app.observer.flush)
-    # After the observer's flush (triggers of one phase run in order), so the last access lines go too.
-    reactor.addSystemEventTrigger("before", "shutdown", lines.close)
-    reactor.callWhenRunning(on_signals, reactor, drain.start, signal.SIGTERM, signal.SIGINT)
     reactor.addSystemEventTrigger("before", "shutdown", link.close)
     if tokens is not None:
         reactor.addSystemEventTrigger("before", "shutdown", tokens.close)
     if feed is not None:
         reactor.addSystemEventTrigger("before", "shutdown", feed.close)
-    if ready_fd is not None:
-        os.write(ready_fd, b"ready\n")
-        os.close(ready_fd)
-    reactor.run()
-    return 0
+    return app, feed
 
 
 def _feed(settings: Settings, link: Any, reactor: Any) -> Optional[Feed]:
