@@ -11,7 +11,7 @@ error that escapes a transport's own handling is still logged.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Set
+from typing import Any, Callable, List, Optional, Set
 
 from twisted.internet import epollreactor
 from twisted.internet.main import installReactor
@@ -27,11 +27,29 @@ class DirectEPollReactor(epollreactor.EPollReactor):
     connections, ``cache.tracking``) are handled before the others of the
     same poll, so that a request that came in the same poll as an
     invalidation is answered after the invalidation is applied.
+
+    What is registered with ``after_each_poll`` runs once every poll's
+    events are handled: the access log writes a poll's lines there, at the
+    cost of a call, where a ``callLater(0)`` per poll made and scheduled a
+    timer.
     """
 
     def __init__(self) -> None:
         super().__init__()
         self._first: Set[int] = set()
+        self._after_poll: List[Callable[[], None]] = []
+
+    def after_each_poll(self, call: Callable[[], None]) -> None:
+        """Call ``call()`` after the events of every poll are handled (an error in it is logged)."""
+        self._after_poll.append(call)
+
+    def polled(self) -> None:
+        """What runs as a poll's events are done (``after_each_poll``)."""
+        for call in self._after_poll:
+            try:
+                call()
+            except Exception:
+                _log.failure("after a poll, in {call!r}", call=call)
 
     def read_first(self, fd: int, first: bool = True) -> None:
         """Handle ``fd``'s events before the others of a poll (or no longer)."""
@@ -58,6 +76,8 @@ class DirectEPollReactor(epollreactor.EPollReactor):
                 self._doReadOrWrite(selectable, fd, event)
             except Exception:
                 _log.failure("while handling an event of {selectable!r}", selectable=selectable)
+        if self._after_poll:
+            self.polled()
 
     doIteration = doPoll  # the base class binds its own doPoll under this name
 

@@ -89,6 +89,12 @@ class AccessLog:
         self._flushing: Optional[Any] = None
         self._prefix_at = -1
         self._prefix = ""
+        # On the workers' reactor (api.event_loop) a poll's lines are written
+        # as its events are done; on another clock, by a timer at the next turn.
+        after_each_poll = getattr(clock, "after_each_poll", None)
+        self._each_poll = after_each_poll is not None
+        if after_each_poll is not None:
+            after_each_poll(lines.flush)
 
     def request(self, method: str, path: str, status: int, client: str, duration_ms: float, request_id: str) -> None:
         now = self._clock.seconds()
@@ -98,7 +104,7 @@ class AccessLog:
             message = f"{method} {path} {status} ({client}) {duration_ms}ms"
             line = f"{formatTime(now)} [{self.NAMESPACE}#info] {message}\n"
         self._lines.add(line)
-        if self._flushing is None:
+        if self._flushing is None and not self._each_poll:
             # Next reactor turn: every line of this turn in one write.
             self._flushing = self._clock.callLater(0, self.flush)
 

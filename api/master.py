@@ -135,23 +135,30 @@ class Master:
 
     def spawn(self, slot: Slot) -> WorkerProcess:
         worker = WorkerProcess(slot, self.reactor.seconds())
-        args = [self.python, "-m", "api", "worker", "--fd", str(LISTEN_FD), "--ready-fd", str(READY_FD), "--log-pipe"]
+        args = [self.python, "-m", "api", "worker", "--fd", str(LISTEN_FD), "--ready-fd", str(READY_FD)]
+        if self.relay.to_file:
+            # The master's stdout is a file: the worker writes its whole lines there itself (api.log_relay).
+            return self._spawn(slot, worker, args, LOG_FD)
         # The worker's stdout: a pipe the relay reads on its own schedule (api.log_relay).
         log_read, log_write = os.pipe()
         try:
-            worker.pid = self.reactor.spawnProcess(
-                worker,
-                self.python,
-                args,
-                env=worker_environment(os.environ),
-                childFDs={0: "w", LOG_FD: log_write, 2: 2, LISTEN_FD: slot.listener.fileno(), READY_FD: "r"},
-            ).pid
+            self._spawn(slot, worker, [*args, "--log-pipe"], log_write)
         except BaseException:
             os.close(log_read)
             raise
         finally:
             os.close(log_write)
         self.relay.watch(worker, log_read)
+        return worker
+
+    def _spawn(self, slot: Slot, worker: WorkerProcess, args: List[str], stdout: int) -> WorkerProcess:
+        worker.pid = self.reactor.spawnProcess(
+            worker,
+            self.python,
+            args,
+            env=worker_environment(os.environ),
+            childFDs={0: "w", LOG_FD: stdout, 2: 2, LISTEN_FD: slot.listener.fileno(), READY_FD: "r"},
+        ).pid
         worker.ready.addErrback(lambda failure: log.msg(f"slot {slot.index}: {failure.getErrorMessage()}"))
         slot.worker = worker
         return worker

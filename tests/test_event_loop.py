@@ -129,3 +129,24 @@ def test_python_m_api_runs_on_this_reactor_even_though_txredisapi_imports_one():
     )
     shown = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
     assert shown.stdout.split() == ["DirectEPollReactor", "True", "True"]
+
+
+def test_what_runs_after_each_poll_runs_once_its_events_are_handled(reactor, logged):
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        reader = SocketReader(ours, reactor)
+        reactor.addReader(reader)
+        seen: List[bytes] = []
+
+        def broken() -> None:
+            raise RuntimeError("a broken after-poll call")
+
+        reactor.after_each_poll(broken)
+        reactor.after_each_poll(lambda: seen.append(reader.received))
+        theirs.sendall(b"ping")
+        reactor.doIteration(1.0)
+        assert seen == [b"ping"]  # after the event, and despite the call before it failing
+        reactor.doIteration(0)  # a poll with no event runs it too
+        assert seen == [b"ping", b"ping"]
+    failures = [event["log_failure"] for event in logged if "log_failure" in event]
+    assert any("a broken after-poll call" in str(failure.value) for failure in failures), logged

@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import List
 
 import pytest
@@ -173,30 +174,44 @@ def hammer(server: JetwayServer, threads: int, per_thread: int, path_bytes: int)
 
 
 @pytest.mark.parametrize("log_format", ["json", "text"])
-def test_lines_of_two_busy_workers_are_each_whole(redis_server, redis_client, tmp_path, log_format):
-    """Lines of ~3 KB, so a turn's lines pass PIPE_BUF: every line parses, none is lost or repeated."""
+@pytest.mark.parametrize("stdout", ["pipe", "file"])
+def test_lines_of_two_busy_workers_are_each_whole(redis_server, redis_client, tmp_path, log_format, stdout):
+    """Lines of ~3 KB, so a turn's lines pass PIPE_BUF: every line parses, none is lost or repeated.
+
+    Into a pipe the master relays them; into a file the workers write them themselves.
+    """
     server = JetwayServer(
         redis_server.url,
         tmp_path / "busy.log",
         env={"JETWAY_ACCESS_LOG": "on", "JETWAY_LOG_FORMAT": log_format},
     )
-    # stdout a pipe, read by another process as supervisor does, slowly: the
-    # pipe is often full, so that a write of more than PIPE_BUF is taken in parts.
-    read_end, write_end = os.pipe()
-    with open(tmp_path / "stdout", "wb") as out:
-        reader = subprocess.Popen([sys.executable, "-c", SLOW_READER], stdin=read_end, stdout=out)
-    os.close(read_end)
+    reader = None
     try:
-        server.start(["--workers", "2"], stdout=write_end)
-        os.close(write_end)
+        if stdout == "pipe":
+            # Read by another process as supervisor does, slowly: the pipe is
+            # often full, so that a write of more than PIPE_BUF is taken in parts.
+            read_end, write_end = os.pipe()
+            with open(tmp_path / "stdout", "wb") as out:
+                reader = subprocess.Popen([sys.executable, "-c", SLOW_READER], stdin=read_end, stdout=out)
+            os.close(read_end)
+            server.start(["--workers", "2"], stdout=write_end)
+            os.close(write_end)
+        else:
+            with open(tmp_path / "stdout", "ab") as out:
+                server.start(["--workers", "2"], stdout=out.fileno())
         wait_until(lambda: len(worker_pids(server)) == 2, 10, "two workers")
+        relayed = {pid: relays_log(pid) for pid in worker_pids(server)}
         asked = hammer(server, threads=16, per_thread=40, path_bytes=1500)
     finally:
         server.stop()
-        reader.wait(30)  # the pipe's last writer is gone: cat ends
-        stop_process(reader)
+        if reader is not None:
+            reader.wait(30)  # the pipe's last writer is gone: the reader ends
+            stop_process(reader)
+    assert set(relayed.values()) == {stdout == "pipe"}
     served = []
-    for text in (tmp_path / "stdout").read_text().splitlines()[1:]:  # after the master's banner
+    for text in (tmp_path / "stdout").read_text().splitlines():
+        if text.startswith("jetway: serving on "):
+            continue  # the master's banner
         if log_format == "json":
             line = json.loads(text)  # fails on a cut or interleaved line
             if line["namespace"] == "jetway.access":
@@ -209,6 +224,11 @@ def test_lines_of_two_busy_workers_are_each_whole(redis_server, redis_client, tm
             assert re.match(r"\S+ \[[\w.#-]+\] ", text), text[:200]  # twisted.logger's text lines
     # The start-up health checks have their lines too.
     assert sorted(path for path in served if path.startswith("/healthz?c")) == sorted(asked)
+
+
+def relays_log(pid: int) -> bool:
+    """The worker ``pid`` was started to write its log into a pipe for the master to relay."""
+    return b"--log-pipe" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
 
 
 def test_a_stdout_nobody_reads_does_not_stop_the_server(redis_server, redis_client, tmp_path):

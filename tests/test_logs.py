@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import List
+from typing import Any, List
 
 import pytest
 from twisted.internet import task
@@ -59,5 +59,33 @@ def test_the_lines_of_one_reactor_turn_are_flushed_together_at_its_end():
         log.request("GET", f"/healthz?{n}", 200, "127.0.0.1", 0.1, "")
     assert lines.flushed == "" and len(lines.waiting) == 3
     clock.advance(0)
+    paths = [json.loads(line)["path"] for line in lines.flushed.splitlines()]
+    assert paths == ["/healthz?0", "/healthz?1", "/healthz?2"]
+
+
+class PollingClock(task.Clock):
+    """A clock with the workers' reactor's ``after_each_poll`` (api.event_loop)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.after_poll: List[Any] = []
+
+    def after_each_poll(self, call: Any) -> None:
+        self.after_poll.append(call)
+
+    def polled(self) -> None:
+        for call in self.after_poll:
+            call()
+
+
+def test_on_the_workers_reactor_a_polls_lines_are_written_as_its_events_are_done():
+    clock = PollingClock()
+    lines = Collected()
+    log = AccessLog(lines, True, clock)
+    for n in range(3):
+        log.request("GET", f"/healthz?{n}", 200, "127.0.0.1", 0.1, "")
+    assert clock.getDelayedCalls() == []  # no timer per turn
+    assert lines.flushed == "" and len(lines.waiting) == 3
+    clock.polled()
     paths = [json.loads(line)["path"] for line in lines.flushed.splitlines()]
     assert paths == ["/healthz?0", "/healthz?1", "/healthz?2"]
