@@ -9,9 +9,11 @@ from __future__ import annotations
 import email.utils
 import itertools
 import os
-from typing import Any, Set, Tuple
+from typing import Any, List, Optional, Set, Tuple
 
 import cyclone.web
+from cyclone.escape import url_unescape
+from cyclone.web import URLSpec
 from twisted.internet import task
 from twisted.logger import Logger
 
@@ -61,6 +63,34 @@ class JetwayApplication(cyclone.web.Application):
         self._paused = False
         self._sweeping = task.LoopingCall(self._time_out_connections)
         self._sweeping.clock = clock
+        # Every route with what each path it matches starts with, in order.
+        self._routes = [(literal_prefix(spec.regex.pattern), spec) for _, specs in self.handlers for spec in specs]
+
+    def __call__(self, request: Any) -> Any:
+        """Cyclone's dispatch, trying only the routes whose literal start the path has.
+
+        Cyclone matched the path against every route's regex in turn (the
+        document route came after six others), and the host against a
+        catch-all pattern: ~8% of a hot document read's worker CPU (vmprof).
+        The first route whose pattern matches still wins, with its groups
+        unquoted as Cyclone does; no route, the ``error_handler``'s 404.
+        """
+        spec, args = self.route(request.path)
+        if spec is None:
+            handler = self.error_handler(self, request, status_code=404)
+        else:
+            handler = spec.handler_class(self, request, **spec.kwargs)
+        handler._execute([], *args)
+        return handler
+
+    def route(self, path: str) -> Tuple[Optional[URLSpec], List[Optional[str]]]:
+        """The route that serves ``path`` and the arguments its handler gets (None and none: no route)."""
+        for prefix, spec in self._routes:
+            if path.startswith(prefix):
+                match = spec.regex.match(path)
+                if match is not None:
+                    return spec, [_unquote(group) for group in match.groups()]
+        return None, []
 
     def http_date(self) -> str:
         """The current HTTP date, formatted once per second rather than per response."""
@@ -105,3 +135,19 @@ class JetwayApplication(cyclone.web.Application):
             self._paused = False
             if self.accepting:
                 self.port.startReading()
+
+
+def literal_prefix(pattern: str) -> str:
+    """What every path ``pattern`` matches starts with: its characters before any regex syntax."""
+    prefix: List[str] = []
+    for char in pattern:
+        if char in "?*{":
+            return "".join(prefix[:-1])  # the character before may be absent
+        if char in ".^$+[]()|\\":
+            break
+        prefix.append(char)
+    return "".join(prefix)
+
+
+def _unquote(group: Optional[str]) -> Optional[str]:
+    return None if group is None else url_unescape(group)

@@ -51,6 +51,9 @@ PROBLEM_TYPE = "application/problem+json"
 RETRY_AFTER_SECONDS = "1"
 _log = Logger()
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}\Z")
+# What Cyclone refuses in a header value (against header injection), compiled once.
+_UNSAFE_HEADER_VALUE = re.compile(r"[\x00-\x1f]")
+MAX_HEADER_VALUE = 4000
 # What a list page can be sent as besides its bytes (made as it is sent, see send_composed).
 _GZIP_ON_THE_FLY = (("gzip", b""),)
 
@@ -166,6 +169,20 @@ class JsonHandler(cyclone.web.RequestHandler):
     def clear_cors_headers(self) -> None:
         self._cors_lines = b""
 
+    def _convert_header_value(self, value: Any) -> str:
+        """Cyclone's check of a header value, with its pattern compiled once.
+
+        Cyclone's ``re.search`` with the pattern's text looks it up in
+        ``re``'s cache on every header of every response.
+        """
+        if isinstance(value, bytes):
+            value = value.decode("utf-8")
+        elif not isinstance(value, str):
+            return super()._convert_header_value(value)  # numbers and dates, formatted as Cyclone does
+        if len(value) > MAX_HEADER_VALUE or _UNSAFE_HEADER_VALUE.search(value):
+            raise ValueError("Unsafe header value %r", value)
+        return value
+
     def compute_etag(self) -> None:
         # ETags are stored with each document; never hash a body per read.
         return None
@@ -217,9 +234,12 @@ class JsonHandler(cyclone.web.RequestHandler):
             # Cyclone adds both to every response.
             self._headers.pop("Content-Length", None)
             self._headers.pop("Content-Type", None)
-        head = super()._generate_headers()
-        # Before the blank line that ends the head.
-        return head[:-2] + self._cors_lines + b"\r\n" if self._cors_lines else head
+        # Cyclone's head, encoded once rather than per name and value; the
+        # CORS lines (bytes, made once per origin) before its blank line.
+        lines = [f"{self.request.version} {self._status_code} {self._reason}"]
+        lines += [f"{name}: {value}" for name, value in self._headers.items()]
+        lines += [f"{name}: {value}" for name, value in self._list_headers]
+        return ("\r\n".join(lines) + "\r\n").encode() + self._cors_lines + b"\r\n"
 
     def _set_connection_header(self) -> None:
         connection = self.request.connection
