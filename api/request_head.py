@@ -101,7 +101,7 @@ def _request_line(line: bytes) -> Tuple[str, str, str]:
 
 
 def _headers(lines: List[bytes]) -> HTTPHeaders:
-    headers = HTTPHeaders()
+    headers = RequestHeaders()
     for line in lines:
         name, colon, value = line.partition(b":")
         # No colon, a space before it, or a folded continuation line: refused.
@@ -110,8 +110,50 @@ def _headers(lines: List[bytes]) -> HTTPHeaders:
         value = value.strip(b" \t")
         if _FORBIDDEN_IN_VALUE.search(value):
             raise ProtocolError(400, "control character in a header value")
-        headers.add(name.decode("ascii"), value.decode("latin-1"))
+        headers.add_sent(name.decode("ascii"), value.decode("latin-1"))
     return headers
+
+
+class RequestHeaders(HTTPHeaders):
+    """Cyclone's headers, filled without growing Cyclone's cache of header names.
+
+    ``HTTPHeaders.add`` puts every name it is given, normalized, into a
+    dictionary of its class, and keeps it for good: a client that made up
+    names would grow every worker's memory without end (100 names of 16
+    characters per request: 100,000 entries after 1,000 requests). Names a
+    client sent are normalized here, into a cache that holds at most
+    ``MAX_KNOWN_NAMES`` short names; lookups by the server's own names go
+    through Cyclone's as before.
+    """
+
+    def add_sent(self, name: str, value: str) -> None:
+        """``add`` for a name the client sent."""
+        key = normal_name(name)
+        self._last_key = key
+        if dict.__contains__(self, key):
+            dict.__setitem__(self, key, dict.__getitem__(self, key) + "," + value)
+            self._as_list[key].append(value)
+        else:
+            dict.__setitem__(self, key, value)
+            self._as_list[key] = [value]
+
+
+# The names clients send are a few dozen; longer or more are normalized each time.
+MAX_KNOWN_NAMES = 512
+MAX_KNOWN_NAME_LENGTH = 64
+_KNOWN_NAMES: Dict[str, str] = {}
+_NORMAL_NAME = re.compile(r"[A-Z0-9][a-z0-9]*(-[A-Z0-9][a-z0-9]*)*\Z")
+
+
+def normal_name(name: str) -> str:
+    """``name`` in Http-Header-Case, as Cyclone's ``HTTPHeaders`` writes it."""
+    known = _KNOWN_NAMES.get(name)
+    if known is not None:
+        return known
+    normal = name if _NORMAL_NAME.match(name) else "-".join([word.capitalize() for word in name.split("-")])
+    if len(_KNOWN_NAMES) < MAX_KNOWN_NAMES and len(name) <= MAX_KNOWN_NAME_LENGTH:
+        _KNOWN_NAMES[name] = normal
+    return normal
 
 
 def _values(headers: HTTPHeaders, name: str) -> List[str]:
