@@ -137,6 +137,49 @@ class JsonHandler(cyclone.web.RequestHandler):
         self._reason = "OK"
         self.set_default_headers()
 
+    def _execute(self, transforms: Any, *args: str) -> None:
+        """Cyclone's ``_execute``, without Deferreds where nothing waits.
+
+        Cyclone wrapped ``prepare`` and the method each in a Deferred, made
+        a third for ``notifyFinish`` on every request, and decoded the path
+        arguments twice. Here a ``prepare`` or a method that returns a
+        Deferred is waited for, one that returns at once is not, and only a
+        handler that overrides ``on_connection_close`` watches for the
+        client going away (the change feed's). Errors go to
+        ``_handle_request_exception`` as before, with their traceback.
+        """
+        self._transforms = transforms
+        try:
+            if self.request.method not in self.SUPPORTED_METHODS:
+                raise cyclone.web.HTTPError(405)
+            self.path_args = [self.decode_argument(arg) for arg in args]
+            self.path_kwargs = {}
+            prepared = self.prepare()
+        except Exception:
+            self._handle_request_exception(Failure())
+            return
+        if isinstance(prepared, defer.Deferred):
+            prepared.addCallbacks(self._run_method, self._handle_request_exception)
+        else:
+            self._run_method(None)
+
+    def _run_method(self, _: Any) -> None:
+        """The request's method, once ``prepare`` is done; the response finished after it unless it did."""
+        if self._finished:
+            return
+        method = getattr(self, self.request.method.lower(), self.default)
+        try:
+            result = method(*self.path_args)
+        except Exception:
+            self._handle_request_exception(Failure())
+            return
+        if isinstance(result, defer.Deferred):
+            result.addCallbacks(self._execute_success, self._execute_failure)
+        else:
+            self._execute_success(result)
+        if type(self).on_connection_close is not cyclone.web.RequestHandler.on_connection_close:
+            self.notifyFinish().addCallback(self.on_connection_close)
+
     def set_default_headers(self) -> None:
         # Also runs when an error resets the headers, so errors carry the id
         # and the CORS headers too.
