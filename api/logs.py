@@ -77,16 +77,6 @@ def json_line(when: float, level: str, namespace: str, message: str, fields: Dic
     return json.dumps(record, default=str) + "\n"
 
 
-# When a worker's access lines are written: once this many bytes wait (the
-# lines of ~100 requests), or once the first has waited this long, checked
-# as each poll of the event loop is done (an idle worker still polls every
-# quarter second, api.application's sweep). Each write to a file costs the
-# kernel a few µs whatever its size: written as each poll was done, ~12
-# lines at a time, the writes were ~0.5 µs of a read's ~15 µs of worker CPU.
-WRITE_AT_BYTES = 32 * 1024
-MAX_WAIT_SECONDS = 0.05
-
-
 class AccessLog:
     """One line per request, in the worker's log format, written once per reactor turn."""
 
@@ -99,17 +89,12 @@ class AccessLog:
         self._flushing: Optional[Any] = None
         self._prefix_at = -1
         self._prefix = ""
-        # Lines not yet handed to be written: their bytes, and when the first came.
-        self._waiting = 0
-        self._first_at = 0.0
-        # On the workers' reactor (api.event_loop) lines are written as a
-        # poll's events are done, once a write's worth has gathered or the
-        # first has waited long enough; on another clock, by a timer at the
-        # next turn.
+        # On the workers' reactor (api.event_loop) a poll's lines are written
+        # as its events are done; on another clock, by a timer at the next turn.
         after_each_poll = getattr(clock, "after_each_poll", None)
         self._each_poll = after_each_poll is not None
         if after_each_poll is not None:
-            after_each_poll(self._write_if_due)
+            after_each_poll(lines.flush)
 
     def request(self, method: str, path: str, status: int, client: str, duration_ms: float, request_id: str) -> None:
         now = self._clock.seconds()
@@ -119,9 +104,6 @@ class AccessLog:
             message = f"{method} {path} {status} ({client}) {duration_ms}ms"
             line = f"{formatTime(now)} [{self.NAMESPACE}#info] {message}\n"
         self._lines.add(line)
-        if not self._waiting:
-            self._first_at = now
-        self._waiting += len(line)
         if self._flushing is None and not self._each_poll:
             # Next reactor turn: every line of this turn in one write.
             self._flushing = self._clock.callLater(0, self.flush)
@@ -149,16 +131,9 @@ class AccessLog:
             f'"path": "{path}", "status": {status}, "client": "{client}", "duration_ms": {duration_ms}}}\n'
         )
 
-    def _write_if_due(self) -> None:
-        if self._waiting >= WRITE_AT_BYTES or (
-            self._waiting and self._clock.seconds() - self._first_at >= MAX_WAIT_SECONDS
-        ):
-            self.flush()
-
     def flush(self) -> None:
         """Write what is pending (also called as the worker shuts down, so no line is lost)."""
         if self._flushing is not None and self._flushing.active():
             self._flushing.cancel()
         self._flushing = None
-        self._waiting = 0
         self._lines.flush()
