@@ -83,6 +83,10 @@ class TokenCache:
     def subscribed(self) -> bool:
         return self._live is not None
 
+    def cached(self, digest: bytes) -> Optional[TokenRecord]:
+        """The token's record when the cache holds it and is kept true (subscribed); else None."""
+        return self._records.get(digest) if self._live is not None else None
+
     def lookup(self, digest: bytes) -> defer.Deferred:
         """The token's record (None if unknown): from the cache while subscribed, else from Redis."""
         record = self._records.get(digest)

@@ -13,7 +13,7 @@ import hmac
 import re
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
 
 from twisted.internet import defer
 
@@ -65,18 +65,34 @@ class Gate:
         self._digests: Dict[str, bytes] = {}
 
     def admit(self, authorization: Optional[str], collection: str, write: bool, defer_rate: bool) -> defer.Deferred:
-        """Fires with the request's grant, or fails with an ``ApiError`` (401, 403, 429).
+        """Fires with the request's grant, or fails with an ``ApiError`` (401, 403, 429)."""
+        try:
+            outcome = self.grant_or_wait(authorization, collection, write, defer_rate)
+        except ApiError as refused:
+            return defer.fail(refused)
+        return outcome if isinstance(outcome, defer.Deferred) else defer.succeed(outcome)
 
-        Plain callbacks rather than a generator: this runs before every
-        ``/v1`` request, and the token is nearly always in the cache.
+    def grant_or_wait(
+        self, authorization: Optional[str], collection: str, write: bool, defer_rate: bool
+    ) -> Union[Grant, defer.Deferred]:
+        """The grant, at once when nothing is needed from Redis, else a Deferred of it; raises a refusal.
+
+        Nothing is needed when authorization is off, or when the token's
+        record is in the worker's cache and it has no rate or its rate step
+        rides with the request's own read (``defer_rate``): the usual
+        document read is admitted without a Deferred. Plain callbacks
+        otherwise, not a generator: this runs before every ``/v1`` request.
         """
         if not self.enabled or self.tokens is None:
-            return defer.succeed(Grant(None))
+            return Grant(None)
         match = _BEARER.match(authorization or "")
         if not match:
-            return defer.fail(unauthorized("send Authorization: Bearer <token>"))
+            raise unauthorized("send Authorization: Bearer <token>")
         token = match.group(1)
         digest = self._digests.get(token) or digest_of(token)
+        record = self.tokens.cached(digest)
+        if record is not None:  # a Grant, or a Deferred of the rate step
+            return self._decide(record, token, digest, collection, write, defer_rate)
         return self.tokens.lookup(digest).addCallback(self._decide, token, digest, collection, write, defer_rate)
 
     def admit_batch(self, authorization: Optional[str], cost: int) -> defer.Deferred:

@@ -530,7 +530,11 @@ class ResourceHandler(JsonHandler):
         # A document read sends its rate step in one pipeline with the read.
         defer_rate = reading and len(self.path_args) == 2
         authorization = self.request.headers.get("Authorization")
-        return self.gate.admit(authorization, self.path_args[0], not reading, defer_rate).addCallback(self._admitted)
+        outcome = self.gate.grant_or_wait(authorization, self.path_args[0], not reading, defer_rate)
+        if isinstance(outcome, defer.Deferred):
+            return outcome.addCallback(self._admitted)
+        self._admitted(outcome)  # the usual case: admitted at once, no Deferred
+        return None
 
     def _admitted(self, grant: Grant) -> None:
         self.grant = grant
