@@ -26,8 +26,9 @@ What this leaves out is what a load test adds: reading and writing the
 socket, epoll, and the master's relay of the log lines. ``loadtest/ab_cpu.sh``
 measures all of it, with the noise. ``--serve SECONDS`` profiles that too:
 one worker (``api.worker.run_worker``, on a socket of its own) under wrk
-(64 connections, the hot 200 B read, each setting in turn), vmprof running
-over the last SECONDS after as long a warm-up.
+(64 connections, the hot 200 B read or, with ``--serve-method PUT``, a PUT of
+it, each setting in turn), vmprof running over the last SECONDS after as
+long a warm-up.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from loadtest._servers import PYPY, ROOT, Processes, free_port, http_ok, wait_un
 from loadtest._token import create as make_token
 
 OUTPUT = ROOT / "loadtest" / "results" / "request_path.md"
+WRK_SCRIPT = ROOT / "loadtest" / "bench" / "wrk.lua"
 DOCUMENT_PATH = "/v1/users/u1"
 # A ~200 B document, as the bench's 200 B read.
 DOCUMENT = json.dumps(
@@ -73,6 +75,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     )
     parser.add_argument("--profile", default="", help="a case to profile with vmprof (healthz or get)")
     parser.add_argument("--serve", type=float, default=0, help="profile a served worker under wrk for this long")
+    parser.add_argument("--serve-method", default="GET", choices=("GET", "PUT"), help="what wrk sends with --serve")
     parser.add_argument("--repeat", type=int, default=1, help="processes per tree and setting (medians of them)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
@@ -150,11 +153,17 @@ def _profile_served(args: argparse.Namespace, redis_url: str, token: str, auth: 
         connection.request("PUT", DOCUMENT_PATH, DOCUMENT, {**headers, "Content-Type": "application/json"})
         if connection.getresponse().status not in (200, 201):
             raise RuntimeError("the PUT failed")
-        load = ["wrk", "-t1", "-c64"] + [f"-H{name}: {value}" for name, value in headers.items()]
+        load = ["wrk", "-t1", "-c64", "-s", str(WRK_SCRIPT)] + [f"-H{name}: {value}" for name, value in headers.items()]
         load.append(base + DOCUMENT_PATH)
-        subprocess.run([*load, f"-d{args.serve:g}s"], check=True, stdout=subprocess.DEVNULL)  # the JIT's warm-up
+        body = scratch / "document.json"
+        body.write_bytes(DOCUMENT)
+        load_env = {**os.environ, "BENCH_METHOD": args.serve_method, "BENCH_BODY_FILE": str(body)}
+        warm_up = subprocess.run([*load, f"-d{args.serve:g}s"], env=load_env, check=True, stdout=subprocess.DEVNULL)
+        warm_up.check_returncode()  # the JIT's warm-up
         os.kill(worker.pid, signal.SIGUSR1)  # vmprof on
-        measured = subprocess.run([*load, f"-d{args.serve:g}s"], check=True, stdout=subprocess.PIPE, text=True)
+        measured = subprocess.run(
+            [*load, f"-d{args.serve:g}s"], env=load_env, check=True, stdout=subprocess.PIPE, text=True
+        )
         rate = next(line for line in measured.stdout.splitlines() if line.startswith("Requests/sec"))
         worker.terminate()
         worker.wait(60)
