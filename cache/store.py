@@ -429,7 +429,6 @@ class DocumentStore:
             return defer.succeed([])
         return self._link.pipeline([(b"HGET", keys.document_key(collection, doc_id), b"b") for doc_id in doc_ids])
 
-    @defer.inlineCallbacks
     def _write(
         self,
         collection: bytes,
@@ -440,10 +439,18 @@ class DocumentStore:
         etag: Optional[bytes] = None,
         replicas: Optional[int] = None,
         op: bytes = b"put",
-    ) -> Any:
-        write = self.prepare_put(collection, doc_id, body, conditions, ttl, etag, op)
-        concern = self._concern(replicas)
-        result, confirmed = yield self._run_write(scripts.PUT, write.keys, write.args, concern)
+    ) -> defer.Deferred:
+        """The script call that writes, and its outcome. Plain callbacks, as the read (no generator per write)."""
+        try:
+            write = self.prepare_put(collection, doc_id, body, conditions, ttl, etag, op)
+            concern = self._concern(replicas)
+            running = self._run_write(scripts.PUT, write.keys, write.args, concern)
+        except Exception:
+            return defer.fail()
+        return running.addCallback(self._written, write, concern)
+
+    def _written(self, reply: Tuple[Any, Any], write: PreparedPut, concern: Any) -> Any:
+        result, confirmed = reply
         outcome = put_outcome(write, result)
         if outcome[1] is not None:
             self._check_replicated(confirmed, write.document.etag, concern)

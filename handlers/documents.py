@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 from twisted.internet import defer
 
@@ -36,26 +36,30 @@ class DocumentHandler(ResourceHandler):
 
     head = get
 
-    @defer.inlineCallbacks
-    def put(self, collection: str, doc_id: str) -> Any:
+    def put(self, collection: str, doc_id: str) -> defer.Deferred:
+        # Plain callbacks, as the read: an inlineCallbacks generator cost a
+        # copied contextvars context and a generator step per yield.
         keys = validation.collection_name(collection), validation.document_id(doc_id)
         value = validation.json_document(
             self.request.body, self.request.headers.get("Content-Type"), validation.JSON, self.max_body
         )
         ttl = validation.ttl(self.query_argument("ttl"))
-        rules = yield self.collection_settings(keys[0])
+        return self.collection_settings(keys[0]).addCallback(self._put_checked, keys, value, ttl)
+
+    def _put_checked(self, rules: Any, keys: Any, value: Any, ttl: Optional[int]) -> defer.Deferred:
         rules.check(value, len(self.request.body))  # before anything is stored
-        document, created = yield self.store.put(
-            *keys,
-            self.request.body,
-            Conditions(
-                self._if_match(),
-                validation.entity_tags(self.request.headers.get("If-None-Match"), weak=True),
-                self._if_unmodified_since(),
-            ),
-            rules.ttl_or_default(ttl),
-            replicas=rules.write_replicas,
+        conditions = Conditions(
+            self._if_match(),
+            validation.entity_tags(self.request.headers.get("If-None-Match"), weak=True),
+            self._if_unmodified_since(),
         )
+        written = self.store.put(
+            *keys, self.request.body, conditions, rules.ttl_or_default(ttl), replicas=rules.write_replicas
+        )
+        return written.addCallback(self._answer_write)
+
+    def _answer_write(self, outcome: Tuple[Document, bool]) -> None:
+        document, created = outcome
         self.send_document(201 if created else 200, document)
 
     def patch(self, collection: str, doc_id: str) -> defer.Deferred:
