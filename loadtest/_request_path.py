@@ -83,6 +83,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     if args.child:
         return _served_child(args) if args.port else _child(args)
+    if (args.profile or args.serve) and not _has_vmprof():
+        print(f"--profile and --serve need vmprof: {PYPY} -m pip install vmprof", file=sys.stderr)
+        return 2
     settings = [tuple(args.only.split("/"))] if args.only else list(SETTINGS)
     with tempfile.TemporaryDirectory(prefix="jetway-request-path-") as scratch, Processes(Path(scratch)) as processes:
         redis_url = processes.redis()
@@ -108,6 +111,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if rows:
         _report(rows, args)
     return 0
+
+
+def _has_vmprof() -> bool:
+    found = subprocess.run([str(PYPY), "-c", "import vmprof"], capture_output=True, check=False)
+    return found.returncode == 0
 
 
 def _child_env(redis_url: str, token: str, auth: str, log: str, tree: Path = ROOT) -> Dict[str, str]:
