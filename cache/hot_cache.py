@@ -101,11 +101,13 @@ class Doorkeeper:
         byte, flag = bit >> 3, 1 << (bit & 7)
         if self._bits[byte] & flag:
             return True
-        self._bits[byte] |= flag
         self._marked += 1
         if self._marked >= self.window:
+            # Older marks are forgotten, not this one: a key read again soon
+            # after the reset is let in like any other.
             self._bits = bytearray(len(self._bits))
-            self._marked = 0
+            self._marked = 1
+        self._bits[byte] |= flag
         return False
 
 
