@@ -155,7 +155,7 @@ class HotCacheMetrics:
     and sets the worker's own gauges (one series per worker, by ``pid``).
     """
 
-    COUNTS = ("hits", "misses", "evictions", "invalidations", "refused_fills")
+    COUNTS = ("hits", "misses", "evictions", "invalidations", "refused_fills", "refused_admissions")
     LEVELS = ("bytes", "entries", "bypassed")
 
     def __init__(self, stats: Callable[[], Dict[str, int]]) -> None:

@@ -22,12 +22,12 @@ by their Redis key, least recently used out first. Its consistency rule:
   expiry samples keys), and only then sends the invalidation.
 
 A document larger than ``1/MAX_ENTRY_SHARE`` of the bound is never cached,
-so a few large documents cannot push out every small one. A key is cached
-only from its second miss within a while (``Doorkeeper``): a document read
-once costs what it costs without the cache, where filling on every miss cost
-a read of 200,000 documents in turn 23% more worker CPU (README, "The hot
-cache"). The while is no longer than the cache's own memory: a document read
-again only after more others than the cache holds is not let in either.
+so a few large documents cannot push out every small one. A miss fills only
+when its key was read at least twice lately and, once the cache is full,
+more often lately than the least recently used entry it would push out
+(``cache.admission``, TinyLFU): a document read once costs what it costs
+without the cache, and more documents read in turn or at random than the
+cache holds do not churn it (README, "The hot cache").
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from typing import Any, Callable, Dict, Iterable, Optional
+
+from cache.admission import FrequencySketch
 
 # A worker's memory grows by more than its entries hold: PyPy collects its
 # old generation only once it has grown to PYPY_GC_MAJOR_COLLECT (1.5) times
@@ -49,18 +51,10 @@ MAX_ENTRY_SHARE = 64
 # What an entry costs beyond its bytes: the Document and entry objects, the
 # bytes objects' headers and the dict slot (PyPy; README, "The hot cache").
 ENTRY_OVERHEAD = 256
-# The doorkeeper: bits of key hashes, forgotten after at most DOORKEEPER_BITS >> 5
-# keys (4 Mi bits, 512 KiB; 131,072 keys, when at most 1 in 32 bits is set,
-# so at most ~3% of keys seen once are let in by a collision), and sooner
-# once the cache is full: after as many keys as it holds entries
-# (``HotCache._forget_after``). A key seen again only after more other keys
-# than the cache holds would be evicted before its next read (LRU), so
-# letting it in costs a fill and an eviction and saves nothing: a read of
-# 200,000 documents in turn over 2 workers cost 1.28x the worker CPU of the
-# cache off when the doorkeeper remembered 131,072 keys (README, "The hot cache").
-DOORKEEPER_BITS = 1 << 22
-# The shortest memory the doorkeeper is given, whatever the cache holds.
-DOORKEEPER_MIN_WINDOW = 1024
+# The reads after which every count of the admission's sketch halves, per
+# entry the cache holds (TinyLFU's choice), and at least.
+SAMPLE_PER_ENTRY = 10
+MIN_SAMPLE = 16_384
 # PTTL's answers besides a number of milliseconds.
 _NO_EXPIRY, _NO_KEY = -1, -2
 
@@ -82,33 +76,6 @@ class _Pending:
     def __init__(self) -> None:
         self.count = 0
         self.spoilt_at = -1
-
-
-class Doorkeeper:
-    """Keys missed once lately, as one bit each of a hash: a miss is let in to fill only if its bit is set."""
-
-    def __init__(self, bits: int = DOORKEEPER_BITS) -> None:
-        self._mask = bits - 1
-        self.longest = bits >> 5
-        # Marks after which every mark is forgotten (at most ``longest``).
-        self.window = self.longest
-        self._bits = bytearray(bits >> 3)
-        self._marked = 0
-
-    def admit(self, key: bytes) -> bool:
-        """True when ``key`` was missed since the last reset; else it is marked."""
-        bit = hash(key) & self._mask
-        byte, flag = bit >> 3, 1 << (bit & 7)
-        if self._bits[byte] & flag:
-            return True
-        self._marked += 1
-        if self._marked >= self.window:
-            # Older marks are forgotten, not this one: a key read again soon
-            # after the reset is let in like any other.
-            self._bits = bytearray(len(self._bits))
-            self._marked = 1
-        self._bits[byte] |= flag
-        return False
 
 
 def document_size(document: Any, key: bytes) -> int:
@@ -144,7 +111,8 @@ class HotCache:
         self._clock = clock
         self._entries: OrderedDict[bytes, _Entry] = OrderedDict()
         self._pending: Dict[bytes, _Pending] = {}
-        self._doorkeeper = Doorkeeper()
+        # Until the first fill tells the entries' size: as if of 1 KiB.
+        self._frequency = FrequencySketch(max(MIN_SAMPLE, SAMPLE_PER_ENTRY * (self.max_bytes >> 10)))
         self._live = False
         # Bumped by every invalidation and every loss; a ticket is this
         # number when its read was sent, and tickets below _floor are void.
@@ -157,6 +125,7 @@ class HotCache:
         self.evictions = 0
         self.invalidations = 0
         self.refused_fills = 0
+        self.refused_admissions = 0
 
     @property
     def live(self) -> bool:
@@ -176,22 +145,37 @@ class HotCache:
             self.misses += 1
             return None
         self._entries.move_to_end(key)
+        self._frequency.add(key)
         self.hits += 1
         return entry.document
 
     def reserve(self, key: bytes) -> Optional[int]:
         """A ticket for a read of ``key`` about to be sent, or None: the feed is
-        down, or the key's first miss lately (then the read should not fill).
+        down, or the key may not fill (read once lately, or, with the cache
+        full, no more often than the entry it would push out).
 
         Every ticket must come back exactly once, by ``fill`` or ``release``.
         """
-        if not self._live or not self._doorkeeper.admit(key):
+        if not self._live or not self._may_fill(key):
             return None
         pending = self._pending.get(key)
         if pending is None:
             pending = self._pending[key] = _Pending()
         pending.count += 1
         return self._sequence
+
+    def _may_fill(self, key: bytes) -> bool:
+        """Count this miss of ``key``; whether its read may fill (see ``cache.admission``)."""
+        reads = self._frequency.add(key)
+        if reads < 2:
+            return False
+        entries = len(self._entries)
+        if not entries or self.bytes + self.bytes // entries <= self.max_bytes:
+            return True  # room for one more entry of the size they have
+        if reads > self._frequency.count(next(iter(self._entries))):
+            return True
+        self.refused_admissions += 1
+        return False
 
     def fill(self, key: bytes, ticket: int, document: Any, pttl: Any) -> None:
         """The reply of a read sent with ``ticket``: cached unless something may have changed since."""
@@ -213,14 +197,9 @@ class HotCache:
             _, oldest = self._entries.popitem(last=False)
             self.bytes -= oldest.size
             self.evictions += 1
-        self._doorkeeper.window = self._forget_after()
-
-    def _forget_after(self) -> int:
-        """The doorkeeper's memory: about as many keys as the cache holds entries of the size it holds now."""
-        if not self.bytes:
-            return self._doorkeeper.longest
+        # "Lately": about ten reads per entry the cache holds, at the size it holds now.
         holds = self.max_bytes * len(self._entries) // self.bytes
-        return max(DOORKEEPER_MIN_WINDOW, min(self._doorkeeper.longest, holds))
+        self._frequency.sample = max(MIN_SAMPLE, SAMPLE_PER_ENTRY * holds)
 
     def release(self, key: bytes, ticket: int) -> None:
         """A read sent with ``ticket`` failed: its ticket back, nothing cached."""
@@ -268,6 +247,7 @@ class HotCache:
             "evictions": self.evictions,
             "invalidations": self.invalidations,
             "refused_fills": self.refused_fills,
+            "refused_admissions": self.refused_admissions,
             "bytes": self.bytes,
             "entries": len(self._entries),
             "bypassed": 0 if self._live else 1,

@@ -47,9 +47,10 @@ cpu_ticks() {  # cpu_ticks PID...: their user+system time, in clock ticks
   for w in "$@"; do awk '{print $14+$15}' "/proc/$w/stat"; done | awk '{t+=$1} END {print t}'
 }
 
-invalidations() {  # invalidations PORT: keys the hot caches of all workers were told of so far (0 without)
+cache_counts() {  # cache_counts PORT: the hot caches' invalidations, hits and evictions so far, all workers (0s without)
   sleep 1.1  # every worker's metrics written (once a second)
-  curl -s "localhost:$1/metrics" | awk '/^jetway_hot_cache_invalidations_total/ {v=$2} END {print v+0}'
+  curl -s "localhost:$1/metrics" | awk '/^jetway_hot_cache_invalidations_total/ {i=$2}
+    /^jetway_hot_cache_hits_total/ {h=$2} /^jetway_hot_cache_evictions_total/ {e=$2} END {print i+0, h+0, e+0}'
 }
 
 run() {  # run TREE LABEL AUTH EXTRA_ENV EXTRA_HEADER: one server, warm-up, one measured run
@@ -104,22 +105,24 @@ for n in range(int(sys.argv[1])):
     "${load[@]}" -d"${WARM:-10}"s > /dev/null
   local pids
   read -ra pids <<< "$workers"
-  local rpid r0 r1 inv0 inv1
+  local rpid r0 r1 counts0 counts1
   rpid=$(cat "$dir/r.pid")
-  inv0=$(invalidations "$port")
+  counts0=$(cache_counts "$port")
   t0=$(cpu_ticks "$pid" "${pids[@]}")
   r0=$(cpu_ticks "$rpid")
   out=$(BENCH_IDS=$ids BENCH_PATH_PREFIX=/v1/bench/m BENCH_METHOD=$method BENCH_BODY_FILE="$dir/small.json" \
     "${load[@]}" -d"${DUR:-5}"s --latency)
   t1=$(cpu_ticks "$pid" "${pids[@]}")
   r1=$(cpu_ticks "$rpid")
-  inv1=$(invalidations "$port")
+  counts1=$(cache_counts "$port")
   rss=$(for w in "${pids[@]}"; do awk '/VmRSS/ {print $2}' "/proc/$w/status"; done | sort -n | tail -1)
   [ -n "${VERBOSE:-}" ] && echo "$out" >&2
   n=$(echo "$out" | awk '/requests in/ {print $1}')
   echo "$out" | awk -v l="$label" -v n="$n" -v c=$((t1 - t0)) -v rc=$((r1 - r0)) -v hz="$(getconf CLK_TCK)" -v rss="$rss" \
-    -v inv="$(awk -v a="$inv0" -v b="$inv1" 'BEGIN {print b - a}')" \
-    '/Requests\/sec/ {r=$2} / 99%/ {p=$2} END {printf "%s cpu_us_per_request=%.1f rps=%s p99=%s rss_mb=%.0f redis_cpu_us_per_request=%.1f invalidations_per_request=%.3f\n", l, c*1e6/hz/n, r, p, rss/1024, rc*1e6/hz/n, inv/n}'
+    -v counts="$counts0 $counts1" \
+    'BEGIN {split(counts, k, " ")} /Requests\/sec/ {r=$2} / 99%/ {p=$2}
+     END {printf "%s cpu_us_per_request=%.1f rps=%s p99=%s rss_mb=%.0f redis_cpu_us_per_request=%.1f invalidations_per_request=%.3f hits_per_request=%.3f evictions_per_request=%.3f\n",
+       l, c*1e6/hz/n, r, p, rss/1024, rc*1e6/hz/n, (k[4]-k[1])/n, (k[5]-k[2])/n, (k[6]-k[3])/n}'
   kill $pid; wait $pid 2>/dev/null || true
   kill "$(cat "$dir/r.pid")"
   rm -f "$dir/server.pid" "$dir/r.pid"

@@ -49,7 +49,7 @@ async def setup(reactor, path):
     hot.up()  # no feed: only the store's own hooks drop entries
     store = DocumentStore(link, hot=hot)
     first, _ = await store.put(b"things", b"a", b'{"v":1}')
-    for _ in range(3):  # the doorkeeper lets a key in on its second miss
+    for _ in range(3):  # a key is let in on its second miss
         await store.get(b"things", b"a")
     assert hot.get(KEY) is not None, "not cached"
     return store, hot, BatchRunner(store, link, PRIMARY_ONLY), first

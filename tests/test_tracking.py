@@ -49,7 +49,7 @@ async def until(reactor, condition, what, timeout=10.0):
         waited += 0.01
 
 async def cached(reactor, store, hot, key):
-    '''Read the document until the hot cache holds it (the doorkeeper lets it in on its second miss).'''
+    '''Read the document until the hot cache holds it (a key is let in on its second miss).'''
     for _ in range(3):
         await store.get(b"things", b"a")
     assert hot.get(key) is not None, "not cached"
@@ -99,7 +99,7 @@ def test_a_reply_that_comes_after_an_invalidation_of_its_key_does_not_fill(own_r
             dropped = hot.get(KEY) is None
 
             relay.hold()
-            reading = store.get(b"things", b"a")  # a miss, let in by the doorkeeper: it may fill
+            reading = store.get(b"things", b"a")  # a second miss, let in: it may fill
             await until(reactor, lambda: relay.held_bytes > 0, "Redis's reply to the read, held")
             seen = hot.invalidations
             redis(path, b"HSET", KEY, b"e", b'"outside-3"')  # after the read, in Redis's order
