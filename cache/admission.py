@@ -1,69 +1,112 @@
 """How often each document was read lately: what decides which misses may fill the hot cache.
 
-A count-min sketch (TinyLFU's): every read of a document key, a hit or a
-miss, adds one to three small counters picked by the key's hash, and the
-key's count is the least of the three (hashes that collide can only make a
-count higher, never lower). Counts stop at ``MAX_COUNT`` and all halve
-after every ``sample`` additions, so they tell how often a key was read
-lately, in a fixed amount of memory whatever the number of keys.
+TinyLFU's frequency sketch, in fixed memory whatever the number of keys:
+
+- a doorkeeper, three bits per key in a bit array, remembers which keys were
+  read since the last reset: a key's first read sets its bits and counts 1;
+- a count-min sketch counts the reads after the first: three one-byte
+  counters per key, its count the least of them (keys whose hashes collide
+  can only make a count higher, never lower), at most ``MAX_COUNT``.
+
+After every ``sample`` reads counted, the doorkeeper is cleared and every
+counter halves, so counts tell how often a key was read lately.
 
 ``cache.hot_cache`` lets a miss fill only when its key was read at least
-twice lately and, once the cache is full, more often than the entry the
-fill would push out. A document read once costs what it costs without the
-cache; and when the documents read are more than the cache holds, an entry
-is not swapped for another read no more often, which cost a fill, an
+twice lately and, once the cache is full, more often than the entry the fill
+would push out. A document read once costs what it costs without the cache;
+and when more documents are read than the cache holds, an entry is not
+swapped for another that is read no more often, which cost a fill, an
 eviction and garbage for PyPy's old generation, and saved nothing.
+
+Why a doorkeeper: a key read once is taken for one read twice when all its
+positions are already taken by other keys. With K keys since the last reset
+and three positions each among N, that is about (1 - e^(-3K/N))^3 of them:
+at K = 810,000 (ten reads per entry the default cache holds of 200 B
+documents), 0.25% with the doorkeeper's 16 Mi bits, 73% with the 1 Mi
+counters alone (which let a read of 2,000,000 documents in turn, every read
+its document's first, fill the cache with documents read once).
 """
 
 from __future__ import annotations
 
-# 1 Mi one-byte counters (1 MiB): three per key, with few collisions for the
-# few hundred thousand keys a worker's cache can see between halvings.
+# The doorkeeper's bits: 16 Mi (2 MiB).
+DOOR_BITS = 24
+# The counters: 1 Mi bytes (1 MiB), for keys read more than once lately.
 SKETCH_BITS = 20
-# A count never goes higher: enough to compare keys, and halving keeps
-# recent reads ahead of old ones.
+# A count of the sketch never goes higher: enough to compare keys, and
+# halving keeps recent reads ahead of old ones.
 MAX_COUNT = 15
 # Each counter's value once halved, for bytearray.translate (a C loop).
 _HALVED = bytes(count >> 1 for count in range(256))
+# The three positions of a key come from one 64-bit hash, 20 bits apart
+# (the doorkeeper's windows of 24 bits overlap a little; the hash's bits are mixed).
+_SHIFT = 20
 
 
 class FrequencySketch:
-    """Recent reads per key, approximately and in ``1 << bits`` bytes."""
+    """Recent reads per key, approximately, in ``2 ** (door_bits - 3) + 2 ** sketch_bits`` bytes."""
 
-    def __init__(self, sample: int, bits: int = SKETCH_BITS) -> None:
-        # Three counters per key from one 64-bit hash: ``bits`` bits each.
-        assert 3 * bits <= 64
-        self._bits = bits
-        self._mask = (1 << bits) - 1
-        self._counts = bytearray(1 << bits)
-        # Additions after which every count halves.
+    def __init__(self, sample: int, door_bits: int = DOOR_BITS, sketch_bits: int = SKETCH_BITS) -> None:
+        assert max(door_bits, sketch_bits) <= 64 - 2 * _SHIFT
+        self._door = bytearray(1 << (door_bits - 3))
+        self._door_mask = (1 << door_bits) - 1
+        self._counts = bytearray(1 << sketch_bits)
+        self._count_mask = (1 << sketch_bits) - 1
+        # Reads counted after which the doorkeeper is cleared and counts halve.
         self.sample = sample
         self._added = 0
 
     def add(self, key: bytes) -> int:
-        """Count one read of ``key``; its count now."""
-        counts, mask, bits = self._counts, self._mask, self._bits
+        """Count one read of ``key``; its reads lately, this one included.
+
+        The first read after a reset counts 1 whatever came before it: the
+        sketch is not consulted for a key the doorkeeper does not know, the
+        path of every read of a document not read lately.
+        """
         digest = hash(key)
-        first, second, third = digest & mask, (digest >> bits) & mask, (digest >> 2 * bits) & mask
+        if self._let_in(digest):
+            self._tick()
+            return 1
+        counts, mask = self._counts, self._count_mask
+        first, second, third = digest & mask, (digest >> _SHIFT) & mask, (digest >> 2 * _SHIFT) & mask
         low = min(counts[first], counts[second], counts[third])
-        if low >= MAX_COUNT:
-            return low
-        # Only the counters at the least go up (the "conservative update"):
-        # a higher one holds another key's reads too, and stays a closer bound.
-        if counts[first] == low:
-            counts[first] = low + 1
-        if counts[second] == low:
-            counts[second] = low + 1
-        if counts[third] == low:
-            counts[third] = low + 1
-        self._added += 1
-        if self._added >= self.sample:
-            self._counts = self._counts.translate(_HALVED)
-            self._added = 0
+        if low < MAX_COUNT:
+            # Only the counters at the least go up (the "conservative update"):
+            # a higher one holds another key's reads too, and stays a closer bound.
+            if counts[first] == low:
+                counts[first] = low + 1
+            if counts[second] == low:
+                counts[second] = low + 1
+            if counts[third] == low:
+                counts[third] = low + 1
+            low += 1
+        self._tick()
         return low + 1
 
     def count(self, key: bytes) -> int:
-        """``key``'s count: never less than its reads since the counts last halved."""
-        counts, mask, bits = self._counts, self._mask, self._bits
+        """``key``'s reads lately: never fewer than since the last reset."""
         digest = hash(key)
-        return min(counts[digest & mask], counts[(digest >> bits) & mask], counts[(digest >> 2 * bits) & mask])
+        door, mask = self._door, self._door_mask
+        for position in (digest & mask, (digest >> _SHIFT) & mask, (digest >> 2 * _SHIFT) & mask):
+            if not door[position >> 3] & (1 << (position & 7)):
+                return 0
+        counts, mask = self._counts, self._count_mask
+        return 1 + min(counts[digest & mask], counts[(digest >> _SHIFT) & mask], counts[(digest >> 2 * _SHIFT) & mask])
+
+    def _let_in(self, digest: int) -> bool:
+        """Set the doorkeeper's bits of ``digest``; whether any was not set yet (a first read)."""
+        door, mask = self._door, self._door_mask
+        new = False
+        for position in (digest & mask, (digest >> _SHIFT) & mask, (digest >> 2 * _SHIFT) & mask):
+            byte, bit = position >> 3, 1 << (position & 7)
+            if not door[byte] & bit:
+                door[byte] |= bit
+                new = True
+        return new
+
+    def _tick(self) -> None:
+        self._added += 1
+        if self._added >= self.sample:
+            self._door = bytearray(len(self._door))
+            self._counts = self._counts.translate(_HALVED)
+            self._added = 0

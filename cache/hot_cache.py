@@ -51,8 +51,8 @@ MAX_ENTRY_SHARE = 64
 # What an entry costs beyond its bytes: the Document and entry objects, the
 # bytes objects' headers and the dict slot (PyPy; README, "The hot cache").
 ENTRY_OVERHEAD = 256
-# The reads after which every count of the admission's sketch halves, per
-# entry the cache holds (TinyLFU's choice), and at least.
+# The reads after which the admission's sketch is reset (its counts halve),
+# per entry the cache holds (TinyLFU's choice), and at least.
 SAMPLE_PER_ENTRY = 10
 MIN_SAMPLE = 16_384
 # PTTL's answers besides a number of milliseconds.

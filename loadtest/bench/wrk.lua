@@ -2,8 +2,9 @@
 --
 -- BENCH_METHOD (default GET) and BENCH_BODY_FILE (the body of a PUT) come
 -- from the environment; BENCH_IDS=N makes GETs go to BENCH_PATH_PREFIX .. 0,
--- 1, ..., N-1 in turn, so no document is read again before N others (a
--- cache's miss path), or at random with BENCH_RANDOM=1. done() prints one line, `BENCH {...}`, that the
+-- 1, ..., N-1 in turn (from BENCH_FIRST_ID, default 0), so no document is
+-- read again before N others (a cache's miss path), or at random with
+-- BENCH_RANDOM=1. done() prints one line, `BENCH {...}`, that the
 -- bench reads; latencies are in microseconds.
 
 local method = os.getenv("BENCH_METHOD") or "GET"
@@ -18,7 +19,7 @@ end
 local ids = tonumber(os.getenv("BENCH_IDS") or "0")
 if ids > 0 then
   local prefix = os.getenv("BENCH_PATH_PREFIX")
-  local n = 0
+  local n = tonumber(os.getenv("BENCH_FIRST_ID") or "0") - 1
   local random = os.getenv("BENCH_RANDOM") == "1"
   request = function()
     n = random and math.random(0, ids - 1) or (n + 1) % ids
