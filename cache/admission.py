@@ -29,6 +29,8 @@ its document's first, fill the cache with documents read once).
 
 from __future__ import annotations
 
+from typing import Tuple
+
 # The doorkeeper's bits: 16 Mi (2 MiB).
 DOOR_BITS = 24
 # The counters: 1 Mi bytes (1 MiB), for keys read more than once lately.
@@ -38,20 +40,26 @@ SKETCH_BITS = 20
 MAX_COUNT = 15
 # Each counter's value once halved, for bytearray.translate (a C loop).
 _HALVED = bytes(count >> 1 for count in range(256))
-# The three positions of a key come from one 64-bit hash, 20 bits apart
-# (the doorkeeper's windows of 24 bits overlap a little; the hash's bits are mixed).
-_SHIFT = 20
+# A key's three bits, and its three counters, lie in one block of 64 bytes
+# (a cache line): on a busy machine every other line is a trip to memory,
+# and three lines a key cost a served miss ~20% of the worker's time
+# (``python -m loadtest._request_path --serve 10 --serve-documents 200000``).
+# From one 64-bit hash: the doorkeeper's block from its low bits (up to
+# 15), the positions in a block from the next 27, the sketch's block from
+# bit 42 on.
+_BLOCK = 64
+_SKETCH_BLOCK_SHIFT = 42
 
 
 class FrequencySketch:
     """Recent reads per key, approximately, in ``2 ** (door_bits - 3) + 2 ** sketch_bits`` bytes."""
 
     def __init__(self, sample: int, door_bits: int = DOOR_BITS, sketch_bits: int = SKETCH_BITS) -> None:
-        assert max(door_bits, sketch_bits) <= 64 - 2 * _SHIFT
+        assert 9 <= door_bits <= 24 and 6 <= sketch_bits <= 28
         self._door = bytearray(1 << (door_bits - 3))
-        self._door_mask = (1 << door_bits) - 1
+        self._door_blocks = (1 << (door_bits - 9)) - 1
         self._counts = bytearray(1 << sketch_bits)
-        self._count_mask = (1 << sketch_bits) - 1
+        self._count_blocks = (1 << (sketch_bits - 6)) - 1
         # Reads counted after which the doorkeeper is cleared and counts halve.
         self.sample = sample
         self._added = 0
@@ -64,11 +72,13 @@ class FrequencySketch:
         path of every read of a document not read lately.
         """
         digest = hash(key)
-        if self._let_in(digest):
+        first, second, third = _positions(digest)
+        if self._let_in(digest, first, second, third):
             self._tick()
             return 1
-        counts, mask = self._counts, self._count_mask
-        first, second, third = digest & mask, (digest >> _SHIFT) & mask, (digest >> 2 * _SHIFT) & mask
+        counts = self._counts
+        block = ((digest >> _SKETCH_BLOCK_SHIFT) & self._count_blocks) * _BLOCK
+        first, second, third = block + (first & 63), block + (second & 63), block + (third & 63)
         low = min(counts[first], counts[second], counts[third])
         if low < MAX_COUNT:
             # Only the counters at the least go up (the "conservative update"):
@@ -86,19 +96,23 @@ class FrequencySketch:
     def count(self, key: bytes) -> int:
         """``key``'s reads lately: never fewer than since the last reset."""
         digest = hash(key)
-        door, mask = self._door, self._door_mask
-        for position in (digest & mask, (digest >> _SHIFT) & mask, (digest >> 2 * _SHIFT) & mask):
-            if not door[position >> 3] & (1 << (position & 7)):
+        positions = _positions(digest)
+        door = self._door
+        block = (digest & self._door_blocks) * _BLOCK
+        for position in positions:
+            if not door[block + (position >> 3)] & (1 << (position & 7)):
                 return 0
-        counts, mask = self._counts, self._count_mask
-        return 1 + min(counts[digest & mask], counts[(digest >> _SHIFT) & mask], counts[(digest >> 2 * _SHIFT) & mask])
+        counts = self._counts
+        block = ((digest >> _SKETCH_BLOCK_SHIFT) & self._count_blocks) * _BLOCK
+        return 1 + min(counts[block + (position & 63)] for position in positions)
 
-    def _let_in(self, digest: int) -> bool:
+    def _let_in(self, digest: int, first: int, second: int, third: int) -> bool:
         """Set the doorkeeper's bits of ``digest``; whether any was not set yet (a first read)."""
-        door, mask = self._door, self._door_mask
+        door = self._door
+        block = (digest & self._door_blocks) * _BLOCK
         new = False
-        for position in (digest & mask, (digest >> _SHIFT) & mask, (digest >> 2 * _SHIFT) & mask):
-            byte, bit = position >> 3, 1 << (position & 7)
+        for position in (first, second, third):
+            byte, bit = block + (position >> 3), 1 << (position & 7)
             if not door[byte] & bit:
                 door[byte] |= bit
                 new = True
@@ -110,3 +124,8 @@ class FrequencySketch:
             self._door = bytearray(len(self._door))
             self._counts = self._counts.translate(_HALVED)
             self._added = 0
+
+
+def _positions(digest: int) -> Tuple[int, int, int]:
+    """A key's three positions in its block: bits of the doorkeeper's (0-511), their low 6 the sketch's."""
+    return (digest >> 15) & 511, (digest >> 24) & 511, (digest >> 33) & 511

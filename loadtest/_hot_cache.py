@@ -49,6 +49,9 @@ MEMORY_TARGET_MARGIN_MB = 150
 PATH = "/v1/stale/doc"
 
 
+# The path of the seeded documents, but for their number.
+SEEDED_PREFIX = "/v1/mem/d"
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m loadtest._hot_cache", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -249,13 +252,13 @@ def memory_use(args: argparse.Namespace) -> str:
     for bound in (0, args.bound):
         with tempfile.TemporaryDirectory(prefix="hot-memory-") as directory, Processes(Path(directory)) as processes:
             redis_url = processes.redis()
-            _seed(redis_url, args.docs, args.size)
+            seed_documents(redis_url, args.docs, args.size)
             token = make_token(str(PYPY), redis_url, "memory")
             settings = [("JETWAY_ACCESS_LOG", "on"), ("JETWAY_HOT_CACHE_BYTES", str(bound))]
             base = processes.jetway("jetway", PYPY, redis_url, args.workers, settings=settings)
             wrk = ["wrk", "-t1", "-c64", f"-d{args.seconds:g}s", "-s", str(WRK_LUA)]
             wrk += ["-H", f"Authorization: Bearer {token}", base + "/v1/mem/x"]
-            env = {"BENCH_IDS": str(args.docs), "BENCH_PATH_PREFIX": "/v1/mem/d", "BENCH_RANDOM": "1"}
+            env = {"BENCH_IDS": str(args.docs), "BENCH_PATH_PREFIX": SEEDED_PREFIX, "BENCH_RANDOM": "1"}
             done = subprocess.run(wrk, env={**os.environ, **env}, capture_output=True, text=True, check=True)
             summary = json.loads(done.stdout.split("BENCH ", 1)[1].splitlines()[0])
             rss = processes.worker_rss_mb("jetway")
@@ -264,7 +267,7 @@ def memory_use(args: argparse.Namespace) -> str:
     return _memory_report(args, rows)
 
 
-def _seed(redis_url: str, docs: int, size: int) -> None:
+def seed_documents(redis_url: str, docs: int, size: int) -> None:
     """``docs`` documents laid out as the store writes them (cache/keys.py), through ``redis-cli --pipe``."""
     pad = b"x" * max(0, size - 20)
     commands = []

@@ -27,8 +27,8 @@ socket, epoll, and the master's relay of the log lines. ``loadtest/ab_cpu.sh``
 measures all of it, with the noise. ``--serve SECONDS`` profiles that too:
 one worker (``api.worker.run_worker``, on a socket of its own) under wrk
 (64 connections, the hot 200 B read or, with ``--serve-method PUT``, a PUT of
-it, each setting in turn), vmprof running over the last SECONDS after as
-long a warm-up.
+it, or with ``--serve-documents N`` reads of N documents in turn, each
+setting in turn), vmprof running over the last SECONDS after as long a warm-up.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
+from loadtest._hot_cache import SEEDED_PREFIX, seed_documents
 from loadtest._servers import PYPY, ROOT, Processes, free_port, http_ok, wait_until
 from loadtest._token import create as make_token
 
@@ -76,6 +77,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--profile", default="", help="a case to profile with vmprof (healthz or get)")
     parser.add_argument("--serve", type=float, default=0, help="profile a served worker under wrk for this long")
     parser.add_argument("--serve-method", default="GET", choices=("GET", "PUT"), help="what wrk sends with --serve")
+    parser.add_argument(
+        "--serve-documents",
+        type=int,
+        default=0,
+        help="with --serve: GETs of this many ~200 B documents in turn (the hot cache's miss path), not of one",
+    )
     parser.add_argument("--repeat", type=int, default=1, help="processes per tree and setting (medians of them)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
@@ -89,6 +96,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     settings = [tuple(args.only.split("/"))] if args.only else list(SETTINGS)
     with tempfile.TemporaryDirectory(prefix="jetway-request-path-") as scratch, Processes(Path(scratch)) as processes:
         redis_url = processes.redis()
+        if args.serve_documents:
+            seed_documents(redis_url, args.serve_documents, len(DOCUMENT))
         token = make_token(str(PYPY), redis_url, "request-path")
         trees = [Path(tree).resolve() for tree in args.tree] or [ROOT]
         rows = []
@@ -166,6 +175,8 @@ def _profile_served(args: argparse.Namespace, redis_url: str, token: str, auth: 
         body = scratch / "document.json"
         body.write_bytes(DOCUMENT)
         load_env = {**os.environ, "BENCH_METHOD": args.serve_method, "BENCH_BODY_FILE": str(body)}
+        if args.serve_documents:
+            load_env.update(BENCH_IDS=str(args.serve_documents), BENCH_PATH_PREFIX=SEEDED_PREFIX)
         warm_up = subprocess.run([*load, f"-d{args.serve:g}s"], env=load_env, check=True, stdout=subprocess.DEVNULL)
         warm_up.check_returncode()  # the JIT's warm-up
         os.kill(worker.pid, signal.SIGUSR1)  # vmprof on

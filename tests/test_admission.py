@@ -32,7 +32,7 @@ def test_after_sample_reads_the_doorkeeper_forgets_and_counts_halve():
 
 
 def test_collisions_only_raise_a_count_never_lower_it():
-    """512 doorkeeper bits and 64 counters for 500 keys: every count is at least the key's true reads."""
+    """512 doorkeeper bits and 64 counters (one block each) for 500 keys: every count is at least the true reads."""
     sketch = FrequencySketch(sample=1 << 30, door_bits=9, sketch_bits=6)
     reads: Counter = Counter()
     chosen = random.Random(3)

@@ -222,10 +222,12 @@ def test_a_full_cache_does_not_swap_its_entries_for_keys_read_no_more_often():
     cycle = [b"c%05d" % n for n in range(2 * len(held))]
     for _ in range(3):
         for key in held:  # the cache's own keys read in turn too
-            assert cache.get(key) is document
+            cache.get(key)
         for key in cycle:
-            read(cache, key, document)
+            if cache.get(key) is None:
+                read_missed(cache, key, document)
     assert cache.evictions <= len(cycle) // 100  # but for the odd hash colliding with a held key's
+    assert sum(cache.get(key) is document for key in held) >= len(held) - len(cycle) // 100
     assert cache.refused_admissions >= len(cycle)  # read twice lately, and turned away
     # A key read more often than the entry it would push out is let in.
     reads = 1
