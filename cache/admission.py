@@ -94,17 +94,20 @@ class FrequencySketch:
         return low + 1
 
     def count(self, key: bytes) -> int:
-        """``key``'s reads lately: never fewer than since the last reset."""
+        """``key``'s reads lately: never fewer than since the last reset.
+
+        Its halved count from before the reset counts too, whether or not it
+        was read since: an entry read often is not outweighed by a newcomer
+        read twice just because the doorkeeper was cleared in between.
+        """
         digest = hash(key)
         positions = _positions(digest)
         door = self._door
         block = (digest & self._door_blocks) * _BLOCK
-        for position in positions:
-            if not door[block + (position >> 3)] & (1 << (position & 7)):
-                return 0
+        seen = all(door[block + (position >> 3)] & (1 << (position & 7)) for position in positions)
         counts = self._counts
         block = ((digest >> _SKETCH_BLOCK_SHIFT) & self._count_blocks) * _BLOCK
-        return 1 + min(counts[block + (position & 63)] for position in positions)
+        return seen + min(counts[block + (position & 63)] for position in positions)
 
     def _let_in(self, digest: int, first: int, second: int, third: int) -> bool:
         """Set the doorkeeper's bits of ``digest``; whether any was not set yet (a first read)."""

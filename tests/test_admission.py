@@ -25,9 +25,9 @@ def test_after_sample_reads_the_doorkeeper_forgets_and_counts_halve():
         sketch.add(b"o%d" % n)
     assert sketch.count(b"k") == 9
     sketch.add(b"o90")  # the hundredth read resets
-    assert sketch.count(b"k") == 0  # not read since: unknown to the doorkeeper
-    assert sketch.add(b"k") == 1  # a first read again, whatever the sketch holds
-    assert sketch.count(b"k") == 1 + 4  # and its halved count is back: 8 // 2
+    assert sketch.count(b"k") == 4  # its halved count (8 // 2); the doorkeeper forgot it
+    assert sketch.add(b"k") == 1  # a first read again, for the admission of a miss
+    assert sketch.count(b"k") == 1 + 4
     assert sketch.add(b"k") == 6
 
 
