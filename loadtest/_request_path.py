@@ -46,7 +46,6 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from loadtest._hot_cache import SEEDED_PREFIX, seed_documents
 from loadtest._servers import PYPY, ROOT, Processes, free_port, http_ok, wait_until
 from loadtest._token import create as make_token
 
@@ -97,6 +96,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     with tempfile.TemporaryDirectory(prefix="jetway-request-path-") as scratch, Processes(Path(scratch)) as processes:
         redis_url = processes.redis()
         if args.serve_documents:
+            # Here, not at the top: a child measuring an older --tree imports this module from there.
+            from loadtest._hot_cache import seed_documents
+
             seed_documents(redis_url, args.serve_documents, len(DOCUMENT))
         token = make_token(str(PYPY), redis_url, "request-path")
         trees = [Path(tree).resolve() for tree in args.tree] or [ROOT]
@@ -176,6 +178,8 @@ def _profile_served(args: argparse.Namespace, redis_url: str, token: str, auth: 
         body.write_bytes(DOCUMENT)
         load_env = {**os.environ, "BENCH_METHOD": args.serve_method, "BENCH_BODY_FILE": str(body)}
         if args.serve_documents:
+            from loadtest._hot_cache import SEEDED_PREFIX
+
             load_env.update(BENCH_IDS=str(args.serve_documents), BENCH_PATH_PREFIX=SEEDED_PREFIX)
         warm_up = subprocess.run([*load, f"-d{args.serve:g}s"], env=load_env, check=True, stdout=subprocess.DEVNULL)
         warm_up.check_returncode()  # the JIT's warm-up
