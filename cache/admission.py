@@ -13,7 +13,7 @@ counter halves, so counts tell how often a key was read lately.
 
 ``cache.hot_cache`` lets a miss fill only when its key was read at least
 twice lately and, once the cache is full, more often than the entry the fill
-would push out. A document read once costs what it costs without the cache;
+would push out, by more than one read. A document read once costs what it costs without the cache;
 and when more documents are read than the cache holds, an entry is not
 swapped for another that is read no more often, which cost a fill, an
 eviction and garbage for PyPy's old generation, and saved nothing.
@@ -21,10 +21,12 @@ eviction and garbage for PyPy's old generation, and saved nothing.
 Why a doorkeeper: a key read once is taken for one read twice when all its
 positions are already taken by other keys. With K keys since the last reset
 and three positions each among N, that is about (1 - e^(-3K/N))^3 of them:
-at K = 810,000 (ten reads per entry the default cache holds of 200 B
-documents), 0.25% with the doorkeeper's 16 Mi bits, 73% with the 1 Mi
-counters alone (which let a read of 2,000,000 documents in turn, every read
-its document's first, fill the cache with documents read once).
+at K = 600,000 (ten reads per entry the default cache holds of 200 B
+documents), ~0.1% with the doorkeeper's 16 Mi bits (a little more with a
+key's bits in one block, below; tests/test_admission.py checks under 1% at
+810,000), 56% with the 1 Mi counters alone (which let a read of 2,000,000
+documents in turn, every read its document's first, fill the cache with
+documents read once).
 """
 
 from __future__ import annotations
