@@ -261,7 +261,7 @@ class Observer:
                 redact(request.uri),
                 status,
                 request.remote_ip,
-                round(seconds * 1000, 2),
+                seconds,
                 getattr(handler, "request_id", ""),
             )
 

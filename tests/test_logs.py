@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import random
 from typing import Any, List
 
 import pytest
 from twisted.internet import task
 
-from api.logs import AccessLog, json_line
+from api.logs import AccessLog, json_line, milliseconds
 
 
 class Collected:
@@ -27,22 +28,24 @@ class Collected:
 
 
 CASES = [
-    ("GET", "/v1/users/u1", 200, "127.0.0.1", 0.42, "0123456789abcdef0123456789abcdef"),
-    ("PUT", '/v1/a/b?q="x"\\y', 201, "::1", 12.0, ""),
-    ("DELETE", "/v1/a/b", 204, "unix", 3.5, "req-1.2:3"),
-    ("GET", "/healthz", 404, "10.0.0.1", 1e-05, "r"),
+    ("GET", "/v1/users/u1", 200, "127.0.0.1", 0.00042, "0123456789abcdef0123456789abcdef"),
+    ("PUT", '/v1/a/b?q="x"\\y', 201, "::1", 0.012, ""),
+    ("DELETE", "/v1/a/b", 204, "unix", 0.0035, "req-1.2:3"),
+    ("GET", "/healthz", 404, "10.0.0.1", 1e-08, "r"),
+    ("GET", "/slow", 200, "10.0.0.1", 61.2345678, "r"),
 ]
 
 
 @pytest.mark.parametrize("when", [1_700_000_000.0, 1_700_000_000.6095, 1_700_000_001.25])
-@pytest.mark.parametrize(("method", "path", "status", "client", "duration_ms", "request_id"), CASES)
-def test_an_access_line_is_what_json_line_makes(when, method, path, status, client, duration_ms, request_id):
+@pytest.mark.parametrize(("method", "path", "status", "client", "seconds", "request_id"), CASES)
+def test_an_access_line_is_what_json_line_makes(when, method, path, status, client, seconds, request_id):
     clock = task.Clock()
     clock.advance(when)
     lines = Collected()
     log = AccessLog(lines, True, clock)
-    log.request(method, path, status, client, duration_ms, request_id)
+    log.request(method, path, status, client, seconds, request_id)
     log.flush()
+    duration_ms = round(seconds * 1000, 2)
     fields = {"request_id": request_id} if request_id else {}
     fields.update(method=method, path=path, status=status, client=client, duration_ms=duration_ms)
     message = f"{method} {path} {status} ({client}) {duration_ms}ms"
@@ -51,12 +54,24 @@ def test_an_access_line_is_what_json_line_makes(when, method, path, status, clie
     assert json.loads(lines.flushed)["path"] == path
 
 
+def test_a_duration_prints_as_its_milliseconds_rounded_to_two_places_would():
+    chosen = random.Random(5)
+    durations = [chosen.uniform(0, 0.05) for _ in range(20_000)] + [chosen.uniform(0, 100) for _ in range(2_000)]
+    durations += [0.0, 0.001, 0.0105, 0.01, 0.1, 1.0, 0.00999, 12.5]
+    for seconds in durations:
+        exact = seconds * 100_000
+        if abs(exact - int(exact) - 0.5) < 1e-6:
+            continue  # a half-way case: round() rounds the binary value to even, this rounds up
+        assert milliseconds(seconds) == repr(round(seconds * 1000, 2)), seconds
+    assert milliseconds(-0.002) == "0.0"
+
+
 def test_the_lines_of_one_reactor_turn_are_flushed_together_at_its_end():
     clock = task.Clock()
     lines = Collected()
     log = AccessLog(lines, True, clock)
     for n in range(3):
-        log.request("GET", f"/healthz?{n}", 200, "127.0.0.1", 0.1, "")
+        log.request("GET", f"/healthz?{n}", 200, "127.0.0.1", 0.0001, "")
     assert lines.flushed == "" and len(lines.waiting) == 3
     clock.advance(0)
     paths = [json.loads(line)["path"] for line in lines.flushed.splitlines()]
@@ -83,7 +98,7 @@ def test_on_the_workers_reactor_a_polls_lines_are_written_as_its_events_are_done
     lines = Collected()
     log = AccessLog(lines, True, clock)
     for n in range(3):
-        log.request("GET", f"/healthz?{n}", 200, "127.0.0.1", 0.1, "")
+        log.request("GET", f"/healthz?{n}", 200, "127.0.0.1", 0.0001, "")
     assert clock.getDelayedCalls() == []  # no timer per turn
     assert lines.flushed == "" and len(lines.waiting) == 3
     clock.polled()
