@@ -52,6 +52,7 @@ PATH = "/v1/stale/doc"
 # The path of the seeded documents, but for their number.
 SEEDED_PREFIX = "/v1/mem/d"
 
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m loadtest._hot_cache", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
