@@ -21,6 +21,7 @@ from cache.link import Link
 from cache.ratelimit import GCRA, RateDecision, decision, gcra_command
 from cache.token_cache import TokenCache, keep_bounded
 from cache.tokens import TokenRecord, digest_of
+from handlers.deferreds import is_deferred
 from handlers.errors import ApiError
 
 _BEARER = re.compile(r"Bearer +([A-Za-z0-9._~+/-]+=*) *\Z", re.IGNORECASE)
@@ -70,7 +71,7 @@ class Gate:
             outcome = self.grant_or_wait(authorization, collection, write, defer_rate)
         except ApiError as refused:
             return defer.fail(refused)
-        return outcome if isinstance(outcome, defer.Deferred) else defer.succeed(outcome)
+        return outcome if is_deferred(outcome) else defer.succeed(outcome)
 
     def grant_or_wait(
         self, authorization: Optional[str], collection: str, write: bool, defer_rate: bool
