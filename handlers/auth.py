@@ -123,9 +123,15 @@ class Gate:
     ) -> Any:
         # Constant-time on the digest, and one answer for unknown, revoked
         # and expired alike: the response never says whether a token exists.
-        if record is None or not hmac.compare_digest(record.digest, digest) or record.expired(self.clock()):
+        # The record's own digest, remembered below for the token's next
+        # requests, is the very object: no comparison (~0.1 µs on PyPy).
+        if (
+            record is None
+            or (record.digest is not digest and not hmac.compare_digest(record.digest, digest))
+            or record.expired(self.clock())
+        ):
             raise unauthorized("the token is not valid")
-        self._remember_digest(token, digest)
+        self._remember_digest(token, record.digest)
         if collection is not None and not may(record.scopes, collection, write):
             raise ApiError(403, "forbidden", f"the token may not {'write' if write else 'read'} {collection}")
         limit = record.rate_limit()

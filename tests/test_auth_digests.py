@@ -83,3 +83,14 @@ def test_the_kept_digests_are_bounded_and_the_oldest_go_first(hashed, monkeypatc
     hashed.clear()
     assert [admit(gate, token) for token in ("jw_c", "jw_b", "jw_a")] == [None, None, None]
     assert hashed == ["jw_a"]  # pushed out by jw_c
+
+
+def test_a_record_whose_digest_is_not_the_tokens_is_refused_however_it_was_found():
+    """The digest comparison stands though a remembered digest skips it: only the record's own object does."""
+    good = record_for("jw_good")
+    records = {good.digest: good}
+    gate = auth.Gate(RecordTable(records), None, enabled=True)
+    assert [admit(gate, "jw_good") for _ in range(2)] == [None, None]
+    # The store answers, under the token's digest, a record of another digest.
+    records[good.digest] = record_for("jw_other")
+    assert admit(gate, "jw_good") == 401
