@@ -24,8 +24,8 @@ by their Redis key, least recently used out first. Its consistency rule:
 A document larger than ``1/MAX_ENTRY_SHARE`` of the bound is never cached,
 so a few large documents cannot push out every small one. A miss fills only
 when its key was read at least twice lately and, once the cache is full,
-more often lately than the least recently used entry it would push out
-(``cache.admission``, TinyLFU): a document read once costs what it costs
+more often lately than the least recently used entry it would push out, by
+more than one read (``cache.admission``, TinyLFU): a document read once costs what it costs
 without the cache, and more documents read in turn or at random than the
 cache holds do not churn it (README, "The hot cache").
 """
@@ -155,7 +155,7 @@ class HotCache:
     def reserve(self, key: bytes) -> Optional[int]:
         """A ticket for a read of ``key`` about to be sent, or None: the feed is
         down, or the key may not fill (read once lately, or, with the cache
-        full, no more often than the entry it would push out).
+        full, not more than one read more often than the entry it would push out).
 
         Every ticket must come back exactly once, by ``fill`` or ``release``.
         """
