@@ -79,7 +79,7 @@ class FrequencySketch:
             self._tick()
             return 1
         counts = self._counts
-        block = ((digest >> _SKETCH_BLOCK_SHIFT) & self._count_blocks) * _BLOCK
+        block = self._count_block(digest)
         first, second, third = block + (first & 63), block + (second & 63), block + (third & 63)
         low = min(counts[first], counts[second], counts[third])
         if low < MAX_COUNT:
@@ -104,17 +104,14 @@ class FrequencySketch:
         """
         digest = hash(key)
         positions = _positions(digest)
-        door = self._door
-        block = (digest & self._door_blocks) * _BLOCK
+        door, block = self._door, self._door_block(digest)
         seen = all(door[block + (position >> 3)] & (1 << (position & 7)) for position in positions)
-        counts = self._counts
-        block = ((digest >> _SKETCH_BLOCK_SHIFT) & self._count_blocks) * _BLOCK
+        counts, block = self._counts, self._count_block(digest)
         return seen + min(counts[block + (position & 63)] for position in positions)
 
     def _let_in(self, digest: int, first: int, second: int, third: int) -> bool:
         """Set the doorkeeper's bits of ``digest``; whether any was not set yet (a first read)."""
-        door = self._door
-        block = (digest & self._door_blocks) * _BLOCK
+        door, block = self._door, self._door_block(digest)
         new = False
         for position in (first, second, third):
             byte, bit = block + (position >> 3), 1 << (position & 7)
@@ -122,6 +119,14 @@ class FrequencySketch:
                 door[byte] |= bit
                 new = True
         return new
+
+    def _door_block(self, digest: int) -> int:
+        """Where ``digest``'s block of the doorkeeper starts, in bytes."""
+        return (digest & self._door_blocks) * _BLOCK
+
+    def _count_block(self, digest: int) -> int:
+        """Where ``digest``'s block of counters starts."""
+        return ((digest >> _SKETCH_BLOCK_SHIFT) & self._count_blocks) * _BLOCK
 
     def _tick(self) -> None:
         self._added += 1

@@ -39,10 +39,7 @@ def live_cache(max_bytes: int = 1 << 20, clock: Optional[Clock] = None) -> HotCa
 def read(cache: HotCache, key: bytes, document: Document, pttl: int = -1) -> Optional[int]:
     """A miss of ``key`` read from Redis with nothing between send and reply; the ticket, if it was let in."""
     assert cache.get(key) is None
-    ticket = cache.reserve(key)
-    if ticket is not None:
-        cache.fill(key, ticket, document, pttl)
-    return ticket
+    return read_missed(cache, key, document, pttl)
 
 
 def cached(cache: HotCache, key: bytes, document: Document, pttl: int = -1) -> None:
@@ -253,8 +250,9 @@ def test_random_reads_of_more_keys_than_the_cache_holds_rarely_fill():
     assert cache.evictions < cache.misses // 5  # each LRU fill of a miss evicted one
 
 
-def read_missed(cache: HotCache, key: bytes, document: Document) -> None:
-    """``read`` after a ``get`` that missed (and counted the miss)."""
+def read_missed(cache: HotCache, key: bytes, document: Document, pttl: int = -1) -> Optional[int]:
+    """``read`` after a ``get`` that missed (and counted the miss); the ticket, if it was let in."""
     ticket = cache.reserve(key)
     if ticket is not None:
-        cache.fill(key, ticket, document, -1)
+        cache.fill(key, ticket, document, pttl)
+    return ticket
