@@ -48,11 +48,19 @@ KILL_AFTER_GRACE = 5.0
 # collection came every ~10 requests and GC took a third of the worker's
 # CPU. One worker, 60 s of wrk -c64 on a 200 B read (worker CPU per request,
 # RSS after): 1 MB 80 µs, 152 MB; 4 MB 59 µs, 149 MB; 8 MB 52 µs, 158 MB;
-# 16 MB 48 µs, 222 MB. The major collection threshold (PyPy's default 1.82
+# 16 MB 48 µs, 222 MB. Those figures are from before the read path kept
+# less alive; measured again at 7b646e7 (2 workers, auth and access log on,
+# loadtest/ab_cpu.sh ENV_A/ENV_B, 3 interleaved pairs each, every pair
+# lower): 4 MB against 8 MB, the 200 B read 19.5 -> 15.2 µs (median), a
+# 200 B PUT 41.0 -> 37.1 µs; after 60 s of reads 156 against 158 MB, and
+# 223 MB with 16 MB. Each minor collection copies what the requests in
+# flight hold, about the same whatever the nursery, so fewer collections
+# copy less. The major collection threshold (PyPy's default 1.82
 # times the heap that survived the last one): 1.5 kept the worker at
 # 141-143 MB instead of 153-159 MB with authorization on, at no CPU cost
 # the noise let us see (loadtest/ab_cpu.sh, ENV_A/ENV_B, 3 interleaved
-# rounds). Together they keep a worker within a 150 MB budget.
+# rounds). Together they kept a worker within 150 MB before the hot cache;
+# at 7b646e7 one holds 156 MB after 60 s of reads with 4 MB, 158 with 8 MB.
 # The increment step: how much the incremental major collection marks per
 # step, between two minor collections. PyPy's default (twice the nursery)
 # made steps of 14-16 ms at the 99th percentile, and they were the read
@@ -62,7 +70,7 @@ KILL_AFTER_GRACE = 5.0
 # 60 s 141-145 MB against 135-139. 2 MB gave steps of ~2.5 ms but cost CPU
 # and ~10 MB more.
 DEFAULT_GC_ENVIRONMENT = {
-    "PYPY_GC_NURSERY": "4MB",
+    "PYPY_GC_NURSERY": "8MB",
     "PYPY_GC_MAJOR_COLLECT": "1.5",
     "PYPY_GC_INCREMENT_STEP": "4MB",
 }
