@@ -83,12 +83,21 @@ def parse_reply(buffer: Union[bytes, bytearray], pos: int, end: Optional[int] = 
     raise txredisapi.InvalidResponse(f"unknown reply type {chr(kind)!r}")
 
 
+# The heads of short arrays and bulk strings, made once: a write's EVALSHA
+# has ~20 arguments, and formatting each head and copying each value into
+# it (``b"$%d\r\n%s\r\n"``) took ~1.3 µs a command on PyPy, 0.9 µs so.
+_ARRAY_HEADS = tuple(b"*%d\r\n" % count for count in range(64))
+_BULK_HEADS = tuple(b"$%d\r\n" % size for size in range(1024))
+
+
 def encode_command(command: Sequence[Any]) -> bytes:
     """One command as a RESP array of bulk strings."""
-    parts = [b"*%d\r\n" % len(command)]
+    count = len(command)
+    parts = [_ARRAY_HEADS[count] if count < len(_ARRAY_HEADS) else b"*%d\r\n" % count]
     for arg in command:
-        value = _as_bytes(arg)
-        parts.append(b"$%d\r\n%s\r\n" % (len(value), value))
+        value = arg if type(arg) is bytes else _as_bytes(arg)
+        size = len(value)
+        parts += (_BULK_HEADS[size] if size < len(_BULK_HEADS) else b"$%d\r\n" % size, value, b"\r\n")
     return b"".join(parts)
 
 

@@ -520,15 +520,23 @@ class DocumentStore:
     ) -> defer.Deferred:
         """A write script's reply and how many replicas confirmed it (None: not asked)."""
         if not concern.waits:
-            sent = self._link.run_script(script, script_keys, args).addCallback(lambda reply: (reply, None))
+            sent = self._link.run_script(script, script_keys, args)
         else:
             if self._write_link is None:
                 raise ValueError("a write concern that waits for replicas needs a write link")
             sent = self._write_link.run_script_waiting(script, script_keys, args, concern.wait_command())
+        # One callback for both steps, not one each: every PUT runs it.
+        return sent.addBoth(self._wrote, script_keys[0], concern.waits)
+
+    def _wrote(self, reply: Any, doc_key: bytes, waited: bool) -> Any:
         # Whatever the outcome (a timed-out write may have happened), the
         # document's entry goes before the write is answered: this worker
         # reads its own writes without waiting for Redis's invalidation.
-        return self.forgetting(sent, script_keys[:1])
+        if self._hot is not None:
+            self._hot.written(doc_key)
+        if waited or isinstance(reply, Failure):
+            return reply
+        return reply, None
 
     def _check_replicated(self, confirmed: Optional[int], etag: Optional[bytes], concern: WriteConcern) -> None:
         """Raise ``NotReplicated`` when fewer replicas than the write concern confirmed a write that happened."""

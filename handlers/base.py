@@ -410,6 +410,12 @@ class ResourceHandler(JsonHandler):
             return defer.succeed(NO_SETTINGS)
         return self.collections.get(collection.decode()).addCallback(lambda found: found or NO_SETTINGS)
 
+    def known_collection_settings(self, collection: bytes) -> Optional[CollectionSettings]:
+        """The collection's settings if this worker knows them now (no Deferred, no Redis); else None."""
+        if self.collections is None:
+            return NO_SETTINGS
+        return self.collections.peek(collection.decode())
+
     def with_collection_policy(self, collection: bytes, reading: defer.Deferred) -> defer.Deferred:
         """``reading``, once the collection's ``cache_control`` (if it has one) replaces the default.
 
@@ -418,9 +424,7 @@ class ResourceHandler(JsonHandler):
         settings subscription is down) are read alongside ``reading``, not
         before it.
         """
-        if self.collections is None:
-            return reading
-        known = self.collections.peek(collection.decode())
+        known = self.known_collection_settings(collection)
         if known is not None:
             self._use_policy(known)
             return reading

@@ -44,6 +44,9 @@ class DocumentHandler(ResourceHandler):
             self.request.body, self.request.headers.get("Content-Type"), validation.JSON, self.max_body
         )
         ttl = validation.ttl(self.query_argument("ttl"))
+        known = self.known_collection_settings(keys[0])
+        if known is not None:  # the usual case: no Deferred to wait on, nor one to chain
+            return self._put_checked(known, keys, value, ttl)
         return self.collection_settings(keys[0]).addCallback(self._put_checked, keys, value, ttl)
 
     def _put_checked(self, rules: Any, keys: Any, value: Any, ttl: Optional[int]) -> defer.Deferred:

@@ -82,6 +82,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         default=0,
         help="with --serve: GETs of this many ~200 B documents in turn (the hot cache's miss path), not of one",
     )
+    parser.add_argument(
+        "--serve-bytes",
+        type=int,
+        default=0,
+        help="with --serve: the one document read (or PUT) is about this long (e.g. 10240), not ~200 B",
+    )
     parser.add_argument("--repeat", type=int, default=1, help="processes per tree and setting (medians of them)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
@@ -169,13 +175,14 @@ def _profile_served(args: argparse.Namespace, redis_url: str, token: str, auth: 
         wait_until(lambda: http_ok(base + "/healthz"), 30, "the served worker")
         headers = {"Authorization": f"Bearer {token}"} if auth == "on" else {}
         connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-        connection.request("PUT", DOCUMENT_PATH, DOCUMENT, {**headers, "Content-Type": "application/json"})
+        document = _document_of(args.serve_bytes) if args.serve_bytes else DOCUMENT
+        connection.request("PUT", DOCUMENT_PATH, document, {**headers, "Content-Type": "application/json"})
         if connection.getresponse().status not in (200, 201):
             raise RuntimeError("the PUT failed")
         load = ["wrk", "-t1", "-c64", "-s", str(WRK_SCRIPT)] + [f"-H{name}: {value}" for name, value in headers.items()]
         load.append(base + DOCUMENT_PATH)
         body = scratch / "document.json"
-        body.write_bytes(DOCUMENT)
+        body.write_bytes(document)
         load_env = {**os.environ, "BENCH_METHOD": args.serve_method, "BENCH_BODY_FILE": str(body)}
         if args.serve_documents:
             from loadtest._hot_cache import SEEDED_PREFIX
@@ -195,6 +202,12 @@ def _profile_served(args: argparse.Namespace, redis_url: str, token: str, auth: 
         if worker.poll() is None:
             worker.kill()
             worker.wait()
+
+
+def _document_of(size: int) -> bytes:
+    """``DOCUMENT`` with its ``bio`` grown to make it ``size`` bytes long (at least its own length)."""
+    padding = max(0, size - len(DOCUMENT))
+    return json.dumps({**json.loads(DOCUMENT), "bio": "x" * (90 + padding)}).encode()
 
 
 def _served_child(args: argparse.Namespace) -> int:
