@@ -12,7 +12,7 @@
 # than requests per second, which are printed too, with the worker's
 # resident memory at the end. The server's output goes to a file. Env: AUTH_A / AUTH_B=on (authorization on,
 # with a token; default off), ENV_A / ENV_B ("NAME=value ..." more
-# environment for that server, e.g. PYPY_GC_NURSERY=8MB or
+# environment for that server, e.g. PYPY_GC_NURSERY=16MB or
 # JETWAY_ACCESS_LOG=on; the access log is off otherwise), HEADER_A /
 # HEADER_B (one more request header for that side's load, e.g.
 # "Origin: https://app.example" with ENV_*=JETWAY_CORS_ORIGINS=...), DUR, WARM, and
