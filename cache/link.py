@@ -16,7 +16,7 @@ picks one from the URL).
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple, Union
 
 import txredisapi
 from twisted.internet import defer
@@ -116,7 +116,7 @@ class RedisLink:
 
     def pipeline(self, commands: Sequence[Command]) -> defer.Deferred:
         """Send commands back to back on one connection; fires with the replies, or fails with the first error."""
-        return self._send(commands).addCallback(_raise_first_error)
+        return self._send(commands, _raise_first_error)
 
     def send_each(self, commands: Sequence[Command]) -> defer.Deferred:
         """Like ``pipeline``, but fires with an ``Outcome`` per command instead of failing on the first error reply.
@@ -125,10 +125,15 @@ class RedisLink:
         that must follow another on the same connection (``ASKING``) can.
         A lost connection or a timeout still fails the whole batch.
         """
-        return self._send(commands).addCallback(_outcomes)
+        return self._send(commands, _outcomes)
 
-    def _send(self, commands: Sequence[Command]) -> defer.Deferred:
-        """The raw replies of ``commands`` sent together (error replies as values)."""
+    def _send(self, commands: Sequence[Command], then: Callable[..., Any], *then_args: Any) -> defer.Deferred:
+        """``then(replies, *then_args)``, the raw replies of ``commands`` sent together (error replies as values).
+
+        ``then`` and the translation of a failed batch into the store's
+        errors are one link of the Deferred's chain, not two: a write waits
+        for Redis with its chain, and PyPy's minor collections copy it.
+        """
         # Every command goes down the pool's first connection while it is
         # up, at no cost of a Deferred or a timer; only waiting for one costs
         # them. Twisted sends what a connection queued once per reactor turn,
@@ -150,11 +155,12 @@ class RedisLink:
             sent = connections[0].send(commands)
         else:
             sent = self._connection().addCallback(lambda connection: connection.send(commands))
-        return sent.addErrback(_as_store_failure)
+        return sent.addCallbacks(then, _as_store_failure, callbackArgs=then_args)
 
     def run_script(self, script: Script, keys: Sequence[bytes], args: Sequence[Arg]) -> defer.Deferred:
         """Run a Lua script by its SHA, loading it first if Redis lacks it."""
-        return self.pipeline_scripts([script.call(keys, args)], [script]).addCallback(lambda replies: replies[0])
+        commands = [script.call(keys, args)]
+        return self._send(commands, self._script_replies, commands, [script], True)
 
     def run_script_waiting(
         self, script: Script, keys: Sequence[bytes], args: Sequence[Arg], wait: Command
@@ -175,15 +181,21 @@ class RedisLink:
         # here, and its replies bound to the locals of a generator frame
         # that PyPy moved to the old generation while it waited would be
         # kept through the next minor collection (handlers/documents.py).
-        return self.pipeline(commands).addErrback(self._load_scripts_and_resend, commands, scripts)
+        return self._send(commands, self._script_replies, commands, scripts, False)
 
-    def _load_scripts_and_resend(
-        self, failure: Failure, commands: Sequence[Command], scripts: Sequence[Script]
-    ) -> Union[Failure, defer.Deferred]:
-        if not (failure.check(RedisReplyError) and str(failure.value).startswith("NOSCRIPT")):
-            return failure
-        loading = self.pipeline([(b"SCRIPT", b"LOAD", script.source) for script in scripts])
-        return loading.addCallback(lambda _: self.pipeline(commands))
+    def _script_replies(
+        self, replies: List[Any], commands: Sequence[Command], scripts: Sequence[Script], first_only: bool
+    ) -> Any:
+        """The replies (or the first alone), or the first error reply raised; NOSCRIPT loads and resends."""
+        for reply in replies:
+            if isinstance(reply, Exception):
+                error = store_error(reply)
+                if not _no_script(error):
+                    raise error
+                loading = self.pipeline([(b"SCRIPT", b"LOAD", script.source) for script in scripts])
+                resent = loading.addCallback(lambda _: self.pipeline(commands))
+                return resent.addCallback(_first) if first_only else resent
+        return replies[0] if first_only else replies
 
     def pipeline_outcomes(
         self, commands: Sequence[Command], scripts: Sequence[Script], wait: Optional[Command] = None
@@ -243,6 +255,10 @@ def _backlog(connection: Any) -> int:
 
 def _no_script(error: Any) -> bool:
     return isinstance(error, RedisReplyError) and str(error).startswith("NOSCRIPT")
+
+
+def _first(replies: List[Any]) -> Any:
+    return replies[0]
 
 
 def _raise_first_error(replies: List[Any]) -> List[Any]:
