@@ -11,6 +11,8 @@ schema refuses.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, List, Tuple
 
@@ -146,3 +148,17 @@ def test_each_checked_format(name, good, bad):
 
 def test_other_formats_are_annotations():
     assert compile_schema({"format": "iri"}).is_valid("not an iri at all")
+
+
+def test_a_worker_imports_jsonschema_only_when_a_schema_is_compiled():
+    # A worker whose collections have no schema never loads jsonschema (~5 MB of its resident memory).
+    probe = (
+        "import sys, api.worker, api.app, handlers.collection_settings\n"
+        "before = 'jsonschema' in sys.modules\n"
+        "from cache.schema import compile_schema\n"
+        "compile_schema({'type': 'object'})\n"
+        "print(before, 'jsonschema' in sys.modules)\n"
+    )
+    root = Path(__file__).resolve().parent.parent
+    shown = subprocess.run([sys.executable, "-c", probe], cwd=root, capture_output=True, text=True, check=True)
+    assert shown.stdout.split() == ["False", "True"]
