@@ -23,7 +23,7 @@ from handlers.changes import ChangesHandler
 from handlers.collection_settings import CollectionSettingsHandler, CollectionSettingsListHandler
 from handlers.collections import CollectionHandler
 from handlers.cors import CorsPolicy
-from handlers.docs import DocsAssetHandler, DocsPageHandler, DocsSite
+from handlers.docs import DocsAssetHandler, DocsPageHandler, packaged_site
 from handlers.documents import DocumentHandler
 from handlers.feed import Feed
 from handlers.health import PING_TIMEOUT, LivenessHandler, ReadinessHandler, ReadinessProbe
@@ -71,7 +71,7 @@ def make_app(
         "collections": collections,
     }
     changes = {**documents, "feed": feed, "ticket_gate": TicketGate(tickets, gate) if tickets and feed else None}
-    docs = {"site": DocsSite.load()} if settings.docs else None
+    docs = {"site": packaged_site} if settings.docs else None
     readiness = ReadinessProbe(store, reactor, min(PING_TIMEOUT, settings.redis_timeout))
     # Cyclone tries the routes in order and no two overlap: the API's come
     # first, so a document request does not try the operational ones.

@@ -12,11 +12,12 @@ moment the page names it. The page itself is revalidated on every visit.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Callable, Dict, Optional
 
 from swagger_ui_bundle import swagger_ui_path
 
@@ -116,7 +117,7 @@ class Asset:
 
 
 class DocsSite:
-    """The page and its assets, built once per process by ``api.app.make_app``."""
+    """The page and its assets, built once per process (``packaged_site``)."""
 
     def __init__(self, assets: Dict[str, Asset]) -> None:
         self.assets = assets
@@ -130,6 +131,18 @@ class DocsSite:
         assets = {name: Asset.of((swagger_ui_path / name).read_bytes(), _TYPES[Path(name).suffix]) for name in PACKAGED}
         assets[START] = Asset.of(START_SCRIPT, _TYPES[".js"])
         return cls(assets)
+
+
+@functools.cache
+def packaged_site() -> DocsSite:
+    """``DocsSite.load()``, once per process, when the page or an asset is first asked for.
+
+    Not as the worker starts: the bundle and its gzip are 1.8 MB of a PyPy
+    worker's heap (~2.7 MB of resident memory with the major collection's
+    threshold over it) that most workers never send, against issue 7's 150
+    MB. The first request for them waits the ~44 ms the load takes.
+    """
+    return DocsSite.load()
 
 
 def accepts_gzip(header: Optional[str]) -> bool:
@@ -146,8 +159,8 @@ def accepts_gzip(header: Optional[str]) -> bool:
 
 
 class _StaticHandler(JsonHandler):
-    def initialize(self, site: DocsSite) -> None:
-        self.site = site
+    def initialize(self, site: Callable[[], DocsSite]) -> None:
+        self.site = site()
 
     def send_asset(self, asset: Asset, cache_control: str) -> None:
         """``asset`` (gzipped when the client takes it), or 304 when the client has it."""

@@ -22,7 +22,9 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 from swagger_ui_bundle import swagger_ui_path
 
-from handlers.docs import CONTENT_SECURITY_POLICY, START_SCRIPT, accepts_gzip
+from api.app import make_app
+from api.config import Settings
+from handlers.docs import CONTENT_SECURITY_POLICY, START_SCRIPT, accepts_gzip, packaged_site
 from tests.browser import SCRIPT_TIMEOUT
 from tests.support import JetwayServer
 
@@ -229,3 +231,13 @@ def test_swagger_ui_shows_every_operation_authorizes_and_reads_a_document(browse
     # The console's one complaint is the refused read before authorizing.
     errors = browser.console_errors()
     assert len(errors) == 1 and "the server responded with a status of 401" in errors[0], errors
+
+
+def test_the_site_is_loaded_by_its_first_request_not_by_a_starting_worker():
+    # The bundle and its gzip are 1.8 MB of a worker's heap that most workers never send.
+    packaged_site.cache_clear()
+    make_app(Settings(access_log=False, docs=True), store=object(), gate=None, reactor=None)
+    assert packaged_site.cache_info().currsize == 0
+    site = packaged_site()
+    assert packaged_site() is site
+    assert gzip.decompress(site.assets["swagger-ui-bundle.js"].gzipped) == site.assets["swagger-ui-bundle.js"].body
