@@ -122,11 +122,6 @@ class JetwayConnection(cyclone.httpserver.HTTPConnection):
         self.factory.connection_closed(self)
         super().connectionLost(reason)
 
-    def write_parts(self, *parts: bytes) -> None:
-        """Cyclone's ``write`` of the parts in order, handed to the transport together rather than joined."""
-        assert self._request, "Request closed"
-        self.transport.writeSequence(parts)
-
     def busy(self) -> bool:
         """A request is being received or answered on this connection."""
         return self._request is not None or bool(self._buffer) or self._head is not None

@@ -7,16 +7,12 @@ A response here is one ``write`` into a socket whose kernel buffer is
 empty, so those two system calls and the extra pass buy nothing. These
 transports try ``send`` first and queue only what the kernel did not take,
 so ordering, back-pressure and error handling stay Twisted's.
-
-``writeSequence`` does the same for a head and a large body sent side by
-side with one ``sendmsg``, so the body is not copied onto its head first
-(``handlers.base.BaseHandler.flush``).
 """
 
 from __future__ import annotations
 
 import socket
-from typing import Any, List, Sequence
+from typing import Any
 
 from twisted.internet import tcp
 
@@ -43,32 +39,10 @@ class EagerServer(tcp.Server):
         if data:
             super().write(data)
 
-    def writeSequence(self, parts: Sequence[bytes]) -> None:
-        if self._can_send_now():
-            try:
-                sent = self.socket.sendmsg(parts)
-            except OSError:
-                sent = 0  # as in write: the queued path below takes over
-            parts = unsent_parts(parts, sent)
-        if parts:
-            super().writeSequence(parts)
-
     def _can_send_now(self) -> bool:
         """Open for writing, in plain text, and nothing queued that must go first."""
         writable = self.connected and not self._writeDisconnected and not self.TLS
         return writable and not self._tempDataLen and self.offset == len(self.dataBuffer)
-
-
-def unsent_parts(parts: Sequence[bytes], sent: int) -> List[bytes]:
-    """What is left of ``parts`` once their first ``sent`` bytes are sent."""
-    left = []
-    for part in parts:
-        if sent >= len(part):
-            sent -= len(part)
-            continue
-        left.append(part[sent:] if sent else part)
-        sent = 0
-    return left
 
 
 class EagerPort(tcp.Port):

@@ -10,7 +10,7 @@ import pytest
 from twisted.internet import protocol
 from twisted.internet.epollreactor import EPollReactor
 
-from api.eager_send import EagerServer, unsent_parts
+from api.eager_send import EagerServer
 
 
 @pytest.fixture
@@ -60,37 +60,3 @@ def test_what_the_kernel_does_not_take_is_queued_and_later_writes_wait_behind_it
             received += client.recv(65536)
     assert bytes(received) == big + b"TAIL"
     assert transport not in reactor.getWriters()
-
-
-def test_a_head_and_body_written_together_leave_in_one_sendmsg_without_asking_epoll(pair):
-    transport, client, reactor = pair
-    transport.writeSequence([b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\n", b"BODY"])
-    assert transport not in reactor.getWriters()
-    client.settimeout(2)
-    assert client.recv(100) == b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nBODY"
-
-
-def test_what_sendmsg_does_not_take_is_queued_in_order_and_later_writes_wait_behind_it(pair):
-    transport, client, reactor = pair
-    head, body = b"HEAD" * 1000, bytes(range(256)) * 4096  # far above both buffers
-    transport.writeSequence([head, body])
-    assert transport in reactor.getWriters(), "the rest should wait for epoll"
-    transport.writeSequence([b"NEXT", b"TAIL"])  # must not jump the queue
-    received = bytearray()
-    client.setblocking(False)
-    for _ in range(100_000):
-        if len(received) == len(head) + len(body) + 8:
-            break
-        transport.doWrite()
-        with contextlib.suppress(BlockingIOError):
-            received += client.recv(65536)
-    assert bytes(received) == head + body + b"NEXTTAIL"
-    assert transport not in reactor.getWriters()
-
-
-@pytest.mark.parametrize(
-    ("sent", "left"),
-    [(0, [b"abc", b"defg"]), (2, [b"c", b"defg"]), (3, [b"defg"]), (5, [b"fg"]), (7, [])],
-)
-def test_unsent_parts_are_what_follows_the_bytes_sent(sent, left):
-    assert unsent_parts([b"abc", b"defg"], sent) == left
