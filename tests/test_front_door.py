@@ -227,6 +227,34 @@ def test_pipelined_requests_are_answered_in_order(conn):
     assert bodies == expected
 
 
+def test_large_pipelined_responses_arrive_whole_and_in_order(api):
+    """Some bodies are larger than the socket's buffers: what the kernel does not take at once waits its turn."""
+    expected = {"/healthz": b'{"status":"ok"}', "/v1/c/small": b'{"n":0}'}
+    for n, size in enumerate((9_000, 60_000, 300_000)):
+        expected[f"/v1/c/big{n}"] = b'{"text":"%s"}' % (b"%d" % n * size)
+    for path, body in expected.items():
+        if path != "/healthz":
+            assert api.put_json(path, body).status_code == 201
+    paths = ["/v1/c/big0", "/v1/c/small", "/v1/c/big1", "/healthz", "/v1/c/big2"] * 4
+    conn = Conn(api.server.port)
+    try:
+        conn.send(
+            b"".join(
+                request(method, path, headers=api.auth_header)
+                for method, path in [*(("GET", path) for path in paths), ("HEAD", "/v1/c/big1")]
+            )
+        )
+        for path in paths:
+            status, headers, body = conn.response()
+            assert (status, body) == (200, expected[path])
+            assert int(headers["content-length"]) == len(body)
+        head = b"".join(iter(conn.file.readline, b"\r\n"))  # a HEAD's answer: the head alone
+    finally:
+        conn.close()
+    assert head.startswith(b"HTTP/1.1 200 ")
+    assert b"Content-Length: %d\r\n" % len(expected["/v1/c/big1"]) in head
+
+
 @pytest.mark.parametrize("value", ["close", "CLOSE", "Close", "keep-alive, Close"])
 def test_connection_close_is_matched_case_insensitively(conn, value):
     conn.send(request("GET", "/healthz", headers={"Connection": value}))
