@@ -27,14 +27,13 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Callable, Deque, Dict, Iterable, List, Optional
 
-from twisted.internet import task, tcp
+from twisted.internet import task
 from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
 
 from cache import keys
 from cache.hot_cache import HotCache
 from cache.resp import Incomplete, encode_command, parse_reply
-from cache.shared_reads import read_into_shared_buffer
 
 # Every document key starts so (cache.keys). So do index and token keys,
 # whose invalidations find no entry and cost a dict lookup each.
@@ -59,12 +58,6 @@ class _TrackingProtocol(Protocol):
             self._fd = self.transport.fileno()
         except AttributeError:  # a TLS transport: its requests come in the order the poll gives
             self._fd = -1
-        if isinstance(self.transport, tcp.Connection) and not self.transport.TLS:
-            # Every write under the tracked prefix brings each worker a read
-            # here. Twisted reads a unix socket with recvmsg (for passed
-            # descriptors), through its own wrapper and a result record:
-            # ~4% of a served worker's samples under PUTs (vmprof).
-            self.transport.doRead = lambda: read_into_shared_buffer(self.transport)
         read_first = getattr(self.tracker.clock, "read_first", None)
         if read_first is not None and self._fd >= 0:
             # Invalidations before the requests that came in the same poll (api/event_loop.py).
