@@ -12,7 +12,7 @@ import email.utils
 import heapq
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from twisted.internet import defer
 from twisted.python.failure import Failure
@@ -173,12 +173,17 @@ class DocumentStore:
 
         ``fresh``: from Redis even if cached (a request's ``Cache-Control: no-cache``).
         """
+        found = self.get_or_wait(collection, doc_id, fresh)
+        return defer.succeed(found) if isinstance(found, Document) else found
+
+    def get_or_wait(self, collection: bytes, doc_id: bytes, fresh: bool = False) -> Union[Document, defer.Deferred]:
+        """``get``, with a document the hot cache holds given at once rather than in a fired Deferred."""
         key = keys.document_key(collection, doc_id)
         hot = self._hot
         if hot is not None:
             document = None if fresh else hot.get(key)
             if document is not None:
-                return defer.succeed(document)
+                return document
             ticket = hot.reserve(key)
             if ticket is not None:
                 return self._link.pipeline(_filling_read(key)).addBoth(self._filled, key, ticket)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import http
 import re
 import zlib
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Type
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Type, Union
 from urllib.parse import parse_qs
 
 import cyclone.web
@@ -558,15 +558,16 @@ class ResourceHandler(JsonHandler):
         self.grant = grant
         self.apply_rate(grant.rate)
 
-    def read_document(self, collection: bytes, doc_id: bytes) -> defer.Deferred:
+    def read_document(self, collection: bytes, doc_id: bytes) -> Union[Document, defer.Deferred]:
         """The document (or None), with the pending rate step if there is one.
 
         From the worker's hot cache when it holds it, unless the request's
-        ``Cache-Control`` asks for a fresh one.
+        ``Cache-Control`` asks for a fresh one: then the document itself,
+        when no rate step waits for Redis either; else a Deferred.
         """
         fresh = validation.wants_fresh(self.request.headers.get("Cache-Control"))
         if self.grant.pending_rate is None:
-            return self.store.get(collection, doc_id, fresh)
+            return self.store.get_or_wait(collection, doc_id, fresh)
         return self.store.get_along(collection, doc_id, self.grant.pending_rate, RATE_SCRIPTS, fresh).addCallback(
             self._settle_rate
         )

@@ -10,6 +10,7 @@ from cache.store import Conditions, Document
 from cache.variants import base_tag
 from handlers import conditional, validation
 from handlers.base import ResourceHandler, document_response
+from handlers.deferreds import is_deferred
 from handlers.errors import not_found
 from handlers.idempotency import respond_once
 
@@ -18,7 +19,7 @@ class DocumentHandler(ResourceHandler):
     ROUTE = "document"
     SUPPORTED_METHODS = ("GET", "HEAD", "PUT", "PATCH", "DELETE", "OPTIONS")
 
-    def get(self, collection: str, doc_id: str) -> defer.Deferred:
+    def get(self, collection: str, doc_id: str) -> Optional[defer.Deferred]:
         # Plain callbacks, not a generator: a request waiting for Redis is
         # usually moved to PyPy's old generation by a minor collection, its
         # generator's frame with it, and a document bound to that frame's
@@ -27,6 +28,13 @@ class DocumentHandler(ResourceHandler):
         # sent (README, "The read path").
         name = validation.collection_name(collection)
         read = self.read_document(name, validation.document_id(doc_id))
+        if not is_deferred(read):
+            known = self.known_collection_settings(name)
+            if known is not None:  # the usual hot read: answered now, no Deferred made or run
+                self._use_policy(known)
+                self._answer_read(read)
+                return None
+            read = defer.succeed(read)
         return self.with_collection_policy(name, read).addCallback(self._answer_read)
 
     def _answer_read(self, document: Optional[Document]) -> None:
