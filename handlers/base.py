@@ -561,9 +561,9 @@ class ResourceHandler(JsonHandler):
     def read_document(self, collection: bytes, doc_id: bytes) -> Union[Document, defer.Deferred]:
         """The document (or None), with the pending rate step if there is one.
 
-        From the worker's hot cache when it holds it, unless the request's
-        ``Cache-Control`` asks for a fresh one: then the document itself,
-        when no rate step waits for Redis either; else a Deferred.
+        The document itself when the worker's hot cache holds it, no rate
+        step waits for Redis and the request's ``Cache-Control`` does not ask
+        for a fresh one; else a Deferred of it.
         """
         fresh = validation.wants_fresh(self.request.headers.get("Cache-Control"))
         if self.grant.pending_rate is None:
