@@ -187,15 +187,18 @@ class RedisLink:
         self, replies: List[Any], commands: Sequence[Command], scripts: Sequence[Script], first_only: bool
     ) -> Any:
         """The replies (or the first alone), or the first error reply raised; NOSCRIPT loads and resends."""
-        for reply in replies:
-            if isinstance(reply, Exception):
-                error = store_error(reply)
-                if not _no_script(error):
-                    raise error
-                loading = self.pipeline([(b"SCRIPT", b"LOAD", script.source) for script in scripts])
-                resent = loading.addCallback(lambda _: self.pipeline(commands))
-                return resent.addCallback(_first) if first_only else resent
+        try:
+            _raise_first_error(replies)
+        except RedisReplyError as error:
+            if not _no_script(error):
+                raise
+            resent = self._load(scripts).addCallback(lambda _: self.pipeline(commands))
+            return resent.addCallback(_first) if first_only else resent
         return replies[0] if first_only else replies
+
+    def _load(self, scripts: Sequence[Script]) -> defer.Deferred:
+        """``SCRIPT LOAD`` of each of ``scripts`` (Redis restarted, or flushed its scripts)."""
+        return self.pipeline([(b"SCRIPT", b"LOAD", script.source) for script in scripts])
 
     def pipeline_outcomes(
         self, commands: Sequence[Command], scripts: Sequence[Script], wait: Optional[Command] = None
@@ -226,8 +229,7 @@ class RedisLink:
         ]
         if waits:
             missing.append(len(sent) - 1)  # wait for what the resent writes did too
-        loading = self.pipeline([(b"SCRIPT", b"LOAD", script.source) for script in scripts])
-        again = loading.addCallback(lambda _: self.send_each([sent[index] for index in missing]))
+        again = self._load(scripts).addCallback(lambda _: self.send_each([sent[index] for index in missing]))
 
         def merged(results: List[Outcome]) -> List[Outcome]:
             for index, outcome in zip(missing, results):

@@ -432,13 +432,19 @@ class ResourceHandler(JsonHandler):
         settings subscription is down) are read alongside ``reading``, not
         before it.
         """
-        known = self.known_collection_settings(collection)
-        if known is not None:
-            self._use_policy(known)
+        if self.use_known_policy(collection):
             return reading
         return self.collection_settings(collection).addCallbacks(
             self._policy_then, self._drop_reading, callbackArgs=(reading,), errbackArgs=(reading,)
         )
+
+    def use_known_policy(self, collection: bytes) -> bool:
+        """Whether the collection's settings are known here (a dictionary lookup); if so, its policy is applied."""
+        known = self.known_collection_settings(collection)
+        if known is None:
+            return False
+        self._use_policy(known)
+        return True
 
     def _use_policy(self, settings: CollectionSettings) -> None:
         if settings.cache_control is not None:

@@ -28,14 +28,12 @@ class DocumentHandler(ResourceHandler):
         # sent (README, "The read path").
         name = validation.collection_name(collection)
         read = self.read_document(name, validation.document_id(doc_id))
-        if not is_deferred(read):
-            known = self.known_collection_settings(name)
-            if known is not None:  # the usual hot read: answered now, no Deferred made or run
-                self._use_policy(known)
-                self._answer_read(read)
-                return None
-            read = defer.succeed(read)
-        return self.with_collection_policy(name, read).addCallback(self._answer_read)
+        if is_deferred(read):
+            return self.with_collection_policy(name, read).addCallback(self._answer_read)
+        if self.use_known_policy(name):  # the usual hot read: answered now, no Deferred made or run
+            self._answer_read(read)
+            return None
+        return self.with_collection_policy(name, defer.succeed(read)).addCallback(self._answer_read)
 
     def _answer_read(self, document: Optional[Document]) -> None:
         if document is None:
