@@ -160,5 +160,7 @@ def test_a_worker_imports_jsonschema_only_when_a_schema_is_compiled():
         "print(before, 'jsonschema' in sys.modules)\n"
     )
     root = Path(__file__).resolve().parent.parent
-    shown = subprocess.run([sys.executable, "-c", probe], cwd=root, capture_output=True, text=True, check=True)
+    shown = subprocess.run(
+        [sys.executable, "-c", probe], cwd=root, capture_output=True, text=True, check=True, timeout=60
+    )
     assert shown.stdout.split() == ["False", "True"]
