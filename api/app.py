@@ -27,6 +27,7 @@ from handlers.docs import DocsAssetHandler, DocsPageHandler, packaged_site
 from handlers.documents import DocumentHandler
 from handlers.feed import Feed
 from handlers.health import PING_TIMEOUT, LivenessHandler, ReadinessHandler, ReadinessProbe
+from handlers.hot_read import HotRead
 from handlers.metrics import MetricsHandler
 from handlers.multi_get import MultiGetHandler
 from handlers.negotiation import Negotiator
@@ -119,4 +120,15 @@ def make_app(
     app = JetwayApplication(routes, reactor, limits, observer, error_handler=NoRouteHandler)
     app.debug_burn_seconds = settings.debug_burn_us / 1e6
     app.cors = CorsPolicy(settings.cors_origins)
+    if settings.hot_cache_bytes:  # hot reads need the hot cache
+        app.hot_read = HotRead(
+            store,
+            gate,
+            collections,
+            settings.cache_control,
+            documents["negotiator"],
+            app.cors,
+            app.http_date,
+            app.new_request_id,
+        )
     return app

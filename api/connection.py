@@ -32,6 +32,7 @@ import fcntl
 import http
 import struct
 import termios
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional, Tuple
 
@@ -44,6 +45,7 @@ from api.client_address import Network, client_address
 from api.request_head import MAX_HEADER_BYTES, MAX_REQUEST_LINE, ProtocolError, RequestHead, parse_head
 from cache import codec
 from handlers.cache_policy import ERROR_POLICY
+from handlers.debug_burn import burn_cpu
 from handlers.errors import ApiError
 
 if TYPE_CHECKING:  # the application imports this module
@@ -112,6 +114,8 @@ class JetwayConnection(cyclone.httpserver.HTTPConnection):
         self._lost = False
         self._body_reserved = 0
         self.idle_since = self.factory.clock.seconds()
+        # The peer's address, asked of the transport once (it builds a new address object per call).
+        self._peer_host: str = getattr(self.transport.getPeer(), "host", "unix")
         self._arm(self.limits.keepalive_timeout, _CLOSE)
         self.factory.connection_opened(self)
 
@@ -267,6 +271,11 @@ class JetwayConnection(cyclone.httpserver.HTTPConnection):
         self._disarm()
         self._head = None
         self.keep_alive = head.keep_alive
+        app = self.factory
+        if app.debug_burn_seconds:
+            burn_cpu(app.debug_burn_seconds)
+        if app.hot_read is not None and self._answered_hot(app, head):
+            return
         self._request = cyclone.httpserver.HTTPRequest(
             connection=self,
             method=head.method,
@@ -278,6 +287,30 @@ class JetwayConnection(cyclone.httpserver.HTTPConnection):
         )
         self.request_callback(self._request)
 
+    def _answered_hot(self, app: JetwayApplication, head: RequestHead) -> bool:
+        """Answer a hot document read without Cyclone (``handlers.hot_read``); False: it is not one.
+
+        Only on a connection that stays open after it, so the answer never
+        needs a ``Connection`` header of its own.
+        """
+        if not head.keep_alive or head.version != "HTTP/1.1" or self.closing or self.no_keep_alive:
+            return False
+        started = time.time()
+        answer = app.hot_read.answer(head.method, head.target, head.headers)
+        if answer is None:
+            return False
+        self.transport.write(answer.response)
+        app.observer.answered_hot(
+            head.method,
+            head.target,
+            answer.status,
+            self._client_address(head.headers),
+            time.time() - started,
+            answer.request_id,
+        )
+        self._next_after_answer()
+        return True
+
     def _finish_request(self) -> None:
         # Replaces Cyclone's: case-insensitive Connection tokens, and the
         # next pipelined request is read only now.
@@ -286,6 +319,10 @@ class JetwayConnection(cyclone.httpserver.HTTPConnection):
             self._finish_callback = None
         self._request = None
         self._request_finished = False
+        self._next_after_answer()
+
+    def _next_after_answer(self) -> None:
+        """A request is answered: close, or go on to the next one."""
         self._release_body()
         self.idle_since = self.factory.clock.seconds()
         if self._lost:
@@ -368,6 +405,4 @@ class JetwayConnection(cyclone.httpserver.HTTPConnection):
             self._reject(ProtocolError(action, "the request did not arrive in time"))
 
     def _client_address(self, headers: HTTPHeaders) -> str:
-        peer = self.transport.getPeer()
-        address = getattr(peer, "host", "unix")
-        return client_address(address, headers.get_list("X-Forwarded-For"), self.limits.trusted_proxies)
+        return client_address(self._peer_host, headers.get_list("X-Forwarded-For"), self.limits.trusted_proxies)

@@ -20,6 +20,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from api.logs import AccessLog
 from api.metrics_dir import MULTIPROC_ENV
 from handlers.event_stream import FeedStats
+from handlers.hot_read import ROUTE as HOT_READ_ROUTE
 
 _TOKEN = re.compile(r"jw_[A-Za-z0-9_-]{20,}")
 _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -79,6 +80,10 @@ class Metrics:
             "jetway_open_connections", "Open client connections", multiprocess_mode="livesum", registry=None
         )
         self.log_lines_dropped = log_lines_dropped()
+        self.hot_read_answers = Counter(
+            "jetway_hot_reads", "Document reads answered by the hot read, without Cyclone", registry=None
+        )
+        self.hot_reads = 0  # since the last flush
         self.open_connections = 0
         self.hot_cache: Optional[HotCacheMetrics] = None
         self._dropped_lines = 0
@@ -117,6 +122,9 @@ class Metrics:
         if self._dropped_lines:
             self.log_lines_dropped.inc(self._dropped_lines)
             self._dropped_lines = 0
+        if self.hot_reads:
+            self.hot_read_answers.inc(self.hot_reads)
+            self.hot_reads = 0
         for labels, count in self._requests.items():
             self.requests.labels(*labels).inc(count)
         for kind, count in self._redis_errors.items():
@@ -251,19 +259,28 @@ class Observer:
     def request_finished(self, handler: Any) -> None:
         """Cyclone's ``log_function``: metrics always, the access line if wanted."""
         request = handler.request
-        seconds = request.request_time()
-        route = getattr(handler, "ROUTE", "unknown")
-        status = handler.get_status()
-        self.metrics.count_request(route, request.method, status, seconds)
+        self.answered(
+            getattr(handler, "ROUTE", "unknown"),
+            request.method,
+            request.uri,
+            handler.get_status(),
+            request.remote_ip,
+            request.request_time(),
+            getattr(handler, "request_id", ""),
+        )
+
+    def answered_hot(self, method: str, uri: str, status: int, client: str, seconds: float, request_id: str) -> None:
+        """A document read was answered by the hot read (``handlers.hot_read``)."""
+        self.metrics.hot_reads += 1
+        self.answered(HOT_READ_ROUTE, method, uri, status, client, seconds, request_id)
+
+    def answered(
+        self, route: str, method: str, uri: str, status: int, client: str, seconds: float, request_id: str
+    ) -> None:
+        """A request was answered (by a handler, or by the hot read): its metrics and its access line."""
+        self.metrics.count_request(route, method, status, seconds)
         if self.access_log is not None:
-            self.access_log.request(
-                request.method,
-                redact(request.uri),
-                status,
-                request.remote_ip,
-                seconds,
-                getattr(handler, "request_id", ""),
-            )
+            self.access_log.request(method, redact(uri), status, client, seconds, request_id)
 
     def flush(self) -> None:
         """Metrics and access lines out now (the worker is stopping)."""

@@ -152,6 +152,20 @@ class HotCache:
         self.hits += 1
         return entry.document
 
+    def hit(self, key: bytes) -> Any:
+        """The cached document, counted as a hit; None when not held, and not counted then.
+
+        For a read that, on None, goes on to ``get`` (which counts the miss):
+        the hot read (``handlers.hot_read``) asks this first.
+        """
+        entry = self._entries.get(key)
+        if entry is None or (entry.expires and self._clock() >= entry.expires):
+            return None
+        self._entries.move_to_end(key)
+        self._frequency.add(key)
+        self.hits += 1
+        return entry.document
+
     def reserve(self, key: bytes) -> Optional[int]:
         """A ticket for a read of ``key`` about to be sent, or None: the feed is
         down, or the key may not fill (read once lately, or, with the cache

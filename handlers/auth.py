@@ -96,6 +96,31 @@ class Gate:
             return self._decide(record, token, digest, collection, write, defer_rate)
         return self.tokens.lookup(digest).addCallback(self._decide, token, digest, collection, write, defer_rate)
 
+    def admits_read_now(self, authorization: Optional[str], collection: str) -> bool:
+        """Whether a read of ``collection`` is admitted now: no Redis, no rate step, no refusal.
+
+        The hot read's question (``handlers.hot_read``). False decides
+        nothing: the request goes to ``grant_or_wait``, which looks the token
+        up, takes its rate step or refuses it. True only for a token whose
+        digest this worker remembers (it was valid before), whose record the
+        token cache holds and keeps true, unexpired, with read scope on
+        ``collection`` and no rate.
+        """
+        if not self.enabled or self.tokens is None:
+            return True
+        match = _BEARER.match(authorization or "")
+        digest = self._digests.get(match.group(1)) if match else None
+        if digest is None:
+            return False
+        record = self.tokens.cached(digest)
+        return (
+            record is not None
+            and record.digest is digest
+            and not record.expired(self.clock())
+            and may(record.scopes, collection, False)
+            and record.rate_limit() is None
+        )
+
     def admit_batch(self, authorization: Optional[str], cost: int) -> defer.Deferred:
         """A batch's grant: a valid token, and ``cost`` requests of its rate (one per operation).
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import http
 import re
 import zlib
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Type, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Type, Union
 from urllib.parse import parse_qs
 
 import cyclone.web
@@ -37,14 +37,14 @@ from cache.ratelimit import RateDecision
 from cache.schema import DocumentInvalid
 from cache.settings_cache import SettingsCache
 from cache.store import Document, DocumentStore
-from cache.variants import gzip_of, variant_tag
-from handlers import conditional, validation
+from cache.variants import gzip_of
+from handlers import validation
 from handlers.auth import RATE_SCRIPTS, Gate, Grant
 from handlers.cache_policy import ERROR_POLICY
-from handlers.debug_burn import burn_cpu
 from handlers.deferreds import is_deferred
 from handlers.errors import ApiError, bad_request, not_found, precondition_failed
-from handlers.negotiation import IDENTITY, Negotiator, Preference, choose
+from handlers.negotiation import IDENTITY, Negotiator, Preference
+from handlers.representation import negotiate, represent
 
 JSON_TYPE = "application/json"
 PROBLEM_TYPE = "application/problem+json"
@@ -52,6 +52,8 @@ PROBLEM_TYPE = "application/problem+json"
 RETRY_AFTER_SECONDS = "1"
 _log = Logger()
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}\Z")
+# What every response names its server as (the hot read's head too, handlers/hot_read.py).
+SERVER = "jetway"
 # What Cyclone refuses in a header value (against header injection), compiled once.
 _UNSAFE_HEADER_VALUE = re.compile(r"[\x00-\x1f]")
 MAX_HEADER_VALUE = 4000
@@ -117,8 +119,6 @@ class JsonHandler(cyclone.web.RequestHandler):
         # Cyclone's own __init__ also builds the template helpers (ui
         # modules and methods) for every request; a JSON API has none.
         self.application = application
-        if application.debug_burn_seconds:
-            burn_cpu(application.debug_burn_seconds)
         self.request = request
         self._headers_written = False
         self._finished = False
@@ -131,7 +131,7 @@ class JsonHandler(cyclone.web.RequestHandler):
 
     def clear(self) -> None:
         """Reset the response (Cyclone's ``clear``, with the Date string cached per second)."""
-        self._headers = {"Server": "jetway", "Content-Type": JSON_TYPE, "Date": self.application.http_date()}
+        self._headers = {"Server": SERVER, "Content-Type": JSON_TYPE, "Date": self.application.http_date()}
         self._list_headers = []
         self._write_buffer = []
         self._status_code = 200
@@ -185,8 +185,7 @@ class JsonHandler(cyclone.web.RequestHandler):
         # Also runs when an error resets the headers, so errors carry the id
         # and the CORS headers too.
         if not self.request_id:
-            given = self.request.headers.get("X-Request-ID")
-            self.request_id = given if given and _REQUEST_ID.match(given) else self.application.new_request_id()
+            self.request_id = request_id_of(self.request.headers, self.application.new_request_id)
         self._headers["X-Request-ID"] = self.request_id
         cors = self.application.cors
         if cors.enabled:
@@ -348,6 +347,12 @@ class JsonHandler(cyclone.web.RequestHandler):
         self.finish(codec.dumps(error.as_problem()))
 
 
+def request_id_of(headers: Any, new_request_id: Callable[[], str]) -> str:
+    """The request's id: the client's ``X-Request-ID`` when it is a sane one, else a new one."""
+    given = headers.get("X-Request-ID")
+    return given if given and _REQUEST_ID.match(given) else new_request_id()
+
+
 def document_response(status: int, document: Document, *headers: Tuple[str, str]) -> StoredResponse:
     """A write's answer as data: the document as stored, its validators, and ``headers``."""
     validators = (("ETag", document.etag.decode()), ("Last-Modified", document.last_modified.decode()))
@@ -464,34 +469,19 @@ class ResourceHandler(JsonHandler):
         return self.request.method not in ("GET", "HEAD")
 
     def send_representation(self, document: Document) -> None:
-        """Answer a read of ``document``: the stored variant the client accepts best, or a 304.
-
-        Negotiation comes first (RFC 9110 13.2.2: preconditions apply to the
-        selected representation); ``If-None-Match`` with any variant's tag,
-        or else ``If-Modified-Since``, turns the answer into a 304.
-        """
+        """Answer a read of ``document``: the variant the client accepts best, or a 304 (handlers.representation)."""
         self.set_header("Cache-Control", self.cache_control)
-        coding = self._negotiate(document.encoded)
-        if document.encoded:
+        chosen = represent(document, self.request.headers, self._accepted())
+        if chosen.vary:
             self.add_header("Vary", "Accept-Encoding")
-        etag = document.etag if coding == IDENTITY else variant_tag(document.etag, coding)
-        headers = self.request.headers
-        if_none_match = headers.get("If-None-Match")
-        if if_none_match is not None:
-            matched = conditional.matching_tag(validation.entity_tags(if_none_match, weak=True), document.etag, etag)
-            if matched is not None:
-                self.send_not_modified(matched)
-                return
-        elif not conditional.modified_since(document.last_modified, headers.get("If-Modified-Since")):
-            self.send_not_modified(etag)
+        if chosen.status == 304:
+            self.send_not_modified(chosen.etag)
             return
-        self.set_header("ETag", etag)
+        self.set_header("ETag", chosen.etag)
         self.set_header("Last-Modified", document.last_modified)
-        if coding == IDENTITY:
-            self.send_bytes(200, document.body)
-        else:
-            self.set_header("Content-Encoding", coding)
-            self.send_bytes(200, document.variant(coding))  # type: ignore[arg-type]
+        if chosen.coding != IDENTITY:
+            self.set_header("Content-Encoding", chosen.coding)
+        self.send_bytes(200, chosen.body)
 
     def send_composed(self, body: bytes) -> None:
         """A list page or a multi-get (put together from stored bytes), gzipped as it is sent if the client prefers.
@@ -536,12 +526,7 @@ class ResourceHandler(JsonHandler):
         return self.negotiator.preference(self.request.headers.get("Accept-Encoding"))
 
     def _negotiate(self, encoded: Sequence[Tuple[str, bytes]]) -> str:
-        """The coding to answer in, among identity and ``encoded``'s; 406 if the client accepts none."""
-        coding = choose(self._accepted(), encoded)
-        if coding is None:
-            stored = ", ".join((IDENTITY, *(name for name, _ in encoded)))
-            raise ApiError(406, "not-acceptable", f"Accept-Encoding refuses every coding available ({stored})")
-        return coding
+        return negotiate(self._accepted(), encoded)
 
     def send_not_modified(self, etag: bytes) -> None:
         self.set_header("ETag", etag)

@@ -1,0 +1,309 @@
+"""handlers.hot_read: which reads it answers, and that its bytes are the handler's.
+
+The unit tests drive ``HotRead.answer`` over a live hot cache, without
+Redis: what it takes and what it leaves to ``DocumentHandler``. The
+end-to-end tests send the same raw requests to two servers on one Redis,
+one with the hot cache (so hot reads) and one without (every read through
+Cyclone from Redis), and compare the responses byte for byte but for
+``Date`` and a made-up ``X-Request-ID``; the first server's
+``jetway_hot_reads_total`` says the hot read answered them.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+from typing import Dict, Iterator, List, Optional, Tuple
+
+import pytest
+import requests
+
+from cache import keys
+from cache.hot_cache import HotCache
+from cache.store import Document, DocumentStore
+from cache.tokens import TokenRecord, digest_of
+from handlers.auth import Gate
+from handlers.cors import CorsPolicy
+from handlers.hot_read import HotRead
+from handlers.negotiation import Negotiator
+from tests.support import JetwayServer
+from tests.test_auth_digests import RecordTable
+
+SMALL = b'{"name":"ada","langs":["en","fr"]}'
+LARGE = b'{"text":"' + b"lovelace " * 400 + b'"}'  # over the size that stores a gzip variant
+ORIGIN = "https://app.example"
+MODIFIED = b"Mon, 23 Nov 2026 10:00:00 GMT"
+
+# ---------------------------------------------------------------- unit tests
+
+
+def live_store(*documents: Tuple[bytes, bytes, Document]) -> DocumentStore:
+    """A store whose hot cache holds ``documents`` (collection, id, document); no Redis behind it."""
+    hot = HotCache(64 << 20)
+    hot.up()
+    for collection, doc_id, document in documents:
+        key = keys.document_key(collection, doc_id)
+        for _ in range(2):  # a key fills on its second miss
+            assert hot.get(key) is None
+            ticket = hot.reserve(key)
+        hot.fill(key, ticket, document, -1)
+    return DocumentStore(None, hot=hot)  # type: ignore[arg-type]
+
+
+def hot_read(store: DocumentStore, gate: Optional[Gate] = None) -> HotRead:
+    ids = iter(range(1000))
+    return HotRead(
+        store,
+        gate or Gate(None, None, enabled=False),  # type: ignore[arg-type]
+        None,
+        "no-cache",
+        Negotiator(),
+        CorsPolicy((ORIGIN,)),
+        lambda: "Thu, 26 Nov 2026 04:00:00 GMT",
+        lambda: f"id{next(ids)}",
+    )
+
+
+@pytest.fixture
+def reader() -> HotRead:
+    return hot_read(live_store((b"people", b"ada", Document(SMALL, b'"e1"', MODIFIED))))
+
+
+def test_a_cached_document_is_answered_with_the_handlers_head_and_its_bytes(reader):
+    answer = reader.answer("GET", "/v1/people/ada", {})
+    assert answer is not None and (answer.status, answer.request_id) == (200, "id0")
+    assert answer.response == (
+        b"HTTP/1.1 200 OK\r\nServer: jetway\r\nContent-Type: application/json\r\n"
+        b"Date: Thu, 26 Nov 2026 04:00:00 GMT\r\nX-Request-ID: id0\r\nCache-Control: no-cache\r\n"
+        b'ETag: "e1"\r\nLast-Modified: '
+        + MODIFIED
+        + b"\r\nContent-Length: %d\r\n" % len(SMALL)
+        # The allowed origins are listed, so a response to any other (or none) says it varies by Origin.
+        + b"Vary: Origin\r\n\r\n"
+        + SMALL
+    )
+
+
+def test_head_gets_the_same_head_and_no_body(reader):
+    get, head = reader.answer("GET", "/v1/people/ada", {}), reader.answer("HEAD", "/v1/people/ada", {})
+    assert head.response == get.response[: -len(SMALL)].replace(b"id0", b"id1")
+
+
+def test_a_matching_if_none_match_is_a_304_without_a_body(reader):
+    answer = reader.answer("GET", "/v1/people/ada", {"If-None-Match": '"e1"'})
+    assert answer.status == 304
+    assert answer.response.startswith(b"HTTP/1.1 304 Not Modified\r\n") and answer.response.endswith(b"\r\n\r\n")
+    assert b"Content-Length" not in answer.response and b'ETag: "e1"' in answer.response
+
+
+def test_a_client_id_is_kept_and_an_allowed_origin_gets_its_cors_lines(reader):
+    answer = reader.answer("GET", "/v1/people/ada", {"X-Request-ID": "mine-1", "Origin": ORIGIN})
+    assert b"X-Request-ID: mine-1\r\n" in answer.response
+    assert f"Access-Control-Allow-Origin: {ORIGIN}\r\n".encode() in answer.response
+
+
+@pytest.mark.parametrize(
+    "method, target, headers",
+    [
+        ("PUT", "/v1/people/ada", {}),
+        ("GET", "/v1/people/ada?x=1", {}),  # a query: the handler's to ignore
+        ("GET", "/v1/people/%61da", {}),  # escaped: Cyclone unescapes it
+        ("GET", "/v1/people/ada/more", {}),
+        ("GET", "/v1/people", {}),
+        ("GET", "/v1/_get/people", {}),
+        ("GET", "/healthz", {}),
+        ("GET", "/v1/people/bob", {}),  # not cached
+        ("GET", "/v1/People/ada", {}),  # a bad name: the handler's 400
+        ("GET", "/v1/people/..", {}),  # a bad id: the handler's 400
+        ("GET", "/v1/people/ada", {"Cache-Control": "no-cache"}),  # a fresh copy asked
+        ("GET", "/v1/people/ada", {"Accept-Encoding": "identity;q=0"}),  # the handler's 406
+    ],
+)
+def test_anything_else_is_left_to_the_handler(reader, method, target, headers):
+    assert reader.answer(method, target, headers) is None
+
+
+def test_a_miss_left_to_the_handler_is_not_counted_twice():
+    store = live_store()
+    hot = store._hot
+    assert hot_read(store).answer("GET", "/v1/people/ada", {}) is None
+    assert (hot.hits, hot.misses) == (0, 0)  # the handler's read counts the miss
+
+
+def test_only_a_token_known_valid_with_read_scope_and_no_rate_is_admitted_at_once():
+    def record(token: str, scopes: Tuple[str, ...], rate: str = "") -> TokenRecord:
+        return TokenRecord(digest=digest_of(token), name=token, scopes=scopes, rate=rate, expires=0, created=0)
+
+    records = [record("jw_reader", ("read:people",)), record("jw_other", ("read:orders",))]
+    records.append(record("jw_rated", ("read:*",), rate="10/s"))
+    gate = Gate(RecordTable({r.digest: r for r in records}), None, enabled=True)  # type: ignore[arg-type]
+    assert not gate.admits_read_now("Bearer jw_reader", "people")  # not yet known valid: hashed once by the gate
+    for token in ("jw_reader", "jw_other", "jw_rated"):
+        gate.grant_or_wait(f"Bearer {token}", "orders" if token == "jw_other" else "people", False, True)
+    assert gate.admits_read_now("Bearer jw_reader", "people")
+    assert not gate.admits_read_now("Bearer jw_reader", "orders")  # no scope: the handler's 403
+    assert not gate.admits_read_now("Bearer jw_rated", "people")  # its rate step needs Redis
+    assert not gate.admits_read_now(None, "people") and not gate.admits_read_now("Basic x", "people")
+
+
+# ---------------------------------------------------------- end to end
+
+_DATE = re.compile(rb"\r\nDate: [^\r]*\r\n")
+_MADE_ID = re.compile(rb"\r\nX-Request-ID: [0-9a-f]{32}\r\n")
+ENV = {"JETWAY_CORS_ORIGINS": ORIGIN, "JETWAY_ACCESS_LOG": "on"}
+
+
+@pytest.fixture(scope="module")
+def pair(redis_server, tmp_path_factory) -> Iterator[Tuple[JetwayServer, JetwayServer]]:
+    """One server with the hot cache (hot reads), one without; one worker each, both with authorization."""
+    directory = tmp_path_factory.mktemp("hot_read")
+    hot = JetwayServer(redis_server.url, directory / "hot.log", env=ENV, auth=True)
+    full = JetwayServer(redis_server.url, directory / "full.log", env={**ENV, "JETWAY_HOT_CACHE_BYTES": "0"}, auth=True)
+    try:
+        yield hot.start(["--workers", "1"]), full.start(["--workers", "1"])
+    finally:
+        hot.stop()
+        full.stop()
+
+
+@pytest.fixture(scope="module")
+def seeded(pair, redis_server) -> Dict[str, str]:
+    """Documents and tokens on a flushed Redis, once for the module (nothing here writes); the hot
+    server has read each document twice with each token (cached)."""
+    hot, _ = pair
+    with redis_server.client() as client:
+        client.flushall()
+    tokens = {
+        "admin": hot.make_token("admin", "admin"),
+        "reader": hot.make_token("reader", "read:people", "read:slow"),
+        "rated": hot.make_token("rated", "read:*", rate="1000/s"),
+    }
+    admin = {"Authorization": f"Bearer {tokens['admin']}"}
+    settings = {"cache_control": "private, max-age=60"}
+    assert requests.put(hot.url("/v1/_collections/slow"), json=settings, headers=admin, timeout=10).ok
+    for path, body in (("/v1/people/ada", SMALL), ("/v1/people/big", LARGE), ("/v1/slow/one", SMALL)):
+        headers = {**admin, "Content-Type": "application/json"}
+        assert requests.put(hot.url(path), data=body, headers=headers, timeout=10).status_code == 201
+        for token in tokens.values():
+            for _ in range(2):
+                requests.get(hot.url(path), headers={"Authorization": f"Bearer {token}"}, timeout=10)
+    return tokens
+
+
+def exchange(server: JetwayServer, *requests_: bytes) -> bytes:
+    """The responses to raw requests sent at once on one connection, each read whole by its length."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(b"".join(requests_))
+        received = b""
+        responses: List[bytes] = []
+        for request in requests_:
+            while b"\r\n\r\n" not in received:
+                received += _more(sock)
+            end = received.index(b"\r\n\r\n") + 4
+            head = received[:end]
+            length = re.search(rb"\r\nContent-Length: (\d+)\r\n", head)
+            has_body = length is not None and not request.startswith(b"HEAD ")
+            end += int(length.group(1)) if has_body else 0
+            while len(received) < end:
+                received += _more(sock)
+            responses.append(received[:end])
+            received = received[end:]
+        assert received == b"", "more than the responses came"
+        return b"".join(responses)
+
+
+def _more(sock: socket.socket) -> bytes:
+    chunk = sock.recv(65536)
+    assert chunk, "the connection closed before the response was whole"
+    return chunk
+
+
+def normalized(response: bytes) -> bytes:
+    return _MADE_ID.sub(b"\r\nX-Request-ID: (made)\r\n", _DATE.sub(b"\r\nDate: (now)\r\n", response))
+
+
+def hot_reads(server: JetwayServer) -> float:
+    # One worker: the scrape is answered by the worker that served, which flushes its counts first.
+    text = requests.get(server.url("/metrics"), timeout=10).text
+    found = re.search(r"^jetway_hot_reads_total (\S+)$", text, re.M)
+    return float(found.group(1)) if found else 0.0
+
+
+def raw(method: str, path: str, token: Optional[str], *lines: str, version: str = "HTTP/1.1") -> bytes:
+    auth = [f"Authorization: Bearer {token}"] if token else []
+    return "\r\n".join([f"{method} {path} {version}", "Host: test", *auth, *lines, "", ""]).encode()
+
+
+# Requests the hot read answers: (method, path, token, header lines).
+HOT = [
+    ("GET", "/v1/people/ada", "admin", ()),
+    ("HEAD", "/v1/people/ada", "admin", ()),
+    ("GET", "/v1/people/ada", "reader", ()),
+    ("GET", "/v1/people/ada", "admin", ("X-Request-ID: client-chosen.1",)),
+    ("GET", "/v1/people/ada", "admin", ("X-Request-ID: not valid!",)),  # a new one made instead
+    ("GET", "/v1/people/ada", "admin", (f"Origin: {ORIGIN}",)),
+    ("GET", "/v1/people/ada", "admin", ("Origin: https://elsewhere.example",)),
+    ("GET", "/v1/people/ada", "admin", ("Accept-Encoding: gzip",)),
+    ("GET", "/v1/people/big", "admin", ("Accept-Encoding: gzip, br",)),
+    ("HEAD", "/v1/people/big", "admin", ("Accept-Encoding: gzip",)),
+    ("GET", "/v1/people/big", "admin", ()),
+    ("GET", "/v1/people/big", "admin", ("Accept-Encoding: gzip", f"Origin: {ORIGIN}")),
+    ("GET", "/v1/people/ada", "admin", ("If-None-Match: *",)),
+    ("GET", "/v1/people/ada", "admin", ('If-None-Match: "nope", W/"nope2"',)),
+    ("GET", "/v1/people/ada", "admin", ("If-Modified-Since: Fri, 01 Jan 2100 00:00:00 GMT",)),
+    ("GET", "/v1/people/ada", "admin", ("If-Modified-Since: Fri, 01 Jan 2000 00:00:00 GMT",)),
+    ("GET", "/v1/people/ada", "admin", ("If-Modified-Since: not a date",)),
+    ("GET", "/v1/slow/one", "admin", ()),  # the collection's own Cache-Control
+    ("GET", "/v1/slow/one", "reader", ("If-Modified-Since: Fri, 01 Jan 2100 00:00:00 GMT",)),
+]
+# Requests it leaves to the handler: the same answers all the same.
+FULL = [
+    ("GET", "/v1/people/ada", None, ()),
+    ("GET", "/v1/people/ada", "nobody", ()),
+    ("GET", "/v1/orders/ada", "reader", ()),
+    ("GET", "/v1/people/ada", "rated", ()),
+    ("GET", "/v1/people/nobody", "admin", ()),
+    ("GET", "/v1/People/ada", "admin", ()),
+    ("GET", "/v1/people/ada?x=1", "admin", ()),
+    ("GET", "/v1/people/%61da", "admin", ()),
+    ("GET", "/v1/people/ada", "admin", ("Cache-Control: no-cache",)),
+    ("GET", "/v1/people/ada", "admin", ("Accept-Encoding: identity;q=0",)),
+    ("GET", "/v1/people/ada", "admin", ("Connection: close",)),
+]
+
+
+@pytest.mark.parametrize("method, path, token, lines", HOT)
+def test_a_hot_read_answers_exactly_as_the_handler_would(pair, seeded, method, path, token, lines):
+    hot, full = pair
+    request = raw(method, path, seeded[token], *lines)
+    before = hot_reads(hot)
+    answered = normalized(exchange(hot, request))
+    assert hot_reads(hot) == before + 1, "the hot read did not answer it"
+    assert answered == normalized(exchange(full, request))
+
+
+@pytest.mark.parametrize("method, path, token, lines", FULL)
+def test_what_the_hot_read_leaves_is_answered_as_before(pair, seeded, method, path, token, lines):
+    hot, full = pair
+    request = raw(method, path, seeded.get(token, token), *lines)
+    before = hot_reads(hot)
+    answered = normalized(exchange(hot, request))
+    assert hot_reads(hot) == before
+    assert answered == normalized(exchange(full, request))
+
+
+def test_an_http_1_0_read_is_left_to_the_handler(pair, seeded):
+    hot, full = pair
+    request = raw("GET", "/v1/people/ada", seeded["admin"], "Connection: keep-alive", version="HTTP/1.0")
+    before = hot_reads(hot)
+    assert normalized(exchange(hot, request)) == normalized(exchange(full, request))
+    assert hot_reads(hot) == before
+
+
+def test_pipelined_hot_reads_and_others_are_answered_in_order(pair, seeded):
+    hot, full = pair
+    token = seeded["admin"]
+    requests_ = [raw("GET", "/v1/people/ada", token), raw("GET", "/v1/people/nobody", token)]
+    requests_ += [raw("HEAD", "/v1/people/big", token), raw("GET", "/healthz", None)]
+    requests_.append(raw("GET", "/v1/people/ada", token, "Connection: close"))
+    assert normalized(exchange(hot, *requests_)) == normalized(exchange(full, *requests_))
