@@ -6,6 +6,8 @@ import os
 
 import pytest
 from cyclone.httputil import HTTPHeaders
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from api import request_head
 from api.request_head import MAX_KNOWN_NAMES, normal_name, parse_head
@@ -35,3 +37,35 @@ def test_made_up_header_names_do_not_grow_the_worker():
         assert len(head.headers) == 100
     assert len(HTTPHeaders._normalized_headers) <= cyclone_names + 10  # the server's own lookups only
     assert len(request_head._KNOWN_NAMES) <= MAX_KNOWN_NAMES
+
+
+# Bytes a head's parts are drawn from: every rule's edge (controls, DEL,
+# high bytes, separators, colons, spaces and tabs, CR and LF alone).
+_EDGES = b'aZ09-_!~: \t\x00\x08\x09\x0a\x0d\x1f\x7f\x80\xff"(),/;=?@[]{}'
+_parts = st.binary(max_size=12).map(lambda raw: bytes(_EDGES[byte % len(_EDGES)] for byte in raw))
+_names = st.one_of(st.sampled_from([b"Host", b"content-length", b"Connection", b"x-a"]), _parts)
+_lines = st.lists(st.tuples(_names, _parts).map(lambda pair: pair[0] + b":" + pair[1]) | _parts, max_size=6)
+_request_lines = st.one_of(
+    st.sampled_from([b"GET /v1/a/b HTTP/1.1", b"HEAD / HTTP/1.0", b"GET / HTTP/2.0", b"GET / HTTP/1.7"]),
+    st.tuples(_parts, _parts, _parts).map(b" ".join),
+)
+
+
+def _outcome(parse, request_line, lines):
+    try:
+        head = parse(request_line, lines)
+    except request_head.ProtocolError as refused:
+        return refused.status, refused.detail
+    return head.method, head.target, head.version, sorted(head.headers.get_all()), head.content_length, head.keep_alive
+
+
+@settings(max_examples=3000, deadline=None)
+@given(_request_lines, _lines)
+def test_the_one_pattern_parse_agrees_with_the_line_by_line_one(request_line, lines):
+    """A head the pattern passes parses as each line's own checks parse it; one it refuses, they refuse."""
+    block = b"\r\n".join([request_line, *lines])
+    line_by_line = _outcome(request_head.parse_each_line, request_line, lines)
+    if request_head._WELL_FORMED.match(block) is None:
+        assert line_by_line[0] in (400, 505)  # one of the lines' rules is broken
+    else:
+        assert _outcome(request_head.parse_well_formed, request_line, lines) == line_by_line
