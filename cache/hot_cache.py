@@ -140,17 +140,12 @@ class HotCache:
 
     def get(self, key: bytes) -> Any:
         """The cached document, or None (counted as a miss)."""
-        # No live check: entries exist only while the feed is up.
-        entry = self._entries.get(key)
-        if entry is None or (entry.expires and self._clock() >= entry.expires):
-            if entry is not None:
+        document = self.hit(key)
+        if document is None:
+            if key in self._entries:  # held, but past its expiry
                 self._drop(key)
             self.misses += 1
-            return None
-        self._entries.move_to_end(key)
-        self._frequency.add(key)
-        self.hits += 1
-        return entry.document
+        return document
 
     def hit(self, key: bytes) -> Any:
         """The cached document, counted as a hit; None when not held, and not counted then.
@@ -158,6 +153,7 @@ class HotCache:
         For a read that, on None, goes on to ``get`` (which counts the miss):
         the hot read (``handlers.hot_read``) asks this first.
         """
+        # No live check: entries exist only while the feed is up.
         entry = self._entries.get(key)
         if entry is None or (entry.expires and self._clock() >= entry.expires):
             return None

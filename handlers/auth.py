@@ -118,7 +118,7 @@ class Gate:
             and record.digest is digest
             and not record.expired(self.clock())
             and may(record.scopes, collection, False)
-            and record.rate_limit() is None
+            and (not record.rate or record.rate_limit() is None)  # no rate: no pattern to match
         )
 
     def admit_batch(self, authorization: Optional[str], cost: int) -> defer.Deferred:

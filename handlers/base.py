@@ -185,7 +185,7 @@ class JsonHandler(cyclone.web.RequestHandler):
         # Also runs when an error resets the headers, so errors carry the id
         # and the CORS headers too.
         if not self.request_id:
-            self.request_id = request_id_of(self.request.headers, self.application.new_request_id)
+            self.request_id = request_id_of(self.request.headers.get("X-Request-ID"), self.application.new_request_id)
         self._headers["X-Request-ID"] = self.request_id
         cors = self.application.cors
         if cors.enabled:
@@ -347,9 +347,8 @@ class JsonHandler(cyclone.web.RequestHandler):
         self.finish(codec.dumps(error.as_problem()))
 
 
-def request_id_of(headers: Any, new_request_id: Callable[[], str]) -> str:
-    """The request's id: the client's ``X-Request-ID`` when it is a sane one, else a new one."""
-    given = headers.get("X-Request-ID")
+def request_id_of(given: Optional[str], new_request_id: Callable[[], str]) -> str:
+    """The request's id: the one the client gave (its ``X-Request-ID``) when it is a sane one, else a new one."""
     return given if given and _REQUEST_ID.match(given) else new_request_id()
 
 

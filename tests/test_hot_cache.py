@@ -256,3 +256,17 @@ def read_missed(cache: HotCache, key: bytes, document: Document, pttl: int = -1)
     if ticket is not None:
         cache.fill(key, ticket, document, pttl)
     return ticket
+
+
+def test_hit_counts_only_hits_and_leaves_a_miss_to_get():
+    """The hot read asks ``hit`` first and the handler's ``get`` after it: a miss is counted once, by ``get``."""
+    clock = Clock()
+    cache = live_cache(clock=clock)
+    document = doc()
+    cached(cache, b"k", document, pttl=1000)
+    hits, misses = cache.hits, cache.misses
+    assert cache.hit(b"k") is document and (cache.hits, cache.misses) == (hits + 1, misses)
+    assert cache.hit(b"other") is None and (cache.hits, cache.misses) == (hits + 1, misses)
+    clock.now += 1.0  # past the expiry read with it
+    assert cache.hit(b"k") is None and len(cache) == 1 and cache.misses == misses
+    assert cache.get(b"k") is None and len(cache) == 0 and cache.misses == misses + 1
