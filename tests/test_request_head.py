@@ -59,7 +59,7 @@ def _outcome(parse, request_line, lines):
     return head.method, head.target, head.version, sorted(head.headers.get_all()), head.content_length, head.keep_alive
 
 
-@settings(max_examples=3000, deadline=None)
+@settings(max_examples=1000, deadline=None)
 @given(_request_lines, _lines)
 def test_the_one_pattern_parse_agrees_with_the_line_by_line_one(request_line, lines):
     """A head the pattern passes parses as each line's own checks parse it; one it refuses, they refuse."""
