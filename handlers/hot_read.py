@@ -38,8 +38,6 @@ from handlers.representation import Representation, represent
 
 ROUTE = DocumentHandler.ROUTE
 _PREFIX = "/v1/"
-# A header as sent, by its name in Http-Header-Case (see HotRead.answer).
-_sent = dict.get
 _STATUS_LINES = {200: "HTTP/1.1 200 OK\r\n", 304: "HTTP/1.1 304 Not Modified\r\n"}
 
 
@@ -78,12 +76,7 @@ class HotRead:
         self.new_request_id = new_request_id
 
     def answer(self, method: str, target: str, headers: Any) -> Optional[HotAnswer]:
-        """The response to a ``GET`` or ``HEAD`` of ``target`` with ``headers``, or None: take the full way.
-
-        ``headers`` as ``api.request_head`` parses them: every name in
-        Http-Header-Case, so each is read with ``dict.get`` under that name
-        (Cyclone's ``get`` normalizes the name asked on every call).
-        """
+        """The response to a ``GET`` or ``HEAD`` of ``target`` with ``headers``, or None: take the full way."""
         if (method != "GET" and method != "HEAD") or not target.startswith(_PREFIX):
             return None
         collection, slash, doc_id = target[len(_PREFIX) :].partition("/")
@@ -97,19 +90,19 @@ class HotRead:
 
     def _answer(self, method: str, collection: str, doc_id: str, headers: Any) -> Optional[HotAnswer]:
         # In the handler's order: authorization first, then the names, the settings, the document.
-        if not self.gate.admits_read_now(_sent(headers, "Authorization"), collection):
+        if not self.gate.admits_read_now(headers.get("Authorization"), collection):
             return None
         name, key = validation.collection_name(collection), validation.document_id(doc_id)
         settings = self._known_settings(collection)
-        if settings is None or validation.wants_fresh(_sent(headers, "Cache-Control")):
+        if settings is None or validation.wants_fresh(headers.get("Cache-Control")):
             return None
         document = self.store.hot_hit(name, key)
         if document is None:
             return None
-        chosen = represent(document, headers, self.negotiator.preference(_sent(headers, "Accept-Encoding")))
+        chosen = represent(document, headers, self.negotiator.preference(headers.get("Accept-Encoding")))
         cache_control = self.cache_control if settings.cache_control is None else settings.cache_control
-        request_id = request_id_of(_sent(headers, "X-Request-Id"), self.new_request_id)
-        head = self._head(chosen, document.last_modified, cache_control, request_id, _sent(headers, "Origin"))
+        request_id = request_id_of(headers.get("X-Request-ID"), self.new_request_id)
+        head = self._head(chosen, document.last_modified, cache_control, request_id, headers.get("Origin"))
         body = chosen.body if method == "GET" else b""
         return HotAnswer(head + body, chosen.status, request_id)
 

@@ -18,9 +18,6 @@ from handlers import conditional, validation
 from handlers.errors import ApiError
 from handlers.negotiation import IDENTITY, Preference, choose
 
-# A request header by its name in Http-Header-Case, without Cyclone normalizing the name per call.
-_sent = dict.get
-
 
 class Representation:
     """The answer to a read: 200 with ``body`` (in ``coding``), or 304; ``etag`` is the tag to send."""
@@ -46,10 +43,7 @@ def negotiate(accepted: Preference, encoded: Sequence[Tuple[str, bytes]]) -> str
 
 
 def represent(document: Document, headers: Any, accepted: Preference) -> Representation:
-    """The representation of ``document`` a request with ``headers`` gets; raises a 406 ``ApiError``.
-
-    ``headers``: a request's as parsed (``api.request_head``), names in Http-Header-Case.
-    """
+    """The representation of ``document`` a request with ``headers`` gets; raises a 406 ``ApiError``."""
     coding = negotiate(accepted, document.encoded)
     vary = bool(document.encoded)
     etag = document.etag if coding == IDENTITY else variant_tag(document.etag, coding)
@@ -62,9 +56,9 @@ def represent(document: Document, headers: Any, accepted: Preference) -> Represe
 
 def _not_modified_tag(document: Document, etag: bytes, headers: Any) -> Optional[bytes]:
     """The tag a 304 carries when the request's preconditions say the client's copy is current; else None."""
-    if_none_match = _sent(headers, "If-None-Match")
+    if_none_match = headers.get("If-None-Match")
     if if_none_match is not None:
         return conditional.matching_tag(validation.entity_tags(if_none_match, weak=True), document.etag, etag)
-    if not conditional.modified_since(document.last_modified, _sent(headers, "If-Modified-Since")):
+    if not conditional.modified_since(document.last_modified, headers.get("If-Modified-Since")):
         return etag
     return None

@@ -97,7 +97,7 @@ def test_a_matching_if_none_match_is_a_304_without_a_body(reader):
 
 
 def test_a_client_id_is_kept_and_an_allowed_origin_gets_its_cors_lines(reader):
-    answer = reader.answer("GET", "/v1/people/ada", {"X-Request-Id": "mine-1", "Origin": ORIGIN})
+    answer = reader.answer("GET", "/v1/people/ada", {"X-Request-ID": "mine-1", "Origin": ORIGIN})
     assert b"X-Request-ID: mine-1\r\n" in answer.response
     assert f"Access-Control-Allow-Origin: {ORIGIN}\r\n".encode() in answer.response
 
