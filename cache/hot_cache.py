@@ -147,6 +147,10 @@ class HotCache:
             self.misses += 1
         return document
 
+    def holds(self, key: bytes) -> bool:
+        """Whether ``key`` has an entry (perhaps past its expiry); nothing counted, nothing moved."""
+        return key in self._entries
+
     def hit(self, key: bytes) -> Any:
         """The cached document, counted as a hit; None when not held, and not counted then.
 
