@@ -68,8 +68,15 @@ def test_the_fuzzer_finds_no_response_the_document_does_not_describe(api, fuzzed
         timeout=300,
     )
     output = result.stdout + result.stderr
-    assert result.returncode == 0, output[-6000:]
-    assert "No issues found" in output, output[-6000:]
+    # Hypothesis warns of every large repr it makes (two lines each): they
+    # filled the message's 6,000 characters and hid the issue in one CI run.
+    report = "\n".join(line for line in output.splitlines() if not _hypothesis_repr_warning(line))
+    assert result.returncode == 0, report[-6000:]
+    assert "No issues found" in output, report[-6000:]
+
+
+def _hypothesis_repr_warning(line: str) -> bool:
+    return "HypothesisWarning: Generating overly large repr" in line or "self.__representation = repr_call(" in line
 
 
 @pytest.fixture(scope="module")
