@@ -23,11 +23,11 @@ from handlers.changes import ChangesHandler
 from handlers.collection_settings import CollectionSettingsHandler, CollectionSettingsListHandler
 from handlers.collections import CollectionHandler
 from handlers.cors import CorsPolicy
+from handlers.direct_read import DirectRead
 from handlers.docs import DocsAssetHandler, DocsPageHandler, packaged_site
 from handlers.documents import DocumentHandler
 from handlers.feed import Feed
 from handlers.health import PING_TIMEOUT, LivenessHandler, ReadinessHandler, ReadinessProbe
-from handlers.hot_read import HotRead
 from handlers.metrics import MetricsHandler
 from handlers.multi_get import MultiGetHandler
 from handlers.negotiation import Negotiator
@@ -120,8 +120,8 @@ def make_app(
     app = JetwayApplication(routes, reactor, limits, observer, error_handler=NoRouteHandler)
     app.debug_burn_seconds = settings.debug_burn_us / 1e6
     app.cors = CorsPolicy(settings.cors_origins)
-    if settings.hot_cache_bytes:  # hot reads need the hot cache
-        app.hot_read = HotRead(
+    if settings.direct_reads:
+        app.direct_read = DirectRead(
             store,
             gate,
             collections,

@@ -21,7 +21,7 @@ from api.body_budget import BodyBudget
 from api.connection import HttpLimits, JetwayConnection
 from api.observe import Observer
 from handlers.cors import NO_CORS, CorsPolicy
-from handlers.hot_read import HotRead
+from handlers.direct_read import DirectRead
 
 # How often the application looks for connections past their deadline, so a
 # timeout fires at most this late. One sweep replaces a Twisted timer made
@@ -42,8 +42,8 @@ class JetwayApplication(cyclone.web.Application):
     protocol = JetwayConnection
     # JETWAY_DEBUG_BURN_US in seconds (handlers/debug_burn.py); 0 in production.
     debug_burn_seconds = 0.0
-    # Answers hot document reads without Cyclone (handlers/hot_read.py); make_app sets it.
-    hot_read: Optional[HotRead] = None
+    # Answers document reads without Cyclone (handlers/direct_read.py); make_app sets it.
+    direct_read: Optional[DirectRead] = None
     # The browser origins allowed (JETWAY_CORS_ORIGINS); make_app sets it.
     cors: CorsPolicy = NO_CORS
 

@@ -46,6 +46,8 @@ from api.request_head import MAX_HEADER_BYTES, MAX_REQUEST_LINE, ProtocolError, 
 from cache import codec
 from handlers.cache_policy import ERROR_POLICY
 from handlers.debug_burn import burn_cpu
+from handlers.deferreds import is_deferred
+from handlers.direct_read import DirectAnswer
 from handlers.errors import ApiError
 
 if TYPE_CHECKING:  # the application imports this module
@@ -71,6 +73,10 @@ _ABORT = -1
 # worker's body budget is spent.
 BUSY_RETRY_AFTER = "1"
 
+
+# What the connection's request is while a direct read waits for Redis
+# (``handlers.direct_read``): no Cyclone request, but one being answered.
+_AWAITING_REDIS: Any = object()
 
 # The one path whose bodies may be larger than a document (handlers/batch.py).
 BATCH_PATH = "/v1/_batch"
@@ -274,9 +280,24 @@ class JetwayConnection(cyclone.httpserver.HTTPConnection):
         app = self.factory
         if app.debug_burn_seconds:
             burn_cpu(app.debug_burn_seconds)
-        if app.hot_read is not None and self._answered_hot(app, head):
-            return
-        self._request = cyclone.httpserver.HTTPRequest(
+        if app.direct_read is not None and self._may_answer_directly(head):
+            started = time.time()
+            answer = app.direct_read.answer(head.method, head.target, head.headers)
+            if answer is not None:
+                if is_deferred(answer):
+                    # Redis is asked: this connection waits as it would for a handler.
+                    self._request = _AWAITING_REDIS
+                    answer.addCallback(self._answer_directly, head, body, started)
+                else:
+                    self._answer_directly(answer, head, body, started)
+                return
+        self._start_request(head, body)
+
+    def _start_request(
+        self, head: RequestHead, body: bytes, handed: Optional[DirectAnswer] = None, started: float = 0.0
+    ) -> None:
+        """Hand the request to Cyclone; ``handed``: a direct read's outcome, for the handler to answer from."""
+        request = cyclone.httpserver.HTTPRequest(
             connection=self,
             method=head.method,
             uri=head.target,
@@ -285,31 +306,37 @@ class JetwayConnection(cyclone.httpserver.HTTPConnection):
             body=body,
             remote_ip=self._client_address(head.headers),
         )
-        self.request_callback(self._request)
+        if handed is not None:
+            request.direct_answer = handed
+            request._start_time = started  # its duration counts the wait for Redis
+        self._request = request
+        self.request_callback(request)
 
-    def _answered_hot(self, app: JetwayApplication, head: RequestHead) -> bool:
-        """Answer a hot document read without Cyclone (``handlers.hot_read``); False: it is not one.
+    def _may_answer_directly(self, head: RequestHead) -> bool:
+        """Whether a read may be answered without Cyclone (``handlers.direct_read``).
 
         Only on a connection that stays open after it, so the answer never
         needs a ``Connection`` header of its own.
         """
-        if not head.keep_alive or head.version != "HTTP/1.1" or self.closing or self.no_keep_alive:
-            return False
-        started = time.time()
-        answer = app.hot_read.answer(head.method, head.target, head.headers)
-        if answer is None:
-            return False
+        return head.keep_alive and head.version == "HTTP/1.1" and not self.closing and not self.no_keep_alive
+
+    def _answer_directly(self, answer: DirectAnswer, head: RequestHead, body: bytes, started: float) -> None:
+        """Send a direct read's response; or hand its read to Cyclone: it has none, or the connection began closing."""
+        self._request = None
+        if answer.response is None or not self._may_answer_directly(head):
+            self._start_request(head, body, answer, started)
+            return
         self.transport.write(answer.response)
-        app.observer.answered_hot(
+        self.factory.observer.answered_directly(
             head.method,
             head.target,
             answer.status,
             self._client_address(head.headers),
             time.time() - started,
             answer.request_id,
+            answer.hot,
         )
         self._next_after_answer()
-        return True
 
     def _finish_request(self) -> None:
         # Replaces Cyclone's: case-insensitive Connection tokens, and the

@@ -19,8 +19,8 @@ from prometheus_client.multiprocess import MultiProcessCollector
 
 from api.logs import AccessLog
 from api.metrics_dir import MULTIPROC_ENV
+from handlers.direct_read import ROUTE as DIRECT_READ_ROUTE
 from handlers.event_stream import FeedStats
-from handlers.hot_read import ROUTE as HOT_READ_ROUTE
 
 _TOKEN = re.compile(r"jw_[A-Za-z0-9_-]{20,}")
 _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -81,9 +81,14 @@ class Metrics:
         )
         self.log_lines_dropped = log_lines_dropped()
         self.hot_read_answers = Counter(
-            "jetway_hot_reads", "Document reads answered by the hot read, without Cyclone", registry=None
+            "jetway_hot_reads", "Document reads answered from the hot cache, without Cyclone", registry=None
         )
-        self.hot_reads = 0  # since the last flush
+        self.redis_read_answers = Counter(
+            "jetway_direct_redis_reads", "Document reads answered from Redis, without Cyclone", registry=None
+        )
+        # Since the last flush.
+        self.hot_reads = 0
+        self.direct_redis_reads = 0
         self.open_connections = 0
         self.hot_cache: Optional[HotCacheMetrics] = None
         self._dropped_lines = 0
@@ -125,6 +130,9 @@ class Metrics:
         if self.hot_reads:
             self.hot_read_answers.inc(self.hot_reads)
             self.hot_reads = 0
+        if self.direct_redis_reads:
+            self.redis_read_answers.inc(self.direct_redis_reads)
+            self.direct_redis_reads = 0
         for labels, count in self._requests.items():
             self.requests.labels(*labels).inc(count)
         for kind, count in self._redis_errors.items():
@@ -269,10 +277,15 @@ class Observer:
             getattr(handler, "request_id", ""),
         )
 
-    def answered_hot(self, method: str, uri: str, status: int, client: str, seconds: float, request_id: str) -> None:
-        """A document read was answered by the hot read (``handlers.hot_read``)."""
-        self.metrics.hot_reads += 1
-        self.answered(HOT_READ_ROUTE, method, uri, status, client, seconds, request_id)
+    def answered_directly(
+        self, method: str, uri: str, status: int, client: str, seconds: float, request_id: str, hot: bool
+    ) -> None:
+        """A document read was answered by the direct read (``handlers.direct_read``); ``hot``: from the hot cache."""
+        if hot:
+            self.metrics.hot_reads += 1
+        else:
+            self.metrics.direct_redis_reads += 1
+        self.answered(DIRECT_READ_ROUTE, method, uri, status, client, seconds, request_id)
 
     def answered(
         self, route: str, method: str, uri: str, status: int, client: str, seconds: float, request_id: str

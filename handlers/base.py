@@ -555,6 +555,12 @@ class ResourceHandler(JsonHandler):
         step waits for Redis and the request's ``Cache-Control`` does not ask
         for a fresh one; else a Deferred of it.
         """
+        handed = getattr(self.request, "direct_answer", None)
+        if handed is not None and self.grant.pending_rate is None:
+            # The direct read asked Redis already and left the answer to this
+            # handler (handlers/direct_read.py): its outcome, not a second read.
+            read = handed.read
+            return defer.fail(read) if isinstance(read, Failure) else read
         fresh = validation.wants_fresh(self.request.headers.get("Cache-Control"))
         if self.grant.pending_rate is None:
             return self.store.get_or_wait(collection, doc_id, fresh)

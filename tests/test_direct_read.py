@@ -1,12 +1,14 @@
-"""handlers.hot_read: which reads it answers, and that its bytes are the handler's.
+"""handlers.direct_read: which reads it answers, and that its bytes are the handler's.
 
-The unit tests drive ``HotRead.answer`` over a live hot cache, without
-Redis: what it takes and what it leaves to ``DocumentHandler``. The
-end-to-end tests send the same raw requests to two servers on one Redis,
-one with the hot cache (so hot reads) and one without (every read through
-Cyclone from Redis), and compare the responses byte for byte but for
-``Date`` and a made-up ``X-Request-ID``; the first server's
-``jetway_hot_reads_total`` says the hot read answered them.
+The unit tests drive ``DirectRead.answer`` over a live hot cache, and over
+a link whose replies the test gives: what it takes, what it leaves to
+``DocumentHandler`` and what it hands over. The end-to-end tests send the
+same raw requests to three servers on one Redis: one with the hot cache
+(hot reads), one without (direct reads from Redis) and one with direct
+reads off (every read through Cyclone from Redis), and compare the
+responses byte for byte but for ``Date`` and a made-up ``X-Request-ID``;
+the first two servers' ``jetway_hot_reads_total`` and
+``jetway_direct_redis_reads_total`` say the direct read answered them.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 import pytest
 import requests
+from twisted.internet import defer
+from twisted.python.failure import Failure
 
 from cache import keys
 from cache.hot_cache import HotCache
@@ -24,7 +28,8 @@ from cache.store import Document, DocumentStore
 from cache.tokens import TokenRecord, digest_of
 from handlers.auth import Gate
 from handlers.cors import CorsPolicy
-from handlers.hot_read import HotRead
+from handlers.deferreds import is_deferred
+from handlers.direct_read import DirectAnswer, DirectRead
 from handlers.negotiation import Negotiator
 from tests.support import JetwayServer
 from tests.test_auth_digests import RecordTable
@@ -50,9 +55,9 @@ def live_store(*documents: Tuple[bytes, bytes, Document]) -> DocumentStore:
     return DocumentStore(None, hot=hot)  # type: ignore[arg-type]
 
 
-def hot_read(store: DocumentStore, gate: Optional[Gate] = None) -> HotRead:
+def direct_read(store: DocumentStore, gate: Optional[Gate] = None) -> DirectRead:
     ids = iter(range(1000))
-    return HotRead(
+    return DirectRead(
         store,
         gate or Gate(None, None, enabled=False),  # type: ignore[arg-type]
         None,
@@ -65,8 +70,8 @@ def hot_read(store: DocumentStore, gate: Optional[Gate] = None) -> HotRead:
 
 
 @pytest.fixture
-def reader() -> HotRead:
-    return hot_read(live_store((b"people", b"ada", Document(SMALL, b'"e1"', MODIFIED))))
+def reader() -> DirectRead:
+    return direct_read(live_store((b"people", b"ada", Document(SMALL, b'"e1"', MODIFIED))))
 
 
 def test_a_cached_document_is_answered_with_the_handlers_head_and_its_bytes(reader):
@@ -112,10 +117,8 @@ def test_a_client_id_is_kept_and_an_allowed_origin_gets_its_cors_lines(reader):
         ("GET", "/v1/people", {}),
         ("GET", "/v1/_get/people", {}),
         ("GET", "/healthz", {}),
-        ("GET", "/v1/people/bob", {}),  # not cached
         ("GET", "/v1/People/ada", {}),  # a bad name: the handler's 400
         ("GET", "/v1/people/..", {}),  # a bad id: the handler's 400
-        ("GET", "/v1/people/ada", {"Cache-Control": "no-cache"}),  # a fresh copy asked
         ("GET", "/v1/people/ada", {"Accept-Encoding": "identity;q=0"}),  # the handler's 406
     ],
 )
@@ -123,11 +126,84 @@ def test_anything_else_is_left_to_the_handler(reader, method, target, headers):
     assert reader.answer(method, target, headers) is None
 
 
-def test_a_miss_left_to_the_handler_is_not_counted_twice():
-    store = live_store()
+class AnsweredLink:
+    """Stands for Redis in a unit test: keeps each command sent, for the test to answer."""
+
+    def __init__(self) -> None:
+        self.sent: List[Tuple[Tuple[bytes, ...], defer.Deferred]] = []
+
+    def execute(self, *command: bytes) -> defer.Deferred:
+        self.sent.append((command, defer.Deferred()))
+        return self.sent[-1][1]
+
+    def pipeline(self, commands: List[Tuple[bytes, ...]]) -> defer.Deferred:
+        return self.execute(*commands[0])  # a read that fills the hot cache: the read, and the key's PTTL
+
+
+def outcome(pending: defer.Deferred) -> DirectAnswer:
+    fired: List[DirectAnswer] = []
+    pending.addCallback(fired.append)
+    return fired[0]
+
+
+@pytest.fixture
+def link() -> AnsweredLink:
+    return AnsweredLink()
+
+
+@pytest.fixture
+def from_redis(link) -> DirectRead:
+    return direct_read(DocumentStore(link))  # type: ignore[arg-type]
+
+
+def test_a_document_not_held_is_read_from_redis_and_answered_as_a_held_one_is(reader, link, from_redis):
+    pending = from_redis.answer("GET", "/v1/people/ada", {})
+    assert [command[:2] for command, _ in link.sent] == [(b"HMGET", keys.document_key(b"people", b"ada"))]
+    link.sent[0][1].callback([SMALL, b'"e1"', MODIFIED, None])
+    answer = outcome(pending)
+    assert (answer.status, answer.hot) == (200, False)
+    assert answer.response == reader.answer("GET", "/v1/people/ada", {}).response
+
+
+@pytest.mark.parametrize(
+    "reply, headers",
+    [
+        ([None, None, None, None], {}),  # no such document: the handler's 404
+        ([SMALL, b'"e1"', MODIFIED, None], {"Accept-Encoding": "identity;q=0"}),  # the handler's 406
+    ],
+)
+def test_what_redis_gives_but_a_200_or_304_is_handed_to_the_handler(from_redis, link, reply, headers):
+    pending = from_redis.answer("GET", "/v1/people/ada", headers)
+    link.sent[0][1].callback(reply)
+    answer = outcome(pending)
+    assert answer.response is None
+    assert answer.read == (None if reply[0] is None else Document(SMALL, b'"e1"', MODIFIED))
+
+
+def test_a_failed_read_is_handed_to_the_handler_as_its_failure(from_redis, link):
+    pending = from_redis.answer("GET", "/v1/people/ada", {})
+    link.sent[0][1].errback(ConnectionError("lost"))
+    answer = outcome(pending)
+    assert answer.response is None and isinstance(answer.read, Failure)
+    assert answer.read.check(ConnectionError)
+
+
+def test_a_fresh_copy_is_read_from_redis_though_the_document_is_held(link):
+    store = live_store((b"people", b"ada", Document(SMALL, b'"e1"', MODIFIED)))
+    store._link = link
+    assert is_deferred(direct_read(store).answer("GET", "/v1/people/ada", {"Cache-Control": "no-cache"}))
+    assert len(link.sent) == 1 and store._hot.hits == 0
+
+
+def test_a_read_from_redis_counts_one_miss_and_a_hot_read_one_hit(link):
+    store = live_store((b"people", b"ada", Document(SMALL, b'"e1"', MODIFIED)))
+    store._link = link
     hot = store._hot
-    assert hot_read(store).answer("GET", "/v1/people/ada", {}) is None
-    assert (hot.hits, hot.misses) == (0, 0)  # the handler's read counts the miss
+    hits, misses = hot.hits, hot.misses
+    reader = direct_read(store)
+    assert isinstance(reader.answer("GET", "/v1/people/ada", {}), DirectAnswer)
+    assert is_deferred(reader.answer("GET", "/v1/people/bob", {}))
+    assert (hot.hits - hits, hot.misses - misses) == (1, 1)
 
 
 def test_only_a_token_known_valid_with_read_scope_and_no_rate_is_admitted_at_once():
@@ -153,26 +229,41 @@ _MADE_ID = re.compile(rb"\r\nX-Request-ID: [0-9a-f]{32}\r\n")
 ENV = {"JETWAY_CORS_ORIGINS": ORIGIN, "JETWAY_ACCESS_LOG": "on"}
 
 
+class Servers:
+    """Three servers on one Redis, one worker each, all with authorization."""
+
+    def __init__(self, hot: JetwayServer, cold: JetwayServer, full: JetwayServer) -> None:
+        self.hot = hot  # the hot cache on: direct reads from it, and from Redis when it does not hold one
+        self.cold = cold  # the hot cache off: every direct read from Redis
+        self.full = full  # direct reads off: every read through DocumentHandler, from Redis
+
+
 @pytest.fixture(scope="module")
-def pair(redis_server, tmp_path_factory) -> Iterator[Tuple[JetwayServer, JetwayServer]]:
-    """One server with the hot cache (hot reads), one without; one worker each, both with authorization."""
-    directory = tmp_path_factory.mktemp("hot_read")
-    hot = JetwayServer(redis_server.url, directory / "hot.log", env=ENV, auth=True)
-    full = JetwayServer(redis_server.url, directory / "full.log", env={**ENV, "JETWAY_HOT_CACHE_BYTES": "0"}, auth=True)
+def servers(redis_server, tmp_path_factory) -> Iterator[Servers]:
+    directory = tmp_path_factory.mktemp("direct_read")
+    started: List[JetwayServer] = []
     try:
-        yield hot.start(["--workers", "1"]), full.start(["--workers", "1"])
+        for name, env in (
+            ("hot", ENV),
+            ("cold", {**ENV, "JETWAY_HOT_CACHE_BYTES": "0"}),
+            ("full", {**ENV, "JETWAY_HOT_CACHE_BYTES": "0", "JETWAY_DIRECT_READS": "off"}),
+        ):
+            started.append(JetwayServer(redis_server.url, directory / f"{name}.log", env=env, auth=True))
+            started[-1].start(["--workers", "1"])
+        yield Servers(*started)
     finally:
-        hot.stop()
-        full.stop()
+        for server in started:
+            server.stop()
 
 
 @pytest.fixture(scope="module")
-def seeded(pair, redis_server) -> Dict[str, str]:
-    """Documents and tokens on a flushed Redis, once for the module (nothing here writes); the hot
-    server has read each document twice with each token (cached)."""
-    hot, _ = pair
+def seeded(servers, redis_server) -> Dict[str, str]:
+    """Documents and tokens on a flushed Redis, once for the module (nothing here writes but the
+    WRONGTYPE key); every server has read each document twice with each token (the hot one caches it)."""
     with redis_server.client() as client:
         client.flushall()
+        client.rpush(keys.document_key(b"people", b"listy"), b"not a hash")  # HMGET's WRONGTYPE
+    hot = servers.hot
     tokens = {
         "admin": hot.make_token("admin", "admin"),
         "reader": hot.make_token("reader", "read:people", "read:slow"),
@@ -184,9 +275,10 @@ def seeded(pair, redis_server) -> Dict[str, str]:
     for path, body in (("/v1/people/ada", SMALL), ("/v1/people/big", LARGE), ("/v1/slow/one", SMALL)):
         headers = {**admin, "Content-Type": "application/json"}
         assert requests.put(hot.url(path), data=body, headers=headers, timeout=10).status_code == 201
-        for token in tokens.values():
-            for _ in range(2):
-                requests.get(hot.url(path), headers={"Authorization": f"Bearer {token}"}, timeout=10)
+        for server in (servers.hot, servers.cold, servers.full):
+            for token in tokens.values():
+                for _ in range(2):
+                    requests.get(server.url(path), headers={"Authorization": f"Bearer {token}"}, timeout=10)
     return tokens
 
 
@@ -222,10 +314,15 @@ def normalized(response: bytes) -> bytes:
     return _MADE_ID.sub(b"\r\nX-Request-ID: (made)\r\n", _DATE.sub(b"\r\nDate: (now)\r\n", response))
 
 
-def hot_reads(server: JetwayServer) -> float:
+def direct_reads(server: JetwayServer) -> Tuple[float, float]:
+    """What the server's direct read answered so far: (from the hot cache, from Redis)."""
     # One worker: the scrape is answered by the worker that served, which flushes its counts first.
     text = requests.get(server.url("/metrics"), timeout=10).text
-    found = re.search(r"^jetway_hot_reads_total (\S+)$", text, re.M)
+    return _count(text, "jetway_hot_reads_total"), _count(text, "jetway_direct_redis_reads_total")
+
+
+def _count(metrics: str, name: str) -> float:
+    found = re.search(rf"^{name} (\S+)$", metrics, re.M)
     return float(found.group(1)) if found else 0.0
 
 
@@ -234,8 +331,8 @@ def raw(method: str, path: str, token: Optional[str], *lines: str, version: str 
     return "\r\n".join([f"{method} {path} {version}", "Host: test", *auth, *lines, "", ""]).encode()
 
 
-# Requests the hot read answers: (method, path, token, header lines).
-HOT = [
+# Requests the direct read answers: (method, path, token, header lines).
+DIRECT = [
     ("GET", "/v1/people/ada", "admin", ()),
     ("HEAD", "/v1/people/ada", "admin", ()),
     ("GET", "/v1/people/ada", "reader", ()),
@@ -256,54 +353,74 @@ HOT = [
     ("GET", "/v1/slow/one", "admin", ()),  # the collection's own Cache-Control
     ("GET", "/v1/slow/one", "reader", ("If-Modified-Since: Fri, 01 Jan 2100 00:00:00 GMT",)),
 ]
-# Requests it leaves to the handler: the same answers all the same.
+# Requests it leaves or hands to the handler: the same answers all the same.
 FULL = [
     ("GET", "/v1/people/ada", None, ()),
     ("GET", "/v1/people/ada", "nobody", ()),
     ("GET", "/v1/orders/ada", "reader", ()),
     ("GET", "/v1/people/ada", "rated", ()),
-    ("GET", "/v1/people/nobody", "admin", ()),
+    ("GET", "/v1/people/nobody", "admin", ()),  # read from Redis, handed over: the 404
+    ("GET", "/v1/people/listy", "admin", ()),  # read from Redis, handed over: WRONGTYPE's 502
     ("GET", "/v1/People/ada", "admin", ()),
     ("GET", "/v1/people/ada?x=1", "admin", ()),
     ("GET", "/v1/people/%61da", "admin", ()),
-    ("GET", "/v1/people/ada", "admin", ("Cache-Control: no-cache",)),
     ("GET", "/v1/people/ada", "admin", ("Accept-Encoding: identity;q=0",)),
     ("GET", "/v1/people/ada", "admin", ("Connection: close",)),
 ]
 
 
-@pytest.mark.parametrize("method, path, token, lines", HOT)
-def test_a_hot_read_answers_exactly_as_the_handler_would(pair, seeded, method, path, token, lines):
-    hot, full = pair
+@pytest.mark.parametrize("method, path, token, lines", DIRECT)
+@pytest.mark.parametrize("source", ["hot", "cold"])
+def test_a_direct_read_answers_exactly_as_the_handler_would(servers, seeded, source, method, path, token, lines):
+    server = getattr(servers, source)
     request = raw(method, path, seeded[token], *lines)
-    before = hot_reads(hot)
-    answered = normalized(exchange(hot, request))
-    assert hot_reads(hot) == before + 1, "the hot read did not answer it"
-    assert answered == normalized(exchange(full, request))
+    before = direct_reads(server)
+    answered = normalized(exchange(server, request))
+    counted = (1, 0) if source == "hot" else (0, 1)
+    assert direct_reads(server) == (before[0] + counted[0], before[1] + counted[1]), "not answered directly"
+    assert answered == normalized(exchange(servers.full, request))
+
+
+def test_a_request_for_a_fresh_copy_is_answered_directly_from_redis(servers, seeded):
+    request = raw("GET", "/v1/people/ada", seeded["admin"], "Cache-Control: no-cache")
+    before = direct_reads(servers.hot)
+    answered = normalized(exchange(servers.hot, request))
+    assert direct_reads(servers.hot) == (before[0], before[1] + 1)
+    assert answered == normalized(exchange(servers.full, request))
 
 
 @pytest.mark.parametrize("method, path, token, lines", FULL)
-def test_what_the_hot_read_leaves_is_answered_as_before(pair, seeded, method, path, token, lines):
-    hot, full = pair
+@pytest.mark.parametrize("source", ["hot", "cold"])
+def test_what_the_direct_read_leaves_is_answered_as_before(servers, seeded, source, method, path, token, lines):
+    server = getattr(servers, source)
     request = raw(method, path, seeded.get(token, token), *lines)
-    before = hot_reads(hot)
-    answered = normalized(exchange(hot, request))
-    assert hot_reads(hot) == before
-    assert answered == normalized(exchange(full, request))
+    before = direct_reads(server)
+    answered = normalized(exchange(server, request))
+    assert direct_reads(server) == before
+    assert answered == normalized(exchange(servers.full, request))
 
 
-def test_an_http_1_0_read_is_left_to_the_handler(pair, seeded):
-    hot, full = pair
+def test_the_full_server_answers_nothing_directly(servers, seeded):
+    before = direct_reads(servers.full)
+    exchange(servers.full, raw("GET", "/v1/people/ada", seeded["admin"]))
+    assert direct_reads(servers.full) == before == (0, 0)
+
+
+@pytest.mark.parametrize("source", ["hot", "cold"])
+def test_an_http_1_0_read_is_left_to_the_handler(servers, seeded, source):
+    server = getattr(servers, source)
     request = raw("GET", "/v1/people/ada", seeded["admin"], "Connection: keep-alive", version="HTTP/1.0")
-    before = hot_reads(hot)
-    assert normalized(exchange(hot, request)) == normalized(exchange(full, request))
-    assert hot_reads(hot) == before
+    before = direct_reads(server)
+    assert normalized(exchange(server, request)) == normalized(exchange(servers.full, request))
+    assert direct_reads(server) == before
 
 
-def test_pipelined_hot_reads_and_others_are_answered_in_order(pair, seeded):
-    hot, full = pair
+@pytest.mark.parametrize("source", ["hot", "cold"])
+def test_pipelined_direct_reads_and_others_are_answered_in_order(servers, seeded, source):
+    server = getattr(servers, source)
     token = seeded["admin"]
     requests_ = [raw("GET", "/v1/people/ada", token), raw("GET", "/v1/people/nobody", token)]
-    requests_ += [raw("HEAD", "/v1/people/big", token), raw("GET", "/healthz", None)]
+    requests_ += [raw("GET", "/v1/people/big", token, "Accept-Encoding: gzip"), raw("HEAD", "/v1/people/big", token)]
+    requests_ += [raw("GET", "/v1/people/listy", token), raw("GET", "/healthz", None)]
     requests_.append(raw("GET", "/v1/people/ada", token, "Connection: close"))
-    assert normalized(exchange(hot, *requests_)) == normalized(exchange(full, *requests_))
+    assert normalized(exchange(server, *requests_)) == normalized(exchange(servers.full, *requests_))
