@@ -147,15 +147,11 @@ class HotCache:
             self.misses += 1
         return document
 
-    def holds(self, key: bytes) -> bool:
-        """Whether ``key`` has an entry (perhaps past its expiry); nothing counted, nothing moved."""
-        return key in self._entries
-
     def hit(self, key: bytes) -> Any:
         """The cached document, counted as a hit; None when not held, and not counted then.
 
         For a read that, on None, goes on to ``get`` (which counts the miss):
-        the hot read (``handlers.hot_read``) asks this first.
+        the direct read (``handlers.direct_read``) asks this first.
         """
         # No live check: entries exist only while the feed is up.
         entry = self._entries.get(key)

@@ -219,11 +219,6 @@ class DocumentStore:
         hot = self._hot
         return None if hot is None else hot.get(keys.document_key(collection, doc_id))
 
-    def holds_hot(self, collection: bytes, doc_id: bytes) -> bool:
-        """Whether the hot cache holds the document (expired or not); nothing counted, nothing moved."""
-        hot = self._hot
-        return hot is not None and hot.holds(keys.document_key(collection, doc_id))
-
     def hot_hit(self, collection: bytes, doc_id: bytes) -> Optional[Document]:
         """The document if the hot cache holds it, counted as a hit; else None, not counted (``get_or_wait`` will)."""
         hot = self._hot

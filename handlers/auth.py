@@ -99,7 +99,7 @@ class Gate:
     def admits_read_now(self, authorization: Optional[str], collection: str) -> bool:
         """Whether a read of ``collection`` is admitted now: no Redis, no rate step, no refusal.
 
-        The hot read's question (``handlers.hot_read``). False decides
+        The direct read's question (``handlers.direct_read``). False decides
         nothing: the request goes to ``grant_or_wait``, which looks the token
         up, takes its rate step or refuses it. True only for a token whose
         digest this worker remembers (it was valid before), whose record the

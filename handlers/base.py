@@ -52,7 +52,7 @@ PROBLEM_TYPE = "application/problem+json"
 RETRY_AFTER_SECONDS = "1"
 _log = Logger()
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}\Z")
-# What every response names its server as (the hot read's head too, handlers/hot_read.py).
+# What every response names its server as (the direct read's head too, handlers/direct_read.py).
 SERVER = "jetway"
 # What Cyclone refuses in a header value (against header injection), compiled once.
 _UNSAFE_HEADER_VALUE = re.compile(r"[\x00-\x1f]")
