@@ -24,6 +24,7 @@ from handlers.collection_settings import CollectionSettingsHandler, CollectionSe
 from handlers.collections import CollectionHandler
 from handlers.cors import CorsPolicy
 from handlers.direct_read import DirectRead
+from handlers.direct_write import DirectWrite
 from handlers.docs import DocsAssetHandler, DocsPageHandler, packaged_site
 from handlers.documents import DocumentHandler
 from handlers.feed import Feed
@@ -120,7 +121,7 @@ def make_app(
     app = JetwayApplication(routes, reactor, limits, observer, error_handler=NoRouteHandler)
     app.debug_burn_seconds = settings.debug_burn_us / 1e6
     app.cors = CorsPolicy(settings.cors_origins)
-    if settings.direct_reads:
+    if settings.direct_answers:
         app.direct_read = DirectRead(
             store,
             gate,
@@ -130,5 +131,8 @@ def make_app(
             app.cors,
             app.http_date,
             app.new_request_id,
+        )
+        app.direct_write = DirectWrite(
+            store, gate, collections, settings.max_body, app.cors, app.http_date, app.new_request_id
         )
     return app

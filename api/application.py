@@ -22,6 +22,7 @@ from api.connection import HttpLimits, JetwayConnection
 from api.observe import Observer
 from handlers.cors import NO_CORS, CorsPolicy
 from handlers.direct_read import DirectRead
+from handlers.direct_write import DirectWrite
 
 # How often the application looks for connections past their deadline, so a
 # timeout fires at most this late. One sweep replaces a Twisted timer made
@@ -42,8 +43,9 @@ class JetwayApplication(cyclone.web.Application):
     protocol = JetwayConnection
     # JETWAY_DEBUG_BURN_US in seconds (handlers/debug_burn.py); 0 in production.
     debug_burn_seconds = 0.0
-    # Answers document reads without Cyclone (handlers/direct_read.py); make_app sets it.
+    # Answer document reads and writes without Cyclone (handlers/direct_*.py); make_app sets them.
     direct_read: Optional[DirectRead] = None
+    direct_write: Optional[DirectWrite] = None
     # The browser origins allowed (JETWAY_CORS_ORIGINS); make_app sets it.
     cors: CorsPolicy = NO_CORS
 

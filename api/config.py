@@ -64,9 +64,9 @@ class Settings:
     write_concern: WriteConcern = PRIMARY_ONLY
     # What each worker's hot cache may add to its memory (cache/hot_cache.py, HEAP_GROWTH); 0: no cache.
     hot_cache_bytes: int = 64 * 1024 * 1024
-    # Document reads answered without Cyclone when they can be (handlers/direct_read.py); off: every
-    # read goes through DocumentHandler (what the direct read is compared with, in tests and benchmarks).
-    direct_reads: bool = True
+    # Document reads and writes answered without Cyclone when they can be (handlers/direct_*.py); off:
+    # every one goes through DocumentHandler (what they are compared with, in tests and benchmarks).
+    direct_answers: bool = True
     # CPU burnt per request, for testing the load-test gate only (handlers/debug_burn.py).
     debug_burn_us: int = 0
     # Cache-Control of document and list responses (handlers/cache_policy.py).
@@ -153,7 +153,7 @@ def from_environment(environ: Optional[Mapping[str, str]] = None) -> Settings:
         json_logs=read("JETWAY_LOG_FORMAT", _log_format, defaults.json_logs),
         write_concern=write_concern,
         hot_cache_bytes=read("JETWAY_HOT_CACHE_BYTES", _non_negative_int, defaults.hot_cache_bytes),
-        direct_reads=read("JETWAY_DIRECT_READS", _flag, defaults.direct_reads),
+        direct_answers=read("JETWAY_DIRECT_ANSWERS", _flag, defaults.direct_answers),
         debug_burn_us=read("JETWAY_DEBUG_BURN_US", _non_negative_int, defaults.debug_burn_us),
         cache_control=read("JETWAY_CACHE_CONTROL", cache_policy, defaults.cache_control),
         compress_min_bytes=read("JETWAY_COMPRESS_MIN_BYTES", _non_negative_int, defaults.compress_min_bytes),

@@ -47,7 +47,7 @@ from cache import codec
 from handlers.cache_policy import ERROR_POLICY
 from handlers.debug_burn import burn_cpu
 from handlers.deferreds import is_deferred
-from handlers.direct_read import DirectAnswer
+from handlers.direct_answer import DirectAnswer
 from handlers.errors import ApiError
 
 if TYPE_CHECKING:  # the application imports this module
@@ -74,8 +74,8 @@ _ABORT = -1
 BUSY_RETRY_AFTER = "1"
 
 
-# What the connection's request is while a direct read waits for Redis
-# (``handlers.direct_read``): no Cyclone request, but one being answered.
+# What the connection's request is while a direct read or write waits for
+# Redis (``handlers.direct_answer``): no Cyclone request, but one being answered.
 _AWAITING_REDIS: Any = object()
 
 # The one path whose bodies may be larger than a document (handlers/batch.py).
@@ -280,9 +280,9 @@ class JetwayConnection(cyclone.httpserver.HTTPConnection):
         app = self.factory
         if app.debug_burn_seconds:
             burn_cpu(app.debug_burn_seconds)
-        if app.direct_read is not None and self._may_answer_directly(head):
+        if self._may_answer_directly(head):
             started = time.time()
-            answer = app.direct_read.answer(head.method, head.target, head.headers)
+            answer = self._direct_answer(app, head, body)
             if answer is not None:
                 if is_deferred(answer):
                     # Redis is asked: this connection waits as it would for a handler.
@@ -296,7 +296,7 @@ class JetwayConnection(cyclone.httpserver.HTTPConnection):
     def _start_request(
         self, head: RequestHead, body: bytes, handed: Optional[DirectAnswer] = None, started: float = 0.0
     ) -> None:
-        """Hand the request to Cyclone; ``handed``: a direct read's outcome, for the handler to answer from."""
+        """Hand the request to Cyclone; ``handed``: a direct answer's outcome, for the handler to answer from."""
         request = cyclone.httpserver.HTTPRequest(
             connection=self,
             method=head.method,
@@ -312,8 +312,18 @@ class JetwayConnection(cyclone.httpserver.HTTPConnection):
         self._request = request
         self.request_callback(request)
 
+    @staticmethod
+    def _direct_answer(app: JetwayApplication, head: RequestHead, body: bytes) -> Any:
+        """The direct read's or write's answer (a ``DirectAnswer`` or a Deferred of one), or None."""
+        method = head.method
+        if method == "PUT":
+            return None if app.direct_write is None else app.direct_write.answer(head.target, head.headers, body)
+        if method == "GET" or method == "HEAD":
+            return None if app.direct_read is None else app.direct_read.answer(method, head.target, head.headers)
+        return None
+
     def _may_answer_directly(self, head: RequestHead) -> bool:
-        """Whether a read may be answered without Cyclone (``handlers.direct_read``).
+        """Whether a request may be answered without Cyclone (``handlers.direct_read``, ``handlers.direct_write``).
 
         Only on a connection that stays open after it, so the answer never
         needs a ``Connection`` header of its own.
@@ -321,7 +331,12 @@ class JetwayConnection(cyclone.httpserver.HTTPConnection):
         return head.keep_alive and head.version == "HTTP/1.1" and not self.closing and not self.no_keep_alive
 
     def _answer_directly(self, answer: DirectAnswer, head: RequestHead, body: bytes, started: float) -> None:
-        """Send a direct read's response; or hand its read to Cyclone: it has none, or the connection began closing."""
+        """Send a direct answer's response, or hand its outcome to Cyclone.
+
+        Cyclone's handler answers when there is no response (not a 200, 304
+        or 201), or when the connection began closing meanwhile (its answer
+        says ``Connection: close``).
+        """
         self._request = None
         if answer.response is None or not self._may_answer_directly(head):
             self._start_request(head, body, answer, started)
@@ -334,7 +349,7 @@ class JetwayConnection(cyclone.httpserver.HTTPConnection):
             self._client_address(head.headers),
             time.time() - started,
             answer.request_id,
-            answer.hot,
+            answer.kind,
         )
         self._next_after_answer()
 

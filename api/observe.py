@@ -19,7 +19,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 
 from api.logs import AccessLog
 from api.metrics_dir import MULTIPROC_ENV
-from handlers.direct_read import ROUTE as DIRECT_READ_ROUTE
+from handlers.direct_read import ROUTE as DIRECT_ROUTE
 from handlers.event_stream import FeedStats
 
 _TOKEN = re.compile(r"jw_[A-Za-z0-9_-]{20,}")
@@ -80,15 +80,13 @@ class Metrics:
             "jetway_open_connections", "Open client connections", multiprocess_mode="livesum", registry=None
         )
         self.log_lines_dropped = log_lines_dropped()
-        self.hot_read_answers = Counter(
-            "jetway_hot_reads", "Document reads answered from the hot cache, without Cyclone", registry=None
+        self.direct_answers = Counter(
+            "jetway_direct_answers",
+            "Document requests answered without Cyclone, by kind (hot_read, redis_read, write)",
+            ["kind"],
+            registry=None,
         )
-        self.redis_read_answers = Counter(
-            "jetway_direct_redis_reads", "Document reads answered from Redis, without Cyclone", registry=None
-        )
-        # Since the last flush.
-        self.hot_reads = 0
-        self.direct_redis_reads = 0
+        self._direct_answers: Dict[str, int] = defaultdict(int)  # since the last flush
         self.open_connections = 0
         self.hot_cache: Optional[HotCacheMetrics] = None
         self._dropped_lines = 0
@@ -113,6 +111,9 @@ class Metrics:
         self._requests[(route, method, str(status))] += 1
         self._batch(self._latency, route).observe(seconds)
 
+    def count_direct(self, kind: str) -> None:
+        self._direct_answers[kind] += 1
+
     def observe_redis(self, operation: str, seconds: float, error: Optional[str]) -> None:
         self._batch(self._redis_latency, operation).observe(seconds)
         if error is not None:
@@ -127,12 +128,9 @@ class Metrics:
         if self._dropped_lines:
             self.log_lines_dropped.inc(self._dropped_lines)
             self._dropped_lines = 0
-        if self.hot_reads:
-            self.hot_read_answers.inc(self.hot_reads)
-            self.hot_reads = 0
-        if self.direct_redis_reads:
-            self.redis_read_answers.inc(self.direct_redis_reads)
-            self.direct_redis_reads = 0
+        for kind, count in self._direct_answers.items():
+            self.direct_answers.labels(kind).inc(count)
+        self._direct_answers.clear()
         for labels, count in self._requests.items():
             self.requests.labels(*labels).inc(count)
         for kind, count in self._redis_errors.items():
@@ -278,14 +276,11 @@ class Observer:
         )
 
     def answered_directly(
-        self, method: str, uri: str, status: int, client: str, seconds: float, request_id: str, hot: bool
+        self, method: str, uri: str, status: int, client: str, seconds: float, request_id: str, kind: str
     ) -> None:
-        """A document read was answered by the direct read (``handlers.direct_read``); ``hot``: from the hot cache."""
-        if hot:
-            self.metrics.hot_reads += 1
-        else:
-            self.metrics.direct_redis_reads += 1
-        self.answered(DIRECT_READ_ROUTE, method, uri, status, client, seconds, request_id)
+        """A document request was answered without Cyclone (``handlers.direct_answer``), as ``kind``."""
+        self.metrics.count_direct(kind)
+        self.answered(DIRECT_ROUTE, method, uri, status, client, seconds, request_id)
 
     def answered(
         self, route: str, method: str, uri: str, status: int, client: str, seconds: float, request_id: str

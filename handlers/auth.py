@@ -96,15 +96,15 @@ class Gate:
             return self._decide(record, token, digest, collection, write, defer_rate)
         return self.tokens.lookup(digest).addCallback(self._decide, token, digest, collection, write, defer_rate)
 
-    def admits_read_now(self, authorization: Optional[str], collection: str) -> bool:
-        """Whether a read of ``collection`` is admitted now: no Redis, no rate step, no refusal.
+    def admits_now(self, authorization: Optional[str], collection: str, write: bool) -> bool:
+        """Whether a read (or ``write``) of ``collection`` is admitted now: no Redis, no rate step, no refusal.
 
-        The direct read's question (``handlers.direct_read``). False decides
-        nothing: the request goes to ``grant_or_wait``, which looks the token
-        up, takes its rate step or refuses it. True only for a token whose
-        digest this worker remembers (it was valid before), whose record the
-        token cache holds and keeps true, unexpired, with read scope on
-        ``collection`` and no rate.
+        The direct read's and write's question (``handlers.direct_read``).
+        False decides nothing: the request goes to ``grant_or_wait``, which
+        looks the token up, takes its rate step or refuses it. True only for
+        a token whose digest this worker remembers (it was valid before),
+        whose record the token cache holds and keeps true, unexpired, with
+        the scope on ``collection`` and no rate.
         """
         if not self.enabled or self.tokens is None:
             return True
@@ -117,7 +117,7 @@ class Gate:
             record is not None
             and record.digest is digest
             and not record.expired(self.clock())
-            and may(record.scopes, collection, False)
+            and may(record.scopes, collection, write)
             and (not record.rate or record.rate_limit() is None)  # no rate: no pattern to match
         )
 

@@ -534,6 +534,8 @@ class ResourceHandler(JsonHandler):
     def prepare(self) -> Optional[defer.Deferred]:
         if self.request.method == "OPTIONS":
             return None  # a CORS preflight carries no credentials
+        if self.handed() is not None:
+            return None  # admitted already, by the direct read or write that handed it over
         reading = not self.writes()
         # A document read sends its rate step in one pipeline with the read.
         defer_rate = reading and len(self.path_args) == 2
@@ -555,18 +557,24 @@ class ResourceHandler(JsonHandler):
         step waits for Redis and the request's ``Cache-Control`` does not ask
         for a fresh one; else a Deferred of it.
         """
-        handed = getattr(self.request, "direct_answer", None)
-        if handed is not None and self.grant.pending_rate is None:
-            # The direct read asked Redis already and left the answer to this
-            # handler (handlers/direct_read.py): its outcome, not a second read.
-            read = handed.read
-            return defer.fail(read) if isinstance(read, Failure) else read
+        handed = self.handed()
+        if handed is not None:  # the direct read asked Redis already: its outcome, not a second read
+            return handed.fired()
         fresh = validation.wants_fresh(self.request.headers.get("Cache-Control"))
         if self.grant.pending_rate is None:
             return self.store.get_or_wait(collection, doc_id, fresh)
         return self.store.get_along(collection, doc_id, self.grant.pending_rate, RATE_SCRIPTS, fresh).addCallback(
             self._settle_rate
         )
+
+    def handed(self) -> Any:
+        """The ``DirectAnswer`` of the direct read or write that handed this request over, or None.
+
+        It answers 200, 304 and a write's 201 itself, and hands over the
+        rest (``handlers/direct_answer.py``) with what it had from the store,
+        which the handler answers from rather than asking Redis again.
+        """
+        return getattr(self.request, "direct_answer", None)
 
     def _settle_rate(self, reply: Tuple[Any, Optional[Document]]) -> Optional[Document]:
         rate, document = reply

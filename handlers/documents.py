@@ -45,6 +45,9 @@ class DocumentHandler(ResourceHandler):
     def put(self, collection: str, doc_id: str) -> defer.Deferred:
         # Plain callbacks, as the read: an inlineCallbacks generator cost a
         # copied contextvars context and a generator step per yield.
+        handed = self.handed()
+        if handed is not None:  # the direct write made it (handlers/direct_write.py): its outcome, not a second write
+            return defer.maybeDeferred(handed.fired).addCallback(self._answer_write)
         keys = validation.collection_name(collection), validation.document_id(doc_id)
         value = validation.json_document(
             self.request.body, self.request.headers.get("Content-Type"), validation.JSON, self.max_body

@@ -1,14 +1,14 @@
-"""handlers.direct_read: which reads it answers, and that its bytes are the handler's.
+"""handlers.direct_read and direct_write: which requests they answer, and that their bytes are the handler's.
 
 The unit tests drive ``DirectRead.answer`` over a live hot cache, and over
 a link whose replies the test gives: what it takes, what it leaves to
 ``DocumentHandler`` and what it hands over. The end-to-end tests send the
 same raw requests to three servers on one Redis: one with the hot cache
 (hot reads), one without (direct reads from Redis) and one with direct
-reads off (every read through Cyclone from Redis), and compare the
-responses byte for byte but for ``Date`` and a made-up ``X-Request-ID``;
-the first two servers' ``jetway_hot_reads_total`` and
-``jetway_direct_redis_reads_total`` say the direct read answered them.
+answers off (every request through Cyclone's handlers), and compare the
+responses byte for byte but for ``Date``, a made-up ``X-Request-ID`` and a
+write's new validators; the first two servers' ``jetway_direct_answers_total``
+says which were answered directly, and as what.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ from cache.tokens import TokenRecord, digest_of
 from handlers.auth import Gate
 from handlers.cors import CorsPolicy
 from handlers.deferreds import is_deferred
-from handlers.direct_read import DirectAnswer, DirectRead
+from handlers.direct_answer import HOT_READ, REDIS_READ, WRITE, DirectAnswer
+from handlers.direct_read import DirectRead
 from handlers.negotiation import Negotiator
 from tests.support import JetwayServer
 from tests.test_auth_digests import RecordTable
@@ -161,7 +162,7 @@ def test_a_document_not_held_is_read_from_redis_and_answered_as_a_held_one_is(re
     assert [command[:2] for command, _ in link.sent] == [(b"HMGET", keys.document_key(b"people", b"ada"))]
     link.sent[0][1].callback([SMALL, b'"e1"', MODIFIED, None])
     answer = outcome(pending)
-    assert (answer.status, answer.hot) == (200, False)
+    assert (answer.status, answer.kind) == (200, REDIS_READ)
     assert answer.response == reader.answer("GET", "/v1/people/ada", {}).response
 
 
@@ -177,15 +178,15 @@ def test_what_redis_gives_but_a_200_or_304_is_handed_to_the_handler(from_redis, 
     link.sent[0][1].callback(reply)
     answer = outcome(pending)
     assert answer.response is None
-    assert answer.read == (None if reply[0] is None else Document(SMALL, b'"e1"', MODIFIED))
+    assert answer.outcome == (None if reply[0] is None else Document(SMALL, b'"e1"', MODIFIED))
 
 
 def test_a_failed_read_is_handed_to_the_handler_as_its_failure(from_redis, link):
     pending = from_redis.answer("GET", "/v1/people/ada", {})
     link.sent[0][1].errback(ConnectionError("lost"))
     answer = outcome(pending)
-    assert answer.response is None and isinstance(answer.read, Failure)
-    assert answer.read.check(ConnectionError)
+    assert answer.response is None and isinstance(answer.outcome, Failure)
+    assert answer.outcome.check(ConnectionError)
 
 
 def test_a_fresh_copy_is_read_from_redis_though_the_document_is_held(link):
@@ -213,13 +214,13 @@ def test_only_a_token_known_valid_with_read_scope_and_no_rate_is_admitted_at_onc
     records = [record("jw_reader", ("read:people",)), record("jw_other", ("read:orders",))]
     records.append(record("jw_rated", ("read:*",), rate="10/s"))
     gate = Gate(RecordTable({r.digest: r for r in records}), None, enabled=True)  # type: ignore[arg-type]
-    assert not gate.admits_read_now("Bearer jw_reader", "people")  # not yet known valid: hashed once by the gate
+    assert not gate.admits_now("Bearer jw_reader", "people", False)  # not yet known valid: hashed once by the gate
     for token in ("jw_reader", "jw_other", "jw_rated"):
         gate.grant_or_wait(f"Bearer {token}", "orders" if token == "jw_other" else "people", False, True)
-    assert gate.admits_read_now("Bearer jw_reader", "people")
-    assert not gate.admits_read_now("Bearer jw_reader", "orders")  # no scope: the handler's 403
-    assert not gate.admits_read_now("Bearer jw_rated", "people")  # its rate step needs Redis
-    assert not gate.admits_read_now(None, "people") and not gate.admits_read_now("Basic x", "people")
+    assert gate.admits_now("Bearer jw_reader", "people", False)
+    assert not gate.admits_now("Bearer jw_reader", "orders", False)  # no scope: the handler's 403
+    assert not gate.admits_now("Bearer jw_rated", "people", False)  # its rate step needs Redis
+    assert not gate.admits_now(None, "people", False) and not gate.admits_now("Basic x", "people", False)
 
 
 # ---------------------------------------------------------- end to end
@@ -227,6 +228,10 @@ def test_only_a_token_known_valid_with_read_scope_and_no_rate_is_admitted_at_onc
 _DATE = re.compile(rb"\r\nDate: [^\r]*\r\n")
 _MADE_ID = re.compile(rb"\r\nX-Request-ID: [0-9a-f]{32}\r\n")
 ENV = {"JETWAY_CORS_ORIGINS": ORIGIN, "JETWAY_ACCESS_LOG": "on"}
+STRICT = {
+    "schema": {"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}}},
+    "max_bytes": 64,
+}
 
 
 class Servers:
@@ -246,7 +251,7 @@ def servers(redis_server, tmp_path_factory) -> Iterator[Servers]:
         for name, env in (
             ("hot", ENV),
             ("cold", {**ENV, "JETWAY_HOT_CACHE_BYTES": "0"}),
-            ("full", {**ENV, "JETWAY_HOT_CACHE_BYTES": "0", "JETWAY_DIRECT_READS": "off"}),
+            ("full", {**ENV, "JETWAY_HOT_CACHE_BYTES": "0", "JETWAY_DIRECT_ANSWERS": "off"}),
         ):
             started.append(JetwayServer(redis_server.url, directory / f"{name}.log", env=env, auth=True))
             started[-1].start(["--workers", "1"])
@@ -268,10 +273,12 @@ def seeded(servers, redis_server) -> Dict[str, str]:
         "admin": hot.make_token("admin", "admin"),
         "reader": hot.make_token("reader", "read:people", "read:slow"),
         "rated": hot.make_token("rated", "read:*", rate="1000/s"),
+        "writer": hot.make_token("writer", "write:people", "write:strict"),
     }
     admin = {"Authorization": f"Bearer {tokens['admin']}"}
     settings = {"cache_control": "private, max-age=60"}
     assert requests.put(hot.url("/v1/_collections/slow"), json=settings, headers=admin, timeout=10).ok
+    assert requests.put(hot.url("/v1/_collections/strict"), json=STRICT, headers=admin, timeout=10).ok
     for path, body in (("/v1/people/ada", SMALL), ("/v1/people/big", LARGE), ("/v1/slow/one", SMALL)):
         headers = {**admin, "Content-Type": "application/json"}
         assert requests.put(hot.url(path), data=body, headers=headers, timeout=10).status_code == 201
@@ -279,6 +286,12 @@ def seeded(servers, redis_server) -> Dict[str, str]:
             for token in tokens.values():
                 for _ in range(2):
                     requests.get(server.url(path), headers={"Authorization": f"Bearer {token}"}, timeout=10)
+    for server in (servers.hot, servers.cold, servers.full):  # each token and collection known to each
+        for token in ("admin", "writer"):
+            for collection in ("people", "strict"):
+                headers = {"Authorization": f"Bearer {tokens[token]}", "Content-Type": "application/json"}
+                path = f"/v1/{collection}/seed"
+                assert requests.put(server.url(path), data=b'{"name":"s"}', headers=headers, timeout=10).ok
     return tokens
 
 
@@ -314,16 +327,20 @@ def normalized(response: bytes) -> bytes:
     return _MADE_ID.sub(b"\r\nX-Request-ID: (made)\r\n", _DATE.sub(b"\r\nDate: (now)\r\n", response))
 
 
-def direct_reads(server: JetwayServer) -> Tuple[float, float]:
-    """What the server's direct read answered so far: (from the hot cache, from Redis)."""
+def direct_answers(server: JetwayServer) -> Tuple[float, float, float]:
+    """What the server answered without Cyclone so far: (hot reads, reads from Redis, writes)."""
     # One worker: the scrape is answered by the worker that served, which flushes its counts first.
     text = requests.get(server.url("/metrics"), timeout=10).text
-    return _count(text, "jetway_hot_reads_total"), _count(text, "jetway_direct_redis_reads_total")
+    return tuple(_count(text, kind) for kind in (HOT_READ, REDIS_READ, WRITE))  # type: ignore[return-value]
 
 
-def _count(metrics: str, name: str) -> float:
-    found = re.search(rf"^{name} (\S+)$", metrics, re.M)
+def _count(metrics: str, kind: str) -> float:
+    found = re.search(rf'^jetway_direct_answers_total{{kind="{kind}"}} (\S+)$', metrics, re.M)
     return float(found.group(1)) if found else 0.0
+
+
+def plus(counts: Tuple[float, ...], *more: float) -> Tuple[float, ...]:
+    return tuple(count + extra for count, extra in zip(counts, more))
 
 
 def raw(method: str, path: str, token: Optional[str], *lines: str, version: str = "HTTP/1.1") -> bytes:
@@ -374,18 +391,18 @@ FULL = [
 def test_a_direct_read_answers_exactly_as_the_handler_would(servers, seeded, source, method, path, token, lines):
     server = getattr(servers, source)
     request = raw(method, path, seeded[token], *lines)
-    before = direct_reads(server)
+    before = direct_answers(server)
     answered = normalized(exchange(server, request))
-    counted = (1, 0) if source == "hot" else (0, 1)
-    assert direct_reads(server) == (before[0] + counted[0], before[1] + counted[1]), "not answered directly"
+    counted = (1, 0, 0) if source == "hot" else (0, 1, 0)
+    assert direct_answers(server) == plus(before, *counted), "not answered directly"
     assert answered == normalized(exchange(servers.full, request))
 
 
 def test_a_request_for_a_fresh_copy_is_answered_directly_from_redis(servers, seeded):
     request = raw("GET", "/v1/people/ada", seeded["admin"], "Cache-Control: no-cache")
-    before = direct_reads(servers.hot)
+    before = direct_answers(servers.hot)
     answered = normalized(exchange(servers.hot, request))
-    assert direct_reads(servers.hot) == (before[0], before[1] + 1)
+    assert direct_answers(servers.hot) == plus(before, 0, 1, 0)
     assert answered == normalized(exchange(servers.full, request))
 
 
@@ -394,25 +411,25 @@ def test_a_request_for_a_fresh_copy_is_answered_directly_from_redis(servers, see
 def test_what_the_direct_read_leaves_is_answered_as_before(servers, seeded, source, method, path, token, lines):
     server = getattr(servers, source)
     request = raw(method, path, seeded.get(token, token), *lines)
-    before = direct_reads(server)
+    before = direct_answers(server)
     answered = normalized(exchange(server, request))
-    assert direct_reads(server) == before
+    assert direct_answers(server) == before
     assert answered == normalized(exchange(servers.full, request))
 
 
 def test_the_full_server_answers_nothing_directly(servers, seeded):
-    before = direct_reads(servers.full)
+    before = direct_answers(servers.full)
     exchange(servers.full, raw("GET", "/v1/people/ada", seeded["admin"]))
-    assert direct_reads(servers.full) == before == (0, 0)
+    assert direct_answers(servers.full) == before == (0, 0, 0)
 
 
 @pytest.mark.parametrize("source", ["hot", "cold"])
 def test_an_http_1_0_read_is_left_to_the_handler(servers, seeded, source):
     server = getattr(servers, source)
     request = raw("GET", "/v1/people/ada", seeded["admin"], "Connection: keep-alive", version="HTTP/1.0")
-    before = direct_reads(server)
+    before = direct_answers(server)
     assert normalized(exchange(server, request)) == normalized(exchange(servers.full, request))
-    assert direct_reads(server) == before
+    assert direct_answers(server) == before
 
 
 @pytest.mark.parametrize("source", ["hot", "cold"])
@@ -424,3 +441,112 @@ def test_pipelined_direct_reads_and_others_are_answered_in_order(servers, seeded
     requests_ += [raw("GET", "/v1/people/listy", token), raw("GET", "/healthz", None)]
     requests_.append(raw("GET", "/v1/people/ada", token, "Connection: close"))
     assert normalized(exchange(server, *requests_)) == normalized(exchange(servers.full, *requests_))
+
+
+# ---------------------------------------------------------------- writes
+
+_VALIDATORS = re.compile(rb'\r\nETag: "[^"]*"\r\nLast-Modified: [^\r]*\r\n')
+
+
+def put(path: str, token: Optional[str], body: bytes, *lines: str) -> bytes:
+    typed = () if any(line.startswith("Content-Type:") for line in lines) else ("Content-Type: application/json",)
+    return raw("PUT", path, token, *typed, *lines, f"Content-Length: {len(body)}") + body
+
+
+def written(response: bytes) -> bytes:
+    """A write's response with what every write makes anew (its ETag and Last-Modified) left out."""
+    return normalized(_VALIDATORS.sub(b"\r\n(validators)\r\n", response))
+
+
+def write_twice(server: JetwayServer, redis_server, path: str, request: bytes) -> bytes:
+    """The responses to ``request`` sent twice, the document gone first (a create, then a replace)."""
+    collection, doc_id = path.split("/")[2:4]
+    with redis_server.client() as client:
+        client.delete(keys.document_key(collection.encode(), doc_id.encode()))
+    return written(exchange(server, request)) + written(exchange(server, request))
+
+
+# Writes the direct write answers: (token, collection, body, header lines).
+WRITES = [
+    ("admin", "people", SMALL, ()),
+    ("writer", "people", SMALL, ()),
+    ("admin", "people", LARGE, ("X-Request-ID: client-chosen.2", f"Origin: {ORIGIN}")),
+    ("writer", "strict", b'{"name":"ok"}', ("Content-Type: application/json; charset=utf-8",)),
+    ("writer", "slow", SMALL, ()),  # no write scope: left, the 403
+]
+# Writes it leaves to the handler: the same answers all the same.
+FULL_WRITES = [
+    ("admin", "/v1/people/w", SMALL, ("If-None-Match: *",)),
+    ("admin", "/v1/people/w", SMALL, ('If-Match: "nope"',)),
+    ("admin", "/v1/people/w", SMALL, ("If-Unmodified-Since: Fri, 01 Jan 2100 00:00:00 GMT",)),
+    ("admin", "/v1/people/w?ttl=60", SMALL, ()),
+    ("admin", "/v1/people/w", b'{"name":', ()),
+    ("admin", "/v1/people/w", b"[1, 2]", ()),
+    ("admin", "/v1/people/w", SMALL, ("Content-Type: text/plain",)),
+    ("reader", "/v1/people/w", SMALL, ()),
+    (None, "/v1/people/w", SMALL, ()),
+    ("writer", "/v1/strict/w", b'{"name":5}', ()),  # the schema's 422
+    ("writer", "/v1/strict/w", b'{"name":"' + b"x" * 80 + b'"}', ()),  # over max_bytes
+    ("admin", "/v1/People/w", SMALL, ()),
+    ("admin", "/v1/people/w", SMALL, ("Connection: close",)),
+]
+
+
+@pytest.mark.parametrize("token, collection, body, lines", WRITES)
+@pytest.mark.parametrize("source", ["hot", "cold"])
+def test_a_direct_write_answers_exactly_as_the_handler_would(
+    servers, seeded, redis_server, source, token, collection, body, lines
+):
+    server = getattr(servers, source)
+    path = f"/v1/{collection}/w"
+    request = put(path, seeded[token], body, *lines)
+    before = direct_answers(server)
+    answered = write_twice(server, redis_server, path, request)
+    allowed = collection != "slow"
+    assert direct_answers(server) == plus(before, 0, 0, 2 if allowed else 0)
+    assert answered == write_twice(servers.full, redis_server, path, request)
+    assert (b"HTTP/1.1 201 Created" in answered) is allowed
+
+
+@pytest.mark.parametrize("token, path, body, lines", FULL_WRITES)
+@pytest.mark.parametrize("source", ["hot", "cold"])
+def test_what_the_direct_write_leaves_is_answered_as_before(
+    servers, seeded, redis_server, source, token, path, body, lines
+):
+    server = getattr(servers, source)
+    request = put(path, seeded.get(token, token), body, *lines)
+    before = direct_answers(server)
+    answered = write_twice(server, redis_server, path.partition("?")[0], request)
+    assert direct_answers(server) == before
+    assert answered == write_twice(servers.full, redis_server, path.partition("?")[0], request)
+
+
+def script_calls(redis_server) -> int:
+    with redis_server.client() as client:
+        stats = client.info("commandstats")
+    return sum(stats.get(f"cmdstat_{name}", {}).get("calls", 0) for name in ("evalsha", "eval"))
+
+
+@pytest.mark.parametrize("source", ["hot", "cold"])
+def test_a_failed_direct_write_is_answered_by_the_handler_without_writing_again(servers, seeded, redis_server, source):
+    server = getattr(servers, source)
+    request = put("/v1/people/listy", seeded["admin"], SMALL)  # a list where a document's hash goes: WRONGTYPE
+    calls, before = script_calls(redis_server), direct_answers(server)
+    answered = exchange(server, request)
+    assert script_calls(redis_server) == calls + 1, "the handler wrote again"
+    assert direct_answers(server) == before
+    assert answered.startswith(b"HTTP/1.1 502 ")
+    assert normalized(answered) == normalized(exchange(servers.full, request))
+
+
+def test_pipelined_direct_writes_and_reads_are_answered_in_order(servers, seeded, redis_server):
+    token = seeded["admin"]
+    requests_ = [put("/v1/people/w", token, SMALL), raw("GET", "/v1/people/ada", token)]
+    requests_ += [put("/v1/people/w", token, b'{"bad":'), put("/v1/people/w", token, LARGE)]
+    requests_.append(raw("GET", "/v1/people/w", token, "Connection: close"))
+    answers = []
+    for server in (servers.cold, servers.full):
+        with redis_server.client() as client:
+            client.delete(keys.document_key(b"people", b"w"))
+        answers.append(written(exchange(server, *requests_)))
+    assert answers[0] == answers[1]
