@@ -37,6 +37,7 @@ from tests.test_auth_digests import RecordTable
 
 SMALL = b'{"name":"ada","langs":["en","fr"]}'
 LARGE = b'{"text":"' + b"lovelace " * 400 + b'"}'  # over the size that stores a gzip variant
+HUGE = b'{"text":"' + b"babbage " * 2500 + b'"}'  # larger than one of the worker's socket reads
 ORIGIN = "https://app.example"
 MODIFIED = b"Mon, 23 Nov 2026 10:00:00 GMT"
 
@@ -279,7 +280,13 @@ def seeded(servers, redis_server) -> Dict[str, str]:
     settings = {"cache_control": "private, max-age=60"}
     assert requests.put(hot.url("/v1/_collections/slow"), json=settings, headers=admin, timeout=10).ok
     assert requests.put(hot.url("/v1/_collections/strict"), json=STRICT, headers=admin, timeout=10).ok
-    for path, body in (("/v1/people/ada", SMALL), ("/v1/people/big", LARGE), ("/v1/slow/one", SMALL)):
+    documents = (
+        ("/v1/people/ada", SMALL),
+        ("/v1/people/big", LARGE),
+        ("/v1/slow/one", SMALL),
+        ("/v1/people/huge", HUGE),
+    )
+    for path, body in documents:
         headers = {**admin, "Content-Type": "application/json"}
         assert requests.put(hot.url(path), data=body, headers=headers, timeout=10).status_code == 201
         for server in (servers.hot, servers.cold, servers.full):
@@ -368,6 +375,8 @@ DIRECT = [
     ("GET", "/v1/people/ada", "admin", ("If-Modified-Since: Fri, 01 Jan 2000 00:00:00 GMT",)),
     ("GET", "/v1/people/ada", "admin", ("If-Modified-Since: not a date",)),
     ("GET", "/v1/slow/one", "admin", ()),  # the collection's own Cache-Control
+    ("GET", "/v1/people/huge", "admin", ()),
+    ("GET", "/v1/people/huge", "admin", ("Accept-Encoding: gzip",)),
     ("GET", "/v1/slow/one", "reader", ("If-Modified-Since: Fri, 01 Jan 2100 00:00:00 GMT",)),
 ]
 # Requests it leaves or hands to the handler: the same answers all the same.
@@ -472,6 +481,7 @@ WRITES = [
     ("writer", "people", SMALL, ()),
     ("admin", "people", LARGE, ("X-Request-ID: client-chosen.2", f"Origin: {ORIGIN}")),
     ("writer", "strict", b'{"name":"ok"}', ("Content-Type: application/json; charset=utf-8",)),
+    ("writer", "people", HUGE, ()),
     ("writer", "slow", SMALL, ()),  # no write scope: left, the 403
 ]
 # Writes it leaves to the handler: the same answers all the same.
