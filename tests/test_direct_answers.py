@@ -14,7 +14,10 @@ says which were answered directly, and as what.
 from __future__ import annotations
 
 import re
+import signal
 import socket
+import threading
+import time
 from typing import Dict, Iterator, List, Optional, Tuple
 
 import pytest
@@ -531,19 +534,20 @@ def test_what_the_direct_write_leaves_is_answered_as_before(
     assert answered == write_twice(servers.full, redis_server, path.partition("?")[0], request)
 
 
-def script_calls(redis_server) -> int:
+def redis_calls(redis_server, *commands: str) -> int:
+    """How many of ``commands`` Redis has run so far."""
     with redis_server.client() as client:
         stats = client.info("commandstats")
-    return sum(stats.get(f"cmdstat_{name}", {}).get("calls", 0) for name in ("evalsha", "eval"))
+    return sum(stats.get(f"cmdstat_{name}", {}).get("calls", 0) for name in commands)
 
 
 @pytest.mark.parametrize("source", ["hot", "cold"])
 def test_a_failed_direct_write_is_answered_by_the_handler_without_writing_again(servers, seeded, redis_server, source):
     server = getattr(servers, source)
     request = put("/v1/people/listy", seeded["admin"], SMALL)  # a list where a document's hash goes: WRONGTYPE
-    calls, before = script_calls(redis_server), direct_answers(server)
+    calls, before = redis_calls(redis_server, "evalsha", "eval"), direct_answers(server)
     answered = exchange(server, request)
-    assert script_calls(redis_server) == calls + 1, "the handler wrote again"
+    assert redis_calls(redis_server, "evalsha", "eval") == calls + 1, "the handler wrote again"
     assert direct_answers(server) == before
     assert answered.startswith(b"HTTP/1.1 502 ")
     assert normalized(answered) == normalized(exchange(servers.full, request))
@@ -560,3 +564,46 @@ def test_pipelined_direct_writes_and_reads_are_answered_in_order(servers, seeded
             client.delete(keys.document_key(b"people", b"w"))
         answers.append(written(exchange(server, *requests_)))
     assert answers[0] == answers[1]
+
+
+# ---------------------------------------------------------------- draining
+
+SPIN = "for i = 1, 600000000 do end"  # Redis busy for about 2 s here (under its 5 s busy threshold)
+
+
+def test_a_read_waiting_for_redis_when_the_worker_drains_is_answered_with_connection_close(
+    redis_server, tmp_path, seeded
+):
+    """The direct read cannot send ``Connection: close`` itself: the handler answers it, from the read made."""
+    env = {"JETWAY_HOT_CACHE_BYTES": "0", "JETWAY_ACCESS_LOG": "on"}
+    server = JetwayServer(redis_server.url, tmp_path / "drain.log", env=env).start(["--workers", "1"])
+    try:
+        for _ in range(2):  # the collection's settings known, so the next read is a direct one
+            assert requests.get(server.url("/v1/people/ada"), timeout=10).content == SMALL
+        before, reads = direct_answers(server), redis_calls(redis_server, "hmget")
+        spinning = threading.Thread(target=_spin_redis, args=(redis_server,))
+        with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+            spinning.start()
+            time.sleep(0.2)  # the script has started
+            sock.sendall(raw("GET", "/v1/people/ada", None))
+            time.sleep(0.3)  # the read waits for Redis
+            assert server.process is not None and spinning.is_alive(), "Redis was not busy long enough"
+            server.process.send_signal(signal.SIGTERM)  # the worker drains: its connections are closing
+            response = b""
+            while chunk := sock.recv(65536):
+                response += chunk
+        spinning.join()
+        assert response.startswith(b"HTTP/1.1 200 OK\r\n") and response.endswith(b"\r\n\r\n" + SMALL)
+        assert b"\r\nConnection: close\r\n" in response
+        assert b"\r\nX-Request-ID: " in response
+        assert server.process.wait(30) == 0
+        # The read before was a direct one (so this one was taken too), and this one read Redis once:
+        # the handler answered from the direct read's document, it did not read again.
+        assert before == (0, 1, 0) and redis_calls(redis_server, "hmget") == reads + 1
+    finally:
+        server.stop()
+
+
+def _spin_redis(redis_server) -> None:
+    with redis_server.client() as client:
+        client.eval(SPIN, 0)
