@@ -39,6 +39,8 @@ from typing import TYPE_CHECKING, Any, Optional, Tuple
 import cyclone.httpserver
 import cyclone.web
 from cyclone.httputil import HTTPHeaders
+from twisted.python import log
+from twisted.python.failure import Failure
 
 from api.chunked import ChunkedDecoder
 from api.client_address import Network, client_address
@@ -47,7 +49,7 @@ from cache import codec
 from handlers.cache_policy import ERROR_POLICY
 from handlers.debug_burn import burn_cpu
 from handlers.deferreds import is_deferred
-from handlers.direct_answer import DirectAnswer
+from handlers.direct_answer import DirectAnswer, handed_over
 from handlers.errors import ApiError
 
 if TYPE_CHECKING:  # the application imports this module
@@ -282,12 +284,16 @@ class JetwayConnection(cyclone.httpserver.HTTPConnection):
             burn_cpu(app.debug_burn_seconds)
         if self._may_answer_directly(head):
             started = time.time()
-            answer = self._direct_answer(app, head, body)
+            try:
+                answer = self._direct_answer(app, head, body)
+            except Exception:  # a fault of the direct answer's own: the handler answers instead
+                log.err(None, f"the direct answer to {head.method} {head.target} failed")
+                answer = None
             if answer is not None:
                 if is_deferred(answer):
                     # Redis is asked: this connection waits as it would for a handler.
                     self._request = _AWAITING_REDIS
-                    answer.addCallback(self._answer_directly, head, body, started)
+                    answer.addBoth(self._answer_directly, head, body, started)
                 else:
                     self._answer_directly(answer, head, body, started)
                 return
@@ -338,6 +344,9 @@ class JetwayConnection(cyclone.httpserver.HTTPConnection):
         says ``Connection: close``).
         """
         self._request = None
+        if isinstance(answer, Failure):  # it never fails but by a fault of its own: the handler answers
+            log.err(answer, f"the direct answer to {head.method} {head.target} failed")
+            answer = handed_over(answer, "")
         if answer.response is None or not self._may_answer_directly(head):
             self._start_request(head, body, answer, started)
             return
