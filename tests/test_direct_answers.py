@@ -568,14 +568,17 @@ def test_pipelined_direct_writes_and_reads_are_answered_in_order(servers, seeded
 
 # ---------------------------------------------------------------- draining
 
-SPIN = "for i = 1, 600000000 do end"  # Redis busy for about 2 s here (under its 5 s busy threshold)
+# Redis busy for about a second here: longer than the test's wait before the drain, shorter than
+# Redis's 5 s busy threshold (after it, Redis answers BUSY) on a machine up to four times slower.
+SPIN = "for i = 1, 300000000 do end"
 
 
 def test_a_read_waiting_for_redis_when_the_worker_drains_is_answered_with_connection_close(
     redis_server, tmp_path, seeded
 ):
     """The direct read cannot send ``Connection: close`` itself: the handler answers it, from the read made."""
-    env = {"JETWAY_HOT_CACHE_BYTES": "0", "JETWAY_ACCESS_LOG": "on"}
+    # A reply deadline longer than the busy Redis may take on a slow machine (a 504 otherwise).
+    env = {"JETWAY_HOT_CACHE_BYTES": "0", "JETWAY_ACCESS_LOG": "on", "JETWAY_REDIS_TIMEOUT": "30"}
     server = JetwayServer(redis_server.url, tmp_path / "drain.log", env=env).start(["--workers", "1"])
     try:
         for _ in range(2):  # the collection's settings known, so the next read is a direct one
