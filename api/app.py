@@ -23,6 +23,7 @@ from handlers.changes import ChangesHandler
 from handlers.collection_settings import CollectionSettingsHandler, CollectionSettingsListHandler
 from handlers.collections import CollectionHandler
 from handlers.cors import CorsPolicy
+from handlers.direct_answer import DirectResponder
 from handlers.direct_read import DirectRead
 from handlers.direct_write import DirectWrite
 from handlers.docs import DocsAssetHandler, DocsPageHandler, packaged_site
@@ -122,17 +123,7 @@ def make_app(
     app.debug_burn_seconds = settings.debug_burn_us / 1e6
     app.cors = CorsPolicy(settings.cors_origins)
     if settings.direct_answers:
-        app.direct_read = DirectRead(
-            store,
-            gate,
-            collections,
-            settings.cache_control,
-            documents["negotiator"],
-            app.cors,
-            app.http_date,
-            app.new_request_id,
-        )
-        app.direct_write = DirectWrite(
-            store, gate, collections, settings.max_body, app.cors, app.http_date, app.new_request_id
-        )
+        responder = DirectResponder(store, gate, collections, app.cors, app.http_date, app.new_request_id)
+        app.direct_read = DirectRead(responder, settings.cache_control, documents["negotiator"])
+        app.direct_write = DirectWrite(responder, settings.max_body)
     return app

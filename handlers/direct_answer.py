@@ -10,11 +10,15 @@ were first set: the handler's defaults (``JsonHandler.clear``: ``Server``,
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 from twisted.internet import defer
 from twisted.python.failure import Failure
 
+from cache.collection_settings import NO_SETTINGS, CollectionSettings
+from cache.settings_cache import SettingsCache
+from cache.store import DocumentStore
+from handlers.auth import Gate
 from handlers.base import JSON_TYPE, SERVER
 from handlers.cors import CorsPolicy
 
@@ -45,6 +49,35 @@ class DirectAnswer:
     def fired(self) -> Any:
         """The outcome as the store gave it: a failed Deferred for a ``Failure``, else the value."""
         return defer.fail(self.outcome) if isinstance(self.outcome, Failure) else self.outcome
+
+
+class DirectResponder:
+    """What the direct read and write both answer with: the handler's pieces, shared with it."""
+
+    def __init__(
+        self,
+        store: DocumentStore,
+        gate: Gate,
+        collections: Optional[SettingsCache],
+        cors: CorsPolicy,
+        date: Callable[[], str],
+        new_request_id: Callable[[], str],
+    ) -> None:
+        self.store = store
+        self.gate = gate
+        self.collections = collections
+        self.cors = cors
+        self.date = date
+        self.new_request_id = new_request_id
+
+    def known_settings(self, collection: str) -> Optional[CollectionSettings]:
+        """The collection's settings if this worker knows them now (``NO_SETTINGS`` without the cache); else None.
+
+        ``ResourceHandler.known_collection_settings``, for a request that has no handler.
+        """
+        if self.collections is None:
+            return NO_SETTINGS
+        return self.collections.peek(collection)
 
 
 def handed_over(outcome: Any, kind: str) -> DirectAnswer:

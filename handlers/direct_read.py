@@ -26,19 +26,25 @@ compares the bytes with the handler's for every kind of request this takes.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Union
+from typing import Any, Union
 
 from twisted.internet import defer
 
-from cache.collection_settings import NO_SETTINGS, CollectionSettings
-from cache.settings_cache import SettingsCache
-from cache.store import Document, DocumentStore
+from cache.collection_settings import CollectionSettings
+from cache.store import Document
 from handlers import validation
-from handlers.auth import Gate
 from handlers.base import request_id_of
-from handlers.cors import CorsPolicy
 from handlers.deferreds import is_deferred
-from handlers.direct_answer import HOT_READ, REDIS_READ, DirectAnswer, document_path, handed_over, head_end, head_start
+from handlers.direct_answer import (
+    HOT_READ,
+    REDIS_READ,
+    DirectAnswer,
+    DirectResponder,
+    document_path,
+    handed_over,
+    head_end,
+    head_start,
+)
 from handlers.documents import DocumentHandler
 from handlers.errors import ApiError
 from handlers.negotiation import IDENTITY, Negotiator
@@ -48,28 +54,13 @@ ROUTE = DocumentHandler.ROUTE
 _STATUS_LINES = {200: "HTTP/1.1 200 OK\r\n", 304: "HTTP/1.1 304 Not Modified\r\n"}
 
 
-class DirectRead:
+class DirectRead(DirectResponder):
     """Answers the document reads of one worker that need no Cyclone (the module's docstring says which)."""
 
-    def __init__(
-        self,
-        store: DocumentStore,
-        gate: Gate,
-        collections: Optional[SettingsCache],
-        cache_control: str,
-        negotiator: Negotiator,
-        cors: CorsPolicy,
-        date: Callable[[], str],
-        new_request_id: Callable[[], str],
-    ) -> None:
-        self.store = store
-        self.gate = gate
-        self.collections = collections
+    def __init__(self, responder: DirectResponder, cache_control: str, negotiator: Negotiator) -> None:
+        super().__init__(**vars(responder))  # the same pieces as every direct responder
         self.cache_control = cache_control
         self.negotiator = negotiator
-        self.cors = cors
-        self.date = date
-        self.new_request_id = new_request_id
 
     def answer(self, method: str, target: str, headers: Any) -> Union[None, DirectAnswer, defer.Deferred]:
         """The answer to a ``GET`` or ``HEAD`` of ``target`` with ``headers``: now, or a Deferred of it
@@ -88,7 +79,7 @@ class DirectRead:
         # In the handler's order: authorization, the settings, the document.
         if not self.gate.admits_now(headers.get("Authorization"), collection, False):
             return None
-        settings = known_settings(self.collections, collection)
+        settings = self.known_settings(collection)
         if settings is None:
             return None
         fresh = validation.wants_fresh(headers.get("Cache-Control"))
@@ -142,10 +133,3 @@ class DirectRead:
         if chosen.vary:
             parts.append("Vary: Accept-Encoding\r\n")
         return head_end(parts, self.cors, headers)
-
-
-def known_settings(collections: Optional[SettingsCache], collection: str) -> Optional[CollectionSettings]:
-    """The collection's settings if this worker knows them now (``NO_SETTINGS`` without the cache); else None."""
-    if collections is None:
-        return NO_SETTINGS
-    return collections.peek(collection)

@@ -21,20 +21,24 @@ bytes with the handler's.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Optional, Tuple
 
 from twisted.internet import defer
 
 from cache.collection_settings import OverCollectionLimit
 from cache.schema import DocumentInvalid
-from cache.settings_cache import SettingsCache
-from cache.store import Document, DocumentStore
+from cache.store import Document
 from handlers import validation
-from handlers.auth import Gate
 from handlers.base import request_id_of
-from handlers.cors import CorsPolicy
-from handlers.direct_answer import WRITE, DirectAnswer, document_path, handed_over, head_end, head_start
-from handlers.direct_read import known_settings
+from handlers.direct_answer import (
+    WRITE,
+    DirectAnswer,
+    DirectResponder,
+    document_path,
+    handed_over,
+    head_end,
+    head_start,
+)
 from handlers.errors import ApiError
 
 _STATUS_LINES = {200: "HTTP/1.1 200 OK\r\n", 201: "HTTP/1.1 201 Created\r\n"}
@@ -44,26 +48,12 @@ _CONDITIONS = ("If-Match", "If-None-Match", "If-Unmodified-Since")
 _REFUSED = (ApiError, OverCollectionLimit, DocumentInvalid)
 
 
-class DirectWrite:
+class DirectWrite(DirectResponder):
     """Answers the document replaces of one worker that need no Cyclone (the module's docstring says which)."""
 
-    def __init__(
-        self,
-        store: DocumentStore,
-        gate: Gate,
-        collections: Optional[SettingsCache],
-        max_body: int,
-        cors: CorsPolicy,
-        date: Callable[[], str],
-        new_request_id: Callable[[], str],
-    ) -> None:
-        self.store = store
-        self.gate = gate
-        self.collections = collections
+    def __init__(self, responder: DirectResponder, max_body: int) -> None:
+        super().__init__(**vars(responder))  # the same pieces as every direct responder
         self.max_body = max_body
-        self.cors = cors
-        self.date = date
-        self.new_request_id = new_request_id
 
     def answer(self, target: str, headers: Any, body: bytes) -> Optional[defer.Deferred]:
         """A Deferred of the answer to a ``PUT`` of ``target`` (it never fails), or None: take the full way."""
@@ -85,7 +75,7 @@ class DirectWrite:
             return None
         name, key = validation.collection_name(collection), validation.document_id(doc_id)
         value = validation.json_document(body, headers.get("Content-Type"), validation.JSON, self.max_body)
-        rules = known_settings(self.collections, collection)
+        rules = self.known_settings(collection)
         if rules is None:
             return None
         rules.check(value, len(body))

@@ -32,7 +32,7 @@ from cache.tokens import TokenRecord, digest_of
 from handlers.auth import Gate
 from handlers.cors import CorsPolicy
 from handlers.deferreds import is_deferred
-from handlers.direct_answer import HOT_READ, REDIS_READ, WRITE, DirectAnswer
+from handlers.direct_answer import HOT_READ, REDIS_READ, WRITE, DirectAnswer, DirectResponder
 from handlers.direct_read import DirectRead
 from handlers.negotiation import Negotiator
 from tests.support import JetwayServer
@@ -62,16 +62,15 @@ def live_store(*documents: Tuple[bytes, bytes, Document]) -> DocumentStore:
 
 def direct_read(store: DocumentStore, gate: Optional[Gate] = None) -> DirectRead:
     ids = iter(range(1000))
-    return DirectRead(
+    responder = DirectResponder(
         store,
         gate or Gate(None, None, enabled=False),  # type: ignore[arg-type]
         None,
-        "no-cache",
-        Negotiator(),
         CorsPolicy((ORIGIN,)),
         lambda: "Thu, 26 Nov 2026 04:00:00 GMT",
         lambda: f"id{next(ids)}",
     )
+    return DirectRead(responder, "no-cache", Negotiator())
 
 
 @pytest.fixture
