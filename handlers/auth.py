@@ -27,7 +27,7 @@ from handlers.errors import ApiError
 _BEARER = re.compile(r"Bearer +([A-Za-z0-9._~+/-]+=*) *\Z", re.IGNORECASE)
 CHALLENGE = 'Bearer realm="jetway"'
 RATE_SCRIPTS = (GCRA,)
-# How many valid tokens keep their digest in memory (see Gate._remember_digest).
+# How many Authorization values of valid tokens keep their digest in memory (see Gate._remember_digest).
 MAX_REMEMBERED_DIGESTS = 10_000
 
 
@@ -86,15 +86,13 @@ class Gate:
         """
         if not self.enabled or self.tokens is None:
             return Grant(None)
-        match = _BEARER.match(authorization or "")
-        if not match:
-            raise unauthorized("send Authorization: Bearer <token>")
-        token = match.group(1)
-        digest = self._digests.get(token) or digest_of(token)
+        digest = self._digest(authorization)
         record = self.tokens.cached(digest)
         if record is not None:  # a Grant, or a Deferred of the rate step
-            return self._decide(record, token, digest, collection, write, defer_rate)
-        return self.tokens.lookup(digest).addCallback(self._decide, token, digest, collection, write, defer_rate)
+            return self._decide(record, authorization, digest, collection, write, defer_rate)
+        return self.tokens.lookup(digest).addCallback(
+            self._decide, authorization, digest, collection, write, defer_rate
+        )
 
     def admits_now(self, authorization: Optional[str], collection: str, write: bool) -> bool:
         """Whether a read (or ``write``) of ``collection`` is admitted now: no Redis, no rate step, no refusal.
@@ -108,8 +106,7 @@ class Gate:
         """
         if not self.enabled or self.tokens is None:
             return True
-        match = _BEARER.match(authorization or "")
-        digest = self._digests.get(match.group(1)) if match else None
+        digest = self._digests.get(authorization) if authorization else None
         if digest is None:
             return False
         record = self.tokens.cached(digest)
@@ -129,17 +126,26 @@ class Gate:
         """
         if not self.enabled or self.tokens is None:
             return defer.succeed(Grant(None))
+        try:
+            digest = self._digest(authorization)
+        except ApiError as refused:
+            return defer.fail(refused)
+        return self.tokens.lookup(digest).addCallback(self._decide, authorization, digest, None, True, False, cost)
+
+    def _digest(self, authorization: Optional[str]) -> bytes:
+        """The digest of the bearer token ``authorization`` carries; raises a 401 if it carries none."""
+        digest = self._digests.get(authorization) if authorization else None
+        if digest is not None:
+            return digest
         match = _BEARER.match(authorization or "")
         if not match:
-            return defer.fail(unauthorized("send Authorization: Bearer <token>"))
-        token = match.group(1)
-        digest = self._digests.get(token) or digest_of(token)
-        return self.tokens.lookup(digest).addCallback(self._decide, token, digest, None, True, False, cost)
+            raise unauthorized("send Authorization: Bearer <token>")
+        return digest_of(match.group(1))
 
     def _decide(
         self,
         record: Optional[TokenRecord],
-        token: str,
+        authorization: str,
         digest: bytes,
         collection: Optional[str],
         write: bool,
@@ -156,7 +162,7 @@ class Gate:
             or record.expired(self.clock())
         ):
             raise unauthorized("the token is not valid")
-        self._remember_digest(token, record.digest)
+        self._remember_digest(authorization, record.digest)
         if collection is not None and not may(record.scopes, collection, write):
             raise ApiError(403, "forbidden", f"the token may not {'write' if write else 'read'} {collection}")
         limit = record.rate_limit()
@@ -172,17 +178,19 @@ class Gate:
         rating = self.link.pipeline_scripts([command], RATE_SCRIPTS)
         return rating.addCallback(lambda replies: Grant(record, rate=decision(replies[0], limit[0])))
 
-    def _remember_digest(self, token: str, digest: bytes) -> None:
-        """Keep a valid token's digest, so that its next request skips the SHA-256.
+    def _remember_digest(self, authorization: str, digest: bytes) -> None:
+        """Keep a valid token's digest by the ``Authorization`` value that carried it.
 
-        On PyPy the hash goes through a cffi binding to OpenSSL, and it was
-        ~5% of a worker's CPU on a document read (vmprof). Only tokens that
-        were valid are kept, so guessed ones cannot fill this; the digest of
+        Its next request then skips the SHA-256 (on PyPy the hash goes
+        through a cffi binding to OpenSSL: ~5% of a worker's CPU on a
+        document read, vmprof) and the pattern that finds the token in the
+        header (each match allocates ~1 KB on PyPy). Only values whose token
+        was valid are kept, so guessed ones cannot fill this; the digest of
         a token never changes, and whether the token is still valid is asked
         of the token cache on every request all the same.
         """
-        if token not in self._digests:  # every request after the first: nothing to write
-            keep_bounded(self._digests, token, digest, MAX_REMEMBERED_DIGESTS)
+        if authorization not in self._digests:  # every request after the first: nothing to write
+            keep_bounded(self._digests, authorization, digest, MAX_REMEMBERED_DIGESTS)
 
 
 def may(scopes: Sequence[str], collection: str, write: bool) -> bool:

@@ -94,3 +94,17 @@ def test_a_record_whose_digest_is_not_the_tokens_is_refused_however_it_was_found
     # The store answers, under the token's digest, a record of another digest.
     records[good.digest] = record_for("jw_other")
     assert admit(gate, "jw_good") == 401
+
+
+def test_each_spelling_of_the_header_is_hashed_once_and_admitted_alike(hashed):
+    """Digests are kept by the whole Authorization value: the scheme in any case, any spaces, one hash each."""
+    gate = auth.Gate(RecordTable({record_for("jw_good").digest: record_for("jw_good")}), None, enabled=True)
+    spellings = ["Bearer jw_good", "bearer jw_good", "BEARER   jw_good  "]
+    for spelling in spellings * 2:
+        outcome: List[object] = []
+        gate.admit(spelling, "users", False, False).addBoth(outcome.append)
+        assert not hasattr(outcome[0], "value")
+        assert gate.admits_now(spelling, "users", False)
+    assert hashed == ["jw_good"] * 3
+    assert not gate.admits_now("Bearer jw_good x", "users", False)
+    assert not gate.admits_now(None, "users", False)

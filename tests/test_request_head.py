@@ -51,21 +51,61 @@ _request_lines = st.one_of(
 )
 
 
-def _outcome(parse, request_line, lines):
+def _outcome(parse, *args):
     try:
-        head = parse(request_line, lines)
+        head = parse(*args)
     except request_head.ProtocolError as refused:
         return refused.status, refused.detail
+    if isinstance(head, tuple):
+        return head
     return head.method, head.target, head.version, sorted(head.headers.get_all()), head.content_length, head.keep_alive
 
 
 @settings(max_examples=1000, deadline=None)
 @given(_request_lines, _lines)
-def test_the_one_pattern_parse_agrees_with_the_line_by_line_one(request_line, lines):
-    """A head the pattern passes parses as each line's own checks parse it; one it refuses, they refuse."""
+def test_a_head_parses_alike_before_and_after_its_lines_are_known(request_line, lines):
+    """A line remembered parses as its checks parse it; a line refused is not remembered."""
     block = b"\r\n".join([request_line, *lines])
-    line_by_line = _outcome(request_head.parse_each_line, request_line, lines)
-    if request_head._WELL_FORMED.match(block) is None:
-        assert line_by_line[0] in (400, 505)  # one of the lines' rules is broken
-    else:
-        assert _outcome(request_head.parse_well_formed, request_line, lines) == line_by_line
+    request_head._KNOWN_LINES.clear()
+    first = _outcome(parse_head, block)
+    assert _outcome(parse_head, block) == first
+    for line in request_head._KNOWN_LINES:
+        assert request_head.known_line(line) == request_head._KNOWN_LINES[line]
+    if first[0] == 400 and "header" in first[1]:
+        assert len(request_head._KNOWN_LINES) < len(lines)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.one_of(_request_lines, st.binary(max_size=40)))
+def test_a_request_line_parses_as_the_pattern_parses_it(line):
+    """The common methods' lines take no pattern, and are read exactly as the pattern reads them."""
+    assert _outcome(request_head._request_line, line) == _outcome(request_head.request_line_by_pattern, line)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"GET /a HTTP/1.1",
+        b"GET /a\x7f HTTP/1.1",
+        b"GET /\ta HTTP/1.1",
+        b"GET  HTTP/1.1",
+        b"GET /\xe9 HTTP/1.1",
+        b"PROPFIND /a HTTP/1.1",
+        b"GET /a HTTP/1.7",
+        b"GET /a HTTP/2.0",
+        b"get /a HTTP/1.1",
+        b"GET /a  HTTP/1.1",
+    ],
+)
+def test_the_edges_of_a_request_line(line):
+    assert _outcome(request_head._request_line, line) == _outcome(request_head.request_line_by_pattern, line)
+
+
+def test_made_up_header_lines_do_not_grow_the_worker():
+    for _ in range(30):
+        lines = b"\r\n".join(b"X-Trace: %s" % os.urandom(16).hex().encode() for _ in range(100))
+        parse_head(b"GET / HTTP/1.1\r\n" + lines)
+    assert 0 < len(request_head._KNOWN_LINES) <= request_head.MAX_KNOWN_LINES
+    long_line = b"X-Long: " + b"a" * request_head.MAX_KNOWN_LINE_LENGTH
+    assert parse_head(b"GET / HTTP/1.1\r\n" + long_line).headers["X-Long"] == "a" * request_head.MAX_KNOWN_LINE_LENGTH
+    assert long_line not in request_head._KNOWN_LINES
