@@ -102,13 +102,14 @@ class Metrics:
         self.feed_stats = FeedStats()
         self._feed_flushed = FeedStats()
         self._bounds = (*_BUCKETS, float("inf"))
-        self._requests: Dict[Tuple[str, str, str], int] = defaultdict(int)
+        # The status as a number: its text is made at the flush, not per request.
+        self._requests: Dict[Tuple[str, str, int], int] = defaultdict(int)
         self._latency: Dict[str, HistogramBatch] = {}
         self._redis_latency: Dict[str, HistogramBatch] = {}
         self._redis_errors: Dict[str, int] = defaultdict(int)
 
     def count_request(self, route: str, method: str, status: int, seconds: float) -> None:
-        self._requests[(route, method, str(status))] += 1
+        self._requests[(route, method, status)] += 1
         self._batch(self._latency, route).observe(seconds)
 
     def count_direct(self, kind: str) -> None:
@@ -131,8 +132,8 @@ class Metrics:
         for kind, count in self._direct_answers.items():
             self.direct_answers.labels(kind).inc(count)
         self._direct_answers.clear()
-        for labels, count in self._requests.items():
-            self.requests.labels(*labels).inc(count)
+        for (route, method, status), count in self._requests.items():
+            self.requests.labels(route, method, str(status)).inc(count)
         for kind, count in self._redis_errors.items():
             self.redis_errors.labels(kind).inc(count)
         self._requests.clear()
