@@ -29,7 +29,7 @@ Jetway uses Lua scripts and ``send`` instead.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Callable, Deque, List, Optional, Sequence, Tuple, Union
+from typing import Any, Deque, List, Optional, Sequence, Tuple, Union
 
 import txredisapi
 from twisted.internet import defer, main, reactor, tcp
@@ -38,22 +38,17 @@ from cache.reply_buffer import ReplyBuffer
 from cache.shared_reads import read_failed
 
 _CRLF = b"\r\n"
-# What copies a bulk string's bytes out of the buffer: (start, size) -> bytes.
-Copy = Callable[[int, int], bytes]
 
 
 class Incomplete(Exception):
     """The buffer ends inside a reply; wait for more data."""
 
 
-def parse_reply(
-    buffer: Union[bytes, bytearray], pos: int, end: Optional[int] = None, copy: Optional[Copy] = None
-) -> Tuple[Any, int]:
+def parse_reply(buffer: Union[bytes, bytearray], pos: int, end: Optional[int] = None) -> Tuple[Any, int]:
     """The reply starting at ``pos`` in ``buffer[:end]`` and the position after it.
 
     Bulk strings come back as ``bytes`` copies, which later reads into
-    ``buffer`` (a connection's ``ReplyBuffer``) leave alone; ``copy(start,
-    size)`` makes them when given (``ReplyBuffer.copy_out``).
+    ``buffer`` (a connection's ``ReplyBuffer``) leave alone.
     """
     if end is None:
         end = len(buffer)
@@ -69,15 +64,14 @@ def parse_reply(
             return None, pos
         if end < pos + size + 2:
             raise Incomplete()
-        value = memoryview(buffer)[pos : pos + size].tobytes() if copy is None else copy(pos, size)
-        return value, pos + size + 2
+        return memoryview(buffer)[pos : pos + size].tobytes(), pos + size + 2
     if kind == 42:  # * array
         count = int(line)
         if count < 0:
             return None, pos
         items = []
         for _ in range(count):
-            item, pos = parse_reply(buffer, pos, end, copy)
+            item, pos = parse_reply(buffer, pos, end)
             items.append(item)
         return items, pos
     if kind == 58:  # : integer
@@ -200,7 +194,7 @@ class FastRedisProtocol(txredisapi.RedisProtocol):
         pos = 0
         while pos < inbox.end:
             try:
-                reply, pos = parse_reply(inbox.data, pos, inbox.end, inbox.copy_out)
+                reply, pos = parse_reply(inbox.data, pos, inbox.end)
             except Incomplete:
                 break
             except (ValueError, IndexError, txredisapi.InvalidResponse) as error:
