@@ -29,6 +29,9 @@ CHALLENGE = 'Bearer realm="jetway"'
 RATE_SCRIPTS = (GCRA,)
 # How many Authorization values of valid tokens keep their digest in memory (see Gate._remember_digest).
 MAX_REMEMBERED_DIGESTS = 10_000
+# A longer value is not remembered: the pattern lets a valid token carry any
+# number of spaces, and 10,000 spellings of one token must not hold 64 KiB each.
+MAX_REMEMBERED_LENGTH = 256
 
 
 def unauthorized(detail: str) -> ApiError:
@@ -189,7 +192,7 @@ class Gate:
         a token never changes, and whether the token is still valid is asked
         of the token cache on every request all the same.
         """
-        if authorization not in self._digests:  # every request after the first: nothing to write
+        if len(authorization) <= MAX_REMEMBERED_LENGTH and authorization not in self._digests:
             keep_bounded(self._digests, authorization, digest, MAX_REMEMBERED_DIGESTS)
 
 

@@ -108,3 +108,16 @@ def test_each_spelling_of_the_header_is_hashed_once_and_admitted_alike(hashed):
     assert hashed == ["jw_good"] * 3
     assert not gate.admits_now("Bearer jw_good x", "users", False)
     assert not gate.admits_now(None, "users", False)
+
+
+def test_a_long_spelling_of_a_valid_header_is_admitted_but_not_remembered(hashed):
+    """Spaces a client pads a valid token with cannot fill the kept digests with long keys."""
+    gate = auth.Gate(RecordTable({record_for("jw_good").digest: record_for("jw_good")}), None, enabled=True)
+    padded = "Bearer jw_good" + " " * auth.MAX_REMEMBERED_LENGTH
+    for _ in range(2):
+        outcome: List[object] = []
+        gate.admit(padded, "users", False, False).addBoth(outcome.append)
+        assert not hasattr(outcome[0], "value")
+    assert hashed == ["jw_good", "jw_good"]
+    assert not gate.admits_now(padded, "users", False)
+    assert all(len(key) <= auth.MAX_REMEMBERED_LENGTH for key in gate._digests)
