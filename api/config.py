@@ -67,6 +67,9 @@ class Settings:
     # Document reads and writes answered without Cyclone when they can be (handlers/direct_*.py); off:
     # every one goes through DocumentHandler (what they are compared with, in tests and benchmarks).
     direct_answers: bool = True
+    # Requests a worker serves itself before it takes a client's, so that PyPy has
+    # compiled them (api/warm_up.py); 0: none.
+    warm_up: int = 12000
     # CPU burnt per request, for testing the load-test gate only (handlers/debug_burn.py).
     debug_burn_us: int = 0
     # Cache-Control of document and list responses (handlers/cache_policy.py).
@@ -154,6 +157,7 @@ def from_environment(environ: Optional[Mapping[str, str]] = None) -> Settings:
         write_concern=write_concern,
         hot_cache_bytes=read("JETWAY_HOT_CACHE_BYTES", _non_negative_int, defaults.hot_cache_bytes),
         direct_answers=read("JETWAY_DIRECT_ANSWERS", _flag, defaults.direct_answers),
+        warm_up=read("JETWAY_WARM_UP", _non_negative_int, defaults.warm_up),
         debug_burn_us=read("JETWAY_DEBUG_BURN_US", _non_negative_int, defaults.debug_burn_us),
         cache_control=read("JETWAY_CACHE_CONTROL", cache_policy, defaults.cache_control),
         compress_min_bytes=read("JETWAY_COMPRESS_MIN_BYTES", _non_negative_int, defaults.compress_min_bytes),

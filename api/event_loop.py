@@ -43,6 +43,11 @@ class DirectEPollReactor(epollreactor.EPollReactor):
         """Call ``call()`` after the events of every poll are handled (an error in it is logged)."""
         self._after_poll.append(call)
 
+    def no_longer_after_each_poll(self, call: Callable[[], None]) -> None:
+        """Stop calling what ``after_each_poll`` was given (a warm-up's log, ``api.warm_up``)."""
+        if call in self._after_poll:
+            self._after_poll.remove(call)
+
     def polled(self) -> None:
         """What runs as a poll's events are done (``after_each_poll``)."""
         for call in self._after_poll:

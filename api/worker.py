@@ -15,9 +15,11 @@ import os
 import signal
 import socket
 import sys
+from functools import partial
 from typing import Any, Callable, Optional, Tuple
 
 from twisted.internet import task
+from twisted.python import log
 
 from api.app import make_app
 from api.application import JetwayApplication
@@ -27,6 +29,7 @@ from api.log_writer import LineWriter
 from api.logs import LineStream, start_logging
 from api.observe import HotCacheMetrics, Metrics
 from api.signals import on_signals
+from api.warm_up import warm_up
 from cache.batch import BatchRunner
 from cache.change_feed import NO_FEED, FeedLog, FeedReader
 from cache.collection_settings import CollectionSettingsStore
@@ -74,20 +77,33 @@ def run_worker(
     if ready_fd is not None:
         _die_with_parent()
     app, feed = assemble(settings, reactor, metrics, lines, app_factory)
-    port = adopt_listening_socket(reactor, fd, _nonblocking_family(fd), app)
-    os.close(fd)  # the port took a copy
-    app.listen_on(port)
-    drain = Drain(app, port, reactor, settings.grace, feed.drain if feed is not None else None)
-    flushing = task.LoopingCall(metrics.flush)
-    flushing.clock = reactor
-    flushing.start(METRICS_FLUSH_SECONDS, now=False)
     reactor.addSystemEventTrigger("before", "shutdown", app.observer.flush)
     # After the observer's flush (triggers of one phase run in order), so the last access lines go too.
     reactor.addSystemEventTrigger("before", "shutdown", lines.close)
-    reactor.callWhenRunning(on_signals, reactor, drain.start, signal.SIGTERM, signal.SIGINT)
-    if ready_fd is not None:
-        os.write(ready_fd, b"ready\n")
-        os.close(ready_fd)
+
+    def serve(_: Any = None) -> None:
+        port = adopt_listening_socket(reactor, fd, _nonblocking_family(fd), app)
+        os.close(fd)  # the port took a copy
+        app.listen_on(port)
+        drain = Drain(app, port, reactor, settings.grace, feed.drain if feed is not None else None)
+        flushing = task.LoopingCall(metrics.flush)
+        flushing.clock = reactor
+        flushing.start(METRICS_FLUSH_SECONDS, now=False)
+        reactor.callWhenRunning(on_signals, reactor, drain.start, signal.SIGTERM, signal.SIGINT)
+        if ready_fd is not None:
+            os.write(ready_fd, b"ready\n")
+            os.close(ready_fd)
+
+    if settings.warm_up:
+        # Before the listening socket is taken: no client waits on PyPy's compiler (api.warm_up).
+        build = partial(assemble, app_factory=app_factory)
+        reactor.callWhenRunning(
+            lambda: warm_up(settings, reactor, settings.warm_up, build)
+            .addCallback(lambda report: log.msg(report.describe()))
+            .addBoth(serve)
+        )
+    else:
+        serve()
     reactor.run()
     return 0
 
@@ -98,12 +114,16 @@ def assemble(
     metrics: Metrics,
     lines: LineWriter,
     app_factory: Callable[..., JetwayApplication] = make_app,
+    on_shutdown: Optional[Callable[[Callable[[], Any]], None]] = None,
 ) -> Tuple[JetwayApplication, Optional[Feed]]:
     """The worker's application and everything it serves with, connected to Redis.
 
     Also what ``loadtest/_request_path.py`` serves requests with in-process.
-    Each part that holds a connection closes it as the reactor shuts down.
+    Each part that holds a connection closes it as the reactor shuts down,
+    or when ``on_shutdown`` calls what it was given (``api.warm_up``).
     """
+    if on_shutdown is None:
+        on_shutdown = partial(reactor.addSystemEventTrigger, "before", "shutdown")
     redis = connect(settings.redis, reactor, settings.redis_timeout, settings.redis_pool)
     link = MeteredLink(redis, metrics.observe_redis)
     hot = None
@@ -111,7 +131,7 @@ def assemble(
         hot = HotCache(settings.hot_cache_bytes)
         invalidations = invalidation_feed(settings.redis, redis, hot, reactor, settings.redis_timeout)
         metrics.hot_cache = HotCacheMetrics(hot.stats)
-        reactor.addSystemEventTrigger("before", "shutdown", invalidations.stop)
+        on_shutdown(invalidations.stop)
     # WAIT blocks the connection it is sent on: writes that wait get a pool of
     # their own, dialled at once when every write waits, else when a
     # collection's write_replicas first asks for it.
@@ -123,7 +143,7 @@ def assemble(
     )
     if settings.write_concern.waits:
         write_link.dial()
-    reactor.addSystemEventTrigger("before", "shutdown", write_link.close)
+    on_shutdown(write_link.close)
     store = DocumentStore(
         link,
         write_link=write_link,
@@ -136,7 +156,7 @@ def assemble(
     tickets = TicketStore(link, settings.feed_ticket_ttl) if feed is not None else None
     tokens = TokenCache(TokenStore(link), settings.redis, reactor, settings.redis_timeout) if settings.auth else None
     collections = SettingsCache(CollectionSettingsStore(link), settings.redis, reactor, settings.redis_timeout)
-    reactor.addSystemEventTrigger("before", "shutdown", collections.close)
+    on_shutdown(collections.close)
     idempotency = IdempotencyRecords(link, settings.idempotency_lease)
     batches = BatchRunner(store, link, settings.write_concern, write_link)
     gate = Gate(tokens, link, settings.auth)
@@ -153,11 +173,11 @@ def assemble(
         feed=feed,
         tickets=tickets,
     )
-    reactor.addSystemEventTrigger("before", "shutdown", link.close)
+    on_shutdown(link.close)
     if tokens is not None:
-        reactor.addSystemEventTrigger("before", "shutdown", tokens.close)
+        on_shutdown(tokens.close)
     if feed is not None:
-        reactor.addSystemEventTrigger("before", "shutdown", feed.close)
+        on_shutdown(feed.close)
     return app, feed
 
 

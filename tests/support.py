@@ -99,6 +99,8 @@ class JetwayServer:
             "REDIS_URL": redis_url,
             "JETWAY_ACCESS_LOG": "off",
             "JETWAY_AUTH": "on" if auth else "off",
+            # Seconds of every start the suite's servers need not spend (tests/test_warm_up.py warms up).
+            "JETWAY_WARM_UP": "0",
             **(env or {}),
         }
         self.process: Optional[subprocess.Popen] = None

@@ -83,6 +83,7 @@ class Supervisor:
             "REDIS_URL": redis_url,
             "JETWAY_ACCESS_LOG": "off",
             "JETWAY_AUTH": "off",  # authorization is not what this module is about
+            "JETWAY_WARM_UP": "0",  # nor the warm-up (tests/test_warm_up.py), which lengthens each restart
         }
 
     def start(self) -> Supervisor:

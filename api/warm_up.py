@@ -1,0 +1,271 @@
+"""A worker's warm-up: its common requests served to itself before it takes a client's.
+
+PyPy compiles a path of the worker once it has run it a thousand times or
+so, and every compilation stops the worker for 1-20 ms. A fresh worker's
+first second of writes was its compiler's: measured, its first 1 s of
+``PUT``s at 64 connections had a p99 of 29-88 ms where the seconds after
+had 5-8 ms, and half the throughput (README, "Warm-up").
+
+So before a worker adopts the listening socket it serves ``requests``
+requests (``JETWAY_WARM_UP``) to a throwaway application built as its
+own is (``api.worker.assemble``, the same settings and classes) over
+loopback connections: a document ``PUT`` (the direct write), its read
+from Redis, its read from the hot cache, the same for a ~10 KB document
+(its gzip variant made and served) and ``/healthz``, with a token of its
+own. That application's Redis is ``api.warm_up_redis.WarmUpRedis``, in
+this process: nothing reaches the real Redis, and no real token is needed.
+Its access lines go to /dev/null and its metrics nowhere. Then each of its
+connections is closed, and the worker serves.
+
+Bounded: at most ``MAX_SECONDS``; a warm-up that fails or runs out of time
+is reported and the worker serves all the same, as cold as before.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Tuple
+
+from twisted.internet import defer, protocol
+
+from api.eager_send import EagerPort
+from api.log_writer import LineWriter
+from api.observe import Metrics
+from api.warm_up_redis import Hashes, WarmUpRedis
+from cache import keys
+from cache.address import parse_redis_url
+from cache.tokens import digest_of, new_token, token_key
+from cache.variants import FIELDS, Variants
+
+# Long enough for a few thousand requests on a busy machine; a worker that
+# has not warmed by then serves cold rather than keep clients waiting.
+MAX_SECONDS = 5.0
+CONNECTIONS = 8
+COLLECTION = "warm-up"
+# Documents with what JSON documents hold (times and URLs, whose colons the
+# I-JSON check counts, numbers, booleans, null, nesting), ~300 B and ~10 KB.
+_SMALL = json.dumps(
+    {
+        "id": "w1",
+        "name": "Ada Lovelace",
+        "email": "ada@example.com",
+        "url": "https://example.com/people/w1",
+        "updated": "2026-01-01T00:00:00Z",
+        "score": 12.5,
+        "visits": 42,
+        "active": True,
+        "manager": None,
+        "tags": ["a", "b", "c"],
+        "address": {"city": "London", "zip": "N1"},
+    },
+    separators=(",", ":"),
+).encode()
+_LARGE = json.dumps(
+    {
+        "id": "w2",
+        "updated": "2026-01-01T00:00:00Z",
+        "items": [
+            {"sku": f"SKU-{n:05d}", "qty": n, "price": n * 1.25, "ok": n % 3 == 0, "url": f"https://example.com/{n}"}
+            for n in range(100)
+        ],
+    },
+    separators=(",", ":"),
+).encode()
+_ETAG = b'"warm-up"'
+_MODIFIED = b"Thu, 01 Jan 2026 00:00:00 GMT"
+
+Assemble = Callable[..., Tuple[Any, Any]]
+
+
+@dataclass
+class WarmUpReport:
+    """What a warm-up served: answers by status, its time, and what its Redis could not answer."""
+
+    statuses: Dict[int, int] = field(default_factory=dict)
+    seconds: float = 0.0
+    unknown_commands: List[str] = field(default_factory=list)
+    error: str = ""
+
+    @property
+    def answered(self) -> int:
+        return sum(self.statuses.values())
+
+    def describe(self) -> str:
+        by_status = ", ".join(f"{count} {status}" for status, count in sorted(self.statuses.items()))
+        text = f"warm-up: {self.answered} requests in {self.seconds:.2f} s ({by_status or 'none'})"
+        if self.unknown_commands:
+            text += f"; its Redis was asked what it does not answer: {' '.join(self.unknown_commands)}"
+        if self.error:
+            text += f"; stopped: {self.error}"
+        return text
+
+
+def warm_up(settings: Any, reactor: Any, requests: int, assemble: Assemble) -> defer.Deferred:
+    """Serve ``requests`` requests to a throwaway copy of the worker's application; fires with a ``WarmUpReport``.
+
+    It never fails: whatever goes wrong is in the report.
+    """
+    report = WarmUpReport()
+    started = time.monotonic()
+    redis = WarmUpRedis({})
+    redis_port = reactor.listenTCP(0, redis, interface="127.0.0.1")
+    closers: List[Callable[[], Any]] = []
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    lines = LineWriter(devnull, False, lambda _: None)
+    warm_settings = dataclasses.replace(
+        settings,
+        redis=parse_redis_url(f"redis://127.0.0.1:{redis_port.getHost().port}/0"),
+        redis_url=f"redis://127.0.0.1:{redis_port.getHost().port}/0",
+    )
+    try:
+        app, _ = assemble(warm_settings, reactor, Metrics(), lines, on_shutdown=closers.append)
+        http_port = EagerPort(0, app, interface="127.0.0.1", reactor=reactor)
+        http_port.startListening()
+    except Exception as error:  # reported, and the worker serves cold
+        report.error = f"could not start: {error!r}"
+        return _close(reactor, closers, [redis_port], devnull, lines, report, started)
+    token = new_token()
+    redis.hashes.update(_hashes(digest_of(token), warm_settings))
+    load = _Load(_requests(token), requests, report)
+    for _ in range(CONNECTIONS):
+        reactor.connectTCP("127.0.0.1", http_port.getHost().port, load)
+    timeout = reactor.callLater(MAX_SECONDS, load.stop, f"not done in {MAX_SECONDS:g} s")
+    load.done.addBoth(lambda _: timeout.cancel() if timeout.active() else None)
+    load.done.addBoth(lambda _: report.unknown_commands.extend(sorted(name.decode() for name in redis.unknown)))
+    ports = [http_port, redis_port]
+    return load.done.addBoth(lambda _: _close(reactor, closers, ports, devnull, lines, report, started))
+
+
+def _hashes(digest: bytes, settings: Any) -> Hashes:
+    """What the warm-up's Redis holds: its token (admin, no rate), and its two documents as stored."""
+    hashes: Hashes = {
+        token_key(digest): {
+            b"name": b"warm-up",
+            b"scopes": b"admin",
+            b"rate": b"",
+            b"expires": b"0",
+            b"created": b"%d" % time.time(),
+        }
+    }
+    variants = Variants(settings.compress_min_bytes)
+    for doc_id, body in ((b"w1", _SMALL), (b"w2", _LARGE)):
+        stored = {b"b": body, b"e": _ETAG, b"m": _MODIFIED}
+        stored.update((FIELDS[coding], data) for coding, data in variants.encode(body))
+        hashes[keys.document_key(COLLECTION.encode(), doc_id)] = stored
+    return hashes
+
+
+def _requests(token: str) -> List[bytes]:
+    """The requests each connection sends in turn, as a client sends them."""
+    auth = f"Authorization: Bearer {token}\r\n".encode()
+    requests = []
+    for doc_id, body in (("w1", _SMALL), ("w2", _LARGE)):
+        path = f"/v1/{COLLECTION}/{doc_id}".encode()
+        head = b"Host: localhost\r\nUser-Agent: jetway-warm-up\r\nAccept: */*\r\n" + auth
+        put = b"PUT %s HTTP/1.1\r\n%sContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+        requests.append(put % (path, head, len(body), body))
+        read = b"GET %s HTTP/1.1\r\n%s\r\n" % (path, head)
+        requests += (read, read, read.replace(b"\r\n\r\n", b"\r\nAccept-Encoding: gzip\r\n\r\n"))
+    requests.append(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+    return requests
+
+
+class _Load(protocol.ClientFactory):
+    """Connections that each send a request, read its answer and send the next, until ``total`` are answered."""
+
+    def __init__(self, requests: List[bytes], total: int, report: WarmUpReport) -> None:
+        self.requests = requests
+        self.total = total
+        self.report = report
+        self.sent = 0
+        self.clients: List[_Client] = []
+        self.done: defer.Deferred = defer.Deferred()
+
+    def buildProtocol(self, addr: Any) -> _Client:
+        client = _Client(self)
+        self.clients.append(client)
+        return client
+
+    def clientConnectionFailed(self, connector: Any, reason: Any) -> None:
+        self.stop(f"could not connect: {reason.getErrorMessage()}")
+
+    def next_request(self) -> bytes:
+        """The next request to send, or b"" when ``total`` have been sent."""
+        if self.sent >= self.total or self.done.called:
+            return b""
+        self.sent += 1
+        return self.requests[self.sent % len(self.requests)]
+
+    def answered(self, status: int) -> None:
+        self.report.statuses[status] = self.report.statuses.get(status, 0) + 1
+        if self.report.answered >= self.total:
+            self.stop()
+
+    def stop(self, why: str = "") -> None:
+        if self.done.called:
+            return
+        self.report.error = why
+        for client in self.clients:
+            client.transport.loseConnection()
+        self.done.callback(None)
+
+
+class _Client(protocol.Protocol):
+    def __init__(self, load: _Load) -> None:
+        self.load = load
+        self.buffer = b""
+
+    def connectionMade(self) -> None:
+        self.transport.setTcpNoDelay(True)  # as the clients of a gateway (wrk, browsers) do
+        self._send()
+
+    def _send(self) -> None:
+        request = self.load.next_request()
+        if request:
+            self.transport.write(request)
+
+    def dataReceived(self, data: bytes) -> None:
+        self.buffer += data
+        while True:
+            end = self.buffer.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            head = self.buffer[:end].split(b"\r\n")
+            length = 0
+            for line in head[1:]:
+                name, _, value = line.partition(b":")
+                if name.lower() == b"content-length":
+                    length = int(value)
+            if len(self.buffer) < end + 4 + length:
+                return
+            self.buffer = self.buffer[end + 4 + length :]
+            self.load.answered(int(head[0].split(b" ")[1]))
+            self._send()
+
+
+def _close(
+    reactor: Any,
+    closers: List[Callable[[], Any]],
+    ports: List[Any],
+    devnull: int,
+    lines: LineWriter,
+    report: WarmUpReport,
+    started: float,
+) -> defer.Deferred:
+    """Close everything the warm-up opened; fires with the report once they are closed."""
+    no_longer = getattr(reactor, "no_longer_after_each_poll", None)
+    closing = [defer.maybeDeferred(close) for close in closers]
+    closing += [defer.maybeDeferred(port.stopListening) for port in ports]
+
+    def closed(_: Any) -> WarmUpReport:
+        if no_longer is not None:  # the warm-up's access log, registered by its application
+            no_longer(lines.flush)
+        os.close(devnull)
+        report.seconds = time.monotonic() - started
+        return report
+
+    return defer.DeferredList(closing, consumeErrors=True).addCallback(closed)

@@ -1,0 +1,115 @@
+"""A worker's warm-up (``api.warm_up``): every request answered, nothing of it outside the worker.
+
+Each worker serves its warm-up requests to a throwaway copy of its
+application whose Redis is in the worker (``api.warm_up_redis``). Checked
+against a real server and a real Redis: every warm-up request answered
+200 and its Redis asked nothing it does not answer (a path that starts
+asking Redis something new shows here, not as a warm-up of an error); the
+real Redis ran no write and holds nothing of it; no access line and no
+metric counts it; the worker keeps no socket of it; and then it serves.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from pathlib import Path
+from typing import Iterator, List
+
+import pytest
+import requests
+
+from tests.support import JetwayServer, RedisServer
+
+WARM_UP = 1500
+_REPORT = re.compile(r"warm-up: (\d+) requests in [0-9.]+ s \((.*?)\)(.*)")
+
+
+def workers_of(master: int) -> List[int]:
+    """The pids whose parent is ``master``."""
+    children = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == master:
+                children.append(int(entry))
+    return children
+
+
+def sockets_of(pid: int) -> int:
+    count = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            count += os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:")
+        except OSError:
+            continue
+    return count
+
+
+def reports(log: Path) -> List[str]:
+    return [json.loads(line)["message"] for line in log.read_text().splitlines() if '"warm-up: ' in line]
+
+
+@pytest.fixture
+def servers(own_redis: RedisServer, tmp_path: Path) -> Iterator[List[JetwayServer]]:
+    """A server that warms up and one that does not, both with production's log and authorization."""
+    started: List[JetwayServer] = []
+    try:
+        for warm_up in (WARM_UP, 0):
+            server = JetwayServer(
+                own_redis.url,
+                tmp_path / f"jetway-{warm_up}.log",
+                env={"JETWAY_WARM_UP": str(warm_up), "JETWAY_ACCESS_LOG": "on", "JETWAY_WORKERS": "2"},
+                auth=True,
+            )
+            started.append(server.start())
+        yield started
+    finally:
+        for server in started:
+            server.stop()
+
+
+def test_each_worker_warms_up_alone_and_then_serves(servers: List[JetwayServer], own_redis: RedisServer) -> None:
+    warm, cold = servers
+    deadline = time.monotonic() + 30
+    while len(reports(warm.log_path)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    found = reports(warm.log_path)
+    assert len(found) == 2, found  # one per worker
+    for report in found:
+        answered, statuses, rest = _REPORT.match(report).groups()  # type: ignore[union-attr]
+        assert int(answered) == WARM_UP and statuses == f"{WARM_UP} 200", report
+        assert rest == "", report  # no command its Redis could not answer, not stopped early
+    assert reports(cold.log_path) == []
+
+    # Nothing reached the real Redis: no write script ran, no key of it, no token made.
+    redis = own_redis.client()
+    assert "cmdstat_evalsha" not in redis.info("commandstats")
+    assert [key for key in redis.keys("*") if b"warm-up" in key] == []
+    # No socket of it is left: a warmed worker holds as many as one that was not.
+    time.sleep(1.0)
+    for server in servers:
+        assert len(workers_of(server.process.pid)) == 2  # type: ignore[union-attr]
+    assert sorted(map(sockets_of, workers_of(warm.process.pid))) == sorted(  # type: ignore[union-attr]
+        map(sockets_of, workers_of(cold.process.pid))  # type: ignore[union-attr]
+    )
+
+    # It serves, and its access log and metrics hold the clients' requests only.
+    token = warm.make_token("client", "admin")
+    headers = {"Authorization": f"Bearer {token}"}
+    put = requests.put(warm.url("/v1/items/a"), json={"a": 1}, headers=headers, timeout=5)
+    assert put.status_code == 201
+    assert requests.get(warm.url("/v1/items/a"), headers=headers, timeout=5).json() == {"a": 1}
+    time.sleep(1.5)  # the access lines written and every worker's metrics flushed
+    log = warm.log_path.read_text()
+    assert "/v1/items/a" in log and "/v1/warm-up/" not in log
+    metrics = requests.get(warm.url("/metrics"), headers=headers, timeout=5).text
+    requests_total = sum(
+        float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines() if line.startswith("jetway_requests_total{")
+    )
+    assert requests_total < 20  # the health checks of the start and this test's few, not 2 x 1,500
