@@ -16,10 +16,11 @@ import signal
 import socket
 import sys
 from functools import partial
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
-from twisted.internet import task
+from twisted.internet import defer, task
 from twisted.python import log
+from twisted.python.failure import Failure
 
 from api.app import make_app
 from api.application import JetwayApplication
@@ -94,17 +95,26 @@ def run_worker(
             os.write(ready_fd, b"ready\n")
             os.close(ready_fd)
 
+    could_not_serve: List[Failure] = []
+
+    def warm_up_then_serve() -> None:
+        build = partial(assemble, app_factory=app_factory)
+        warming = defer.maybeDeferred(warm_up, settings, reactor, settings.warm_up, build)
+        warming.addCallbacks(
+            lambda report: log.msg(report.describe()),
+            lambda failure: log.err(failure, "warm-up failed; serving without it"),
+        )
+        # As when there is no warm-up, a worker that cannot serve exits (non-zero), it does not hang.
+        warming.addCallback(serve).addErrback(lambda failure: (could_not_serve.append(failure), reactor.stop()))
+
     if settings.warm_up:
         # Before the listening socket is taken: no client waits on PyPy's compiler (api.warm_up).
-        build = partial(assemble, app_factory=app_factory)
-        reactor.callWhenRunning(
-            lambda: warm_up(settings, reactor, settings.warm_up, build)
-            .addCallback(lambda report: log.msg(report.describe()))
-            .addBoth(serve)
-        )
+        reactor.callWhenRunning(warm_up_then_serve)
     else:
         serve()
     reactor.run()
+    for failure in could_not_serve:
+        failure.raiseException()
     return 0
 
 
