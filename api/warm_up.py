@@ -110,7 +110,8 @@ class WarmUpReport:
 def warm_up(settings: Any, reactor: Any, requests: int, assemble: Assemble) -> defer.Deferred:
     """Serve ``requests`` requests to a throwaway copy of the worker's application; fires with a ``WarmUpReport``.
 
-    It never fails: whatever goes wrong is in the report.
+    It fails only when it cannot listen on the loopback interface; whatever
+    goes wrong after that is in the report.
     """
     report = WarmUpReport()
     started = time.monotonic()
