@@ -134,7 +134,7 @@ def warm_up(settings: Any, reactor: Any, requests: int, assemble: Assemble) -> d
         return _close(reactor, closers, [redis_port], devnull, lines, report, started)
     token = new_token()
     redis.hashes.update(_hashes(digest_of(token), warm_settings))
-    load = _Load(_requests(token), requests, report)
+    load = _Load(_requests(token, settings.max_body), requests, report)
     for _ in range(CONNECTIONS):
         reactor.connectTCP("127.0.0.1", http_port.getHost().port, load)
     timeout = reactor.callLater(MAX_SECONDS, load.stop, f"not done in {MAX_SECONDS:g} s")
@@ -163,11 +163,13 @@ def _hashes(digest: bytes, settings: Any) -> Hashes:
     return hashes
 
 
-def _requests(token: str) -> List[bytes]:
-    """The requests each connection sends in turn, as a client sends them."""
+def _requests(token: str, max_body: int) -> List[bytes]:
+    """The requests each connection sends in turn, as a client sends them (no document over ``max_body``)."""
     auth = f"Authorization: Bearer {token}\r\n".encode()
     requests = []
     for doc_id, body in (("w1", _SMALL), ("w2", _LARGE)):
+        if len(body) > max_body:
+            continue  # a 413 warms nothing that matters
         path = f"/v1/{COLLECTION}/{doc_id}".encode()
         head = b"Host: localhost\r\nUser-Agent: jetway-warm-up\r\nAccept: */*\r\n" + auth
         put = b"PUT %s HTTP/1.1\r\n%sContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"

@@ -113,3 +113,13 @@ def test_each_worker_warms_up_alone_and_then_serves(servers: List[JetwayServer],
         float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines() if line.startswith("jetway_requests_total{")
     )
     assert requests_total < 20  # the health checks of the start and this test's few, not 2 x 1,500
+
+
+def test_no_warm_up_request_carries_a_body_over_the_limit() -> None:
+    from api.warm_up import _LARGE, _SMALL, _requests
+
+    assert len(_SMALL) < 1024 < len(_LARGE)
+    everything = b"".join(_requests("jw_token", 1 << 20))
+    small_only = b"".join(_requests("jw_token", 1024))
+    assert b"/v1/warm-up/w2" in everything and b"/v1/warm-up/w1" in everything
+    assert b"/v1/warm-up/w2" not in small_only and small_only.count(b"PUT /v1/warm-up/w1 ") == 3
