@@ -3,16 +3,16 @@
 PyPy compiles a path of the worker once it has run it a thousand times or
 so, and every compilation stops the worker for 1-20 ms. A fresh worker's
 first second of writes was its compiler's: measured, its first 1 s of
-``PUT``s at 64 connections had a p99 of 29-88 ms where the seconds after
-had 5-8 ms, and half the throughput (README, "Warm-up").
+``PUT``s at 64 connections had a p99 of 25-98 ms where the seconds after
+had 5-8 ms, and two thirds of the throughput (README, "Processes").
 
 So before a worker adopts the listening socket it serves ``requests``
 requests (``JETWAY_WARM_UP``) to a throwaway application built as its
 own is (``api.worker.assemble``, the same settings and classes) over
-loopback connections: a document ``PUT`` (the direct write), its read
-from Redis, its read from the hot cache, the same for a ~10 KB document
-(its gzip variant made and served) and ``/healthz``, with a token of its
-own. That application's Redis is ``api.warm_up_redis.WarmUpRedis``, in
+loopback connections: document ``PUT``s (the direct write), a read from
+Redis, a read from the hot cache and a gzip read, each for a ~250 B and a
+~8 KB document (its gzip variant made and served), and ``/healthz``, with
+a token of its own. That application's Redis is ``api.warm_up_redis.WarmUpRedis``, in
 this process: nothing reaches the real Redis, and no real token is needed.
 Its access lines go to /dev/null and its metrics nowhere. Then each of its
 connections is closed, and the worker serves.
