@@ -44,6 +44,11 @@ def established_by_pid(port: int) -> Dict[int, int]:
     return counts
 
 
+def sockets_held(pid: int) -> int:
+    """How many sockets (of any kind) the process ``pid`` has open."""
+    return sum(_link(f"/proc/{pid}/fd/{fd}").startswith("socket:") for fd in _list(f"/proc/{pid}/fd"))
+
+
 def _list(directory: str) -> List[str]:
     try:
         return os.listdir(directory)

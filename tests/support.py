@@ -137,6 +137,13 @@ class JetwayServer:
         return self.base + path
 
 
+def worker_pids(server: JetwayServer) -> List[int]:
+    """The master's workers, from ``/proc`` (a clean Debian has no ``ps``)."""
+    pid = server.process.pid  # type: ignore[union-attr]
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return sorted(int(child) for child in children)
+
+
 def keys_cli(redis_url: str, *args: str) -> subprocess.CompletedProcess:
     """``python -m api keys ...`` against ``redis_url``."""
     return subprocess.run(

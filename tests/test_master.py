@@ -13,14 +13,14 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Iterator, List
+from typing import Iterator
 
 import pytest
 import requests
 
 from api.master import DEFAULT_GC_ENVIRONMENT, worker_environment
 from tests.proc_sockets import established_by_pid
-from tests.support import ROOT, JetwayServer, SteadyClient, free_port, stop_process, wait_until
+from tests.support import ROOT, JetwayServer, SteadyClient, free_port, stop_process, wait_until, worker_pids
 
 WORKERS = 2
 
@@ -34,12 +34,6 @@ def master(redis_server, redis_client, tmp_path) -> Iterator[JetwayServer]:
         yield server
     finally:
         server.stop()
-
-
-def worker_pids(server: JetwayServer) -> List[int]:
-    pid = server.process.pid
-    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    return sorted(int(child) for child in children)
 
 
 def get_healthz(sock: socket.socket) -> bytes:

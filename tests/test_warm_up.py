@@ -12,7 +12,6 @@ metric counts it; the worker keeps no socket of it; and then it serves.
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 from pathlib import Path
@@ -21,34 +20,11 @@ from typing import Iterator, List
 import pytest
 import requests
 
-from tests.support import JetwayServer, RedisServer
+from tests.proc_sockets import sockets_held
+from tests.support import JetwayServer, RedisServer, worker_pids
 
 WARM_UP = 1500
 _REPORT = re.compile(r"warm-up: (\d+) requests in [0-9.]+ s \((.*?)\)(.*)")
-
-
-def workers_of(master: int) -> List[int]:
-    """The pids whose parent is ``master``."""
-    children = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == master:
-                children.append(int(entry))
-    return children
-
-
-def sockets_of(pid: int) -> int:
-    count = 0
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            count += os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:")
-        except OSError:
-            continue
-    return count
 
 
 def reports(log: Path) -> List[str]:
@@ -94,10 +70,8 @@ def test_each_worker_warms_up_alone_and_then_serves(servers: List[JetwayServer],
     # No socket of it is left: a warmed worker holds as many as one that was not.
     time.sleep(1.0)
     for server in servers:
-        assert len(workers_of(server.process.pid)) == 2  # type: ignore[union-attr]
-    assert sorted(map(sockets_of, workers_of(warm.process.pid))) == sorted(  # type: ignore[union-attr]
-        map(sockets_of, workers_of(cold.process.pid))  # type: ignore[union-attr]
-    )
+        assert len(worker_pids(server)) == 2
+    assert sorted(map(sockets_held, worker_pids(warm))) == sorted(map(sockets_held, worker_pids(cold)))
 
     # It serves, and its access log and metrics hold the clients' requests only.
     token = warm.make_token("client", "admin")
