@@ -43,7 +43,8 @@ def servers(own_redis: RedisServer, tmp_path: Path) -> Iterator[List[JetwayServe
                 env={"JETWAY_WARM_UP": str(warm_up), "JETWAY_ACCESS_LOG": "on", "JETWAY_WORKERS": "2"},
                 auth=True,
             )
-            started.append(server.start())
+            started.append(server)  # stopped below even if its start fails half-way
+            server.start()
         yield started
     finally:
         for server in started:
