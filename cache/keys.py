@@ -44,6 +44,7 @@ Why this fits Redis Cluster (``cache.cluster``):
 from __future__ import annotations
 
 import zlib
+from typing import Tuple
 
 INDEX_SHARDS = 16
 PREFIX = b"jw:"
@@ -61,6 +62,12 @@ def _tag(collection: bytes, shard: int) -> bytes:
 def document_key(collection: bytes, doc_id: bytes) -> bytes:
     """The hash that holds one document's body, ETag and modification time."""
     return _tag(collection, shard_of(doc_id)) + b":d:" + doc_id
+
+
+def document_and_index_keys(collection: bytes, doc_id: bytes) -> Tuple[bytes, bytes]:
+    """``document_key`` and ``index_key_for`` together, the id hashed once (every write needs both)."""
+    tag = _tag(collection, shard_of(doc_id))
+    return tag + b":d:" + doc_id, tag + b":i"
 
 
 def index_key(collection: bytes, shard: int) -> bytes:

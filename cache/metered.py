@@ -48,14 +48,13 @@ class MeteredLink:
         return self._timed("pipeline", self._link.pipeline_outcomes(commands, scripts, wait))
 
     def _timed(self, operation: str, pending: defer.Deferred) -> defer.Deferred:
-        started = self._clock()
+        # A bound method and its arguments, not a closure made per call.
+        return pending.addBoth(self._done, operation, self._clock())
 
-        def done(result: Any) -> Any:
-            kind = None
-            if isinstance(result, Exception) or hasattr(result, "value"):
-                error = getattr(result, "value", result)
-                kind = next((name for error_type, name in _KINDS if isinstance(error, error_type)), "other")
-            self._observe(operation, self._clock() - started, kind)
-            return result
-
-        return pending.addBoth(done)
+    def _done(self, result: Any, operation: str, started: float) -> Any:
+        kind = None
+        if isinstance(result, Exception) or hasattr(result, "value"):
+            error = getattr(result, "value", result)
+            kind = next((name for error_type, name in _KINDS if isinstance(error, error_type)), "other")
+        self._observe(operation, self._clock() - started, kind)
+        return result

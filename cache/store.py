@@ -454,12 +454,16 @@ class DocumentStore:
         try:
             write = self.prepare_put(collection, doc_id, body, conditions, ttl, etag, op)
             concern = self._concern(replicas)
-            running = self._run_write(scripts.PUT, write.keys, write.args, concern)
+            sent = self._send_write(scripts.PUT, write.keys, write.args, concern)
         except Exception:
             return defer.fail()
-        return running.addCallback(self._written, write, concern)
+        # One callback for the reply and the hot cache, not one each: every PUT runs it.
+        return sent.addBoth(self._written, write, concern)
 
-    def _written(self, reply: Tuple[Any, Any], write: PreparedPut, concern: Any) -> Any:
+    def _written(self, reply: Any, write: PreparedPut, concern: WriteConcern) -> Any:
+        reply = self._wrote(reply, write.keys[0], concern.waits)
+        if isinstance(reply, Failure):
+            return reply
         result, confirmed = reply
         outcome = put_outcome(write, result)
         if outcome[1] is not None:
@@ -500,22 +504,14 @@ class DocumentStore:
         ]
         return PreparedPut(
             document,
-            [
-                keys.document_key(collection, doc_id),
-                keys.index_key_for(collection, doc_id),
-                *self._feed.script_keys(collection, doc_id),
-            ],
+            [*keys.document_and_index_keys(collection, doc_id), *self._feed.script_keys(collection, doc_id)],
             args,
         )
 
     def prepare_delete(self, collection: bytes, doc_id: bytes, if_match: bytes) -> PreparedDelete:
         """A delete as the script call that makes it (``delete_outcome`` reads its reply)."""
         return PreparedDelete(
-            [
-                keys.document_key(collection, doc_id),
-                keys.index_key_for(collection, doc_id),
-                *self._feed.script_keys(collection, doc_id),
-            ],
+            [*keys.document_and_index_keys(collection, doc_id), *self._feed.script_keys(collection, doc_id)],
             [doc_id, if_match, *self._feed.script_args(b"delete", collection, doc_id)],
         )
 
@@ -529,16 +525,20 @@ class DocumentStore:
         self, script: Script, script_keys: List[bytes], args: List[Any], concern: WriteConcern
     ) -> defer.Deferred:
         """A write script's reply and how many replicas confirmed it (None: not asked)."""
+        return self._send_write(script, script_keys, args, concern).addBoth(self._wrote, script_keys[0], concern.waits)
+
+    def _send_write(
+        self, script: Script, script_keys: List[bytes], args: List[Any], concern: WriteConcern
+    ) -> defer.Deferred:
+        """The script call, with a ``WAIT`` after it when ``concern`` waits: its raw reply (``_wrote`` reads it)."""
         if not concern.waits:
-            sent = self._link.run_script(script, script_keys, args)
-        else:
-            if self._write_link is None:
-                raise ValueError("a write concern that waits for replicas needs a write link")
-            sent = self._write_link.run_script_waiting(script, script_keys, args, concern.wait_command())
-        # One callback for both steps, not one each: every PUT runs it.
-        return sent.addBoth(self._wrote, script_keys[0], concern.waits)
+            return self._link.run_script(script, script_keys, args)
+        if self._write_link is None:
+            raise ValueError("a write concern that waits for replicas needs a write link")
+        return self._write_link.run_script_waiting(script, script_keys, args, concern.wait_command())
 
     def _wrote(self, reply: Any, doc_key: bytes, waited: bool) -> Any:
+        """The reply as ``(result, replicas confirmed or None)``, or its Failure; the hot cache's entry dropped."""
         # Whatever the outcome (a timed-out write may have happened), the
         # document's entry goes before the write is answered: this worker
         # reads its own writes without waiting for Redis's invalidation.
