@@ -207,8 +207,16 @@ def _values(headers: HTTPHeaders, name: str) -> List[str]:
 
 
 def _content_length(headers: HTTPHeaders) -> Optional[int]:
-    if not headers.get_list("Content-Length"):
+    lines = headers.get_list("Content-Length")
+    if not lines:
         return None
+    if len(lines) == 1 and lines[0].isdigit() and lines[0].isascii() and len(lines[0]) <= 18:
+        return int(lines[0])  # the usual one plain number, as the rules read it, without their lists and set
+    return content_length_by_rules(headers)
+
+
+def content_length_by_rules(headers: HTTPHeaders) -> int:
+    """The one length of every ``Content-Length`` line and element; raises if they differ or one is not a number."""
     values = set(_values(headers, "Content-Length"))
     if len(values) != 1:
         raise ProtocolError(400, "conflicting Content-Length values")

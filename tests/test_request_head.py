@@ -6,7 +6,7 @@ import os
 
 import pytest
 from cyclone.httputil import HTTPHeaders
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from api import request_head
@@ -109,3 +109,32 @@ def test_made_up_header_lines_do_not_grow_the_worker():
     long_line = b"X-Long: " + b"a" * request_head.MAX_KNOWN_LINE_LENGTH
     assert parse_head(b"GET / HTTP/1.1\r\n" + long_line).headers["X-Long"] == "a" * request_head.MAX_KNOWN_LINE_LENGTH
     assert long_line not in request_head._KNOWN_LINES
+
+
+_lengths = st.lists(
+    st.integers(min_value=0, max_value=10**20).map(str) | st.text(alphabet="0123456789 ,+-x\u0663", max_size=22),
+    min_size=1,
+    max_size=3,
+)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(_lengths)
+@example(["9" * 18])
+@example(["1" * 19])
+@example(["0012"])
+@example(["\u0663"])
+@example(["12", "12"])
+def test_a_content_length_reads_as_its_rules_read_it(values):
+    """The one-plain-number shortcut gives what the full rules give, and refuses nothing they accept."""
+    headers = request_head.RequestHeaders()
+    for value in values:
+        headers.add_normal("Content-Length", value)
+    assert _length(request_head._content_length, headers) == _length(request_head.content_length_by_rules, headers)
+
+
+def _length(read, headers):
+    try:
+        return read(headers)
+    except request_head.ProtocolError as refused:
+        return refused.status, refused.detail
