@@ -106,6 +106,8 @@ class AccessLog:
         self._flushing: Optional[Any] = None
         self._prefix_at = -1
         self._prefix = ""
+        self._second_at = -1
+        self._second = ""
         # On the workers' reactor (api.event_loop) a poll's lines are written
         # as its events are done; on another clock, by a timer at the next turn.
         after_each_poll = getattr(clock, "after_each_poll", None)
@@ -142,7 +144,12 @@ class AccessLog:
         millisecond = int(now * 1000)
         if millisecond != self._prefix_at:
             self._prefix_at = millisecond
-            moment = datetime.fromtimestamp(millisecond / 1000, timezone.utc).isoformat(timespec="milliseconds")
+            second, fraction = divmod(millisecond, 1000)
+            if second != self._second_at:
+                # The date and time to the second, through datetime once a second.
+                self._second_at = second
+                self._second = datetime.fromtimestamp(second, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+            moment = f"{self._second}.{fraction:03d}+00:00"
             self._prefix = f'{{"time": "{moment}", "level": "info", "namespace": "{self.NAMESPACE}", "message": "'
         request = f'"request_id": "{request_id}", ' if request_id else ""
         return (

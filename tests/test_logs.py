@@ -104,3 +104,16 @@ def test_on_the_workers_reactor_a_polls_lines_are_written_as_its_events_are_done
     clock.polled()
     paths = [json.loads(line)["path"] for line in lines.flushed.splitlines()]
     assert paths == ["/healthz?0", "/healthz?1", "/healthz?2"]
+
+
+def test_access_lines_keep_their_time_across_milliseconds_and_seconds():
+    """One log's lines, each second and millisecond made once and reused: each line as json_line makes it."""
+    clock = task.Clock()
+    log = AccessLog(Collected(), True, clock)
+    for when in (1_700_000_000.9985, 1_700_000_000.9989, 1_700_000_000.9991, 1_700_000_001.0004, 1_700_000_061.5):
+        clock.advance(when - clock.seconds())
+        lines = log._lines = Collected()
+        log.request("GET", "/a", 200, "::1", 0.001, "r")
+        log.flush()
+        fields = {"request_id": "r", "method": "GET", "path": "/a", "status": 200, "client": "::1", "duration_ms": 1.0}
+        assert lines.flushed == json_line(when, "info", AccessLog.NAMESPACE, "GET /a 200 (::1) 1.0ms", fields)
