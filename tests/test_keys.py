@@ -13,6 +13,12 @@ def test_document_and_its_index_shard_share_a_hash_tag():
         assert _hash_tag(keys.document_key(b"users", doc_id)) == _hash_tag(keys.index_key_for(b"users", doc_id))
 
 
+def test_a_writes_two_keys_come_from_one_hash_as_each_would_alone():
+    for doc_id in (b"a", b"u1", b"01JABCDEF", b"x" * 128):
+        pair = (keys.document_key(b"users", doc_id), keys.index_key_for(b"users", doc_id))
+        assert keys.document_and_index_keys(b"users", doc_id) == pair
+
+
 def test_documents_of_one_collection_spread_over_every_shard():
     shards = {keys.shard_of(b"doc-%d" % n) for n in range(1000)}
     assert shards == set(range(keys.INDEX_SHARDS))
