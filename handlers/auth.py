@@ -191,8 +191,21 @@ class Gate:
         was valid are kept, so guessed ones cannot fill this; the digest of
         a token never changes, and whether the token is still valid is asked
         of the token cache on every request all the same.
+
+        The kept digest is the record's own object, which ``admits_now``
+        asks the cached record for. A token's first requests at once (a
+        client with many connections) each look it up with a digest of its
+        own, and the token cache keeps the last record read: so each
+        request keeps its record's digest, and the later ones agree with
+        the cache. Keeping the first only, the direct read and write
+        refused that token on this worker for good (every request of it
+        went the handler's way; tests/test_direct_after_a_burst.py).
         """
-        if len(authorization) <= MAX_REMEMBERED_LENGTH and authorization not in self._digests:
+        if len(authorization) > MAX_REMEMBERED_LENGTH:
+            return
+        if authorization in self._digests:
+            self._digests[authorization] = digest  # the same bytes, perhaps another object: the record's
+        else:
             keep_bounded(self._digests, authorization, digest, MAX_REMEMBERED_DIGESTS)
 
 

@@ -96,6 +96,24 @@ def test_a_record_whose_digest_is_not_the_tokens_is_refused_however_it_was_found
     assert admit(gate, "jw_good") == 401
 
 
+def test_a_new_record_of_the_same_token_is_admitted_directly_after_its_next_request(hashed):
+    """The token cache may hold another record of a token (a burst of its first requests): followed."""
+    first = record_for("jw_good")
+    records = {first.digest: first}
+    gate = auth.Gate(RecordTable(records), None, enabled=True)
+    assert admit(gate, "jw_good") is None
+    assert gate.admits_now("Bearer jw_good", "users", False)
+    # Read by another of its first requests: equal bytes, another object.
+    again = record_for("jw_good")
+    assert again.digest == first.digest and again.digest is not first.digest
+    records[first.digest] = again
+    assert not gate.admits_now("Bearer jw_good", "users", False)  # the handler's way once
+    assert admit(gate, "jw_good") is None
+    assert gate.admits_now("Bearer jw_good", "users", False)
+    assert hashed == ["jw_good"]
+    assert len(gate._digests) == 1
+
+
 def test_each_spelling_of_the_header_is_hashed_once_and_admitted_alike(hashed):
     """Digests are kept by the whole Authorization value: the scheme in any case, any spaces, one hash each."""
     gate = auth.Gate(RecordTable({record_for("jw_good").digest: record_for("jw_good")}), None, enabled=True)
