@@ -201,11 +201,8 @@ class Gate:
         refused that token on this worker for good (every request of it
         went the handler's way; tests/test_direct_after_a_burst.py).
         """
-        if len(authorization) > MAX_REMEMBERED_LENGTH:
-            return
-        if authorization in self._digests:
-            self._digests[authorization] = digest  # the same bytes, perhaps another object: the record's
-        else:
+        if len(authorization) <= MAX_REMEMBERED_LENGTH:
+            # A kept key is replaced in place: the same bytes, perhaps another object (the record's).
             keep_bounded(self._digests, authorization, digest, MAX_REMEMBERED_DIGESTS)
 
 

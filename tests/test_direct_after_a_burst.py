@@ -51,10 +51,15 @@ def burst(server: JetwayServer, request: bytes) -> List[bytes]:
     try:
         for connection in connections:
             connection.sendall(request)
-        return [connection.makefile("rb").readline() for connection in connections]
+        return [_first_line(connection) for connection in connections]
     finally:
         for connection in connections:
             connection.close()
+
+
+def _first_line(connection: socket.socket) -> bytes:
+    with connection.makefile("rb") as reader:
+        return reader.readline()
 
 
 def test_a_tokens_first_requests_at_once_leave_the_next_ones_to_the_direct_way(server):
