@@ -189,6 +189,14 @@ clean: clean-loadtest
 clean-loadtest:
 	rm -rf $(LT_VENV)
 
+# --- The slow tests: marked `slow`, skipped by `make test` ----------------------
+# Each runs well over ten seconds on its own (the HTTP fuzzer, the load-test
+# gate, the schema fuzzer, the feed's heartbeat), so `make test` stays near ten
+# minutes; about three and a half minutes here. CI runs it after `make test`.
+.PHONY: test-slow
+test-slow: setup setup-clients setup-loadtest
+	JETWAY_TEST_SLOW=1 $(PY) -m pytest -rP -m slow
+
 # --- The EC2 user data on a booted Debian: tests/test_deploy_boot.py ---------
 # A bookworm root (debootstrap, cached in $(DEPLOY_BASE); `make clean` drops it)
 # booted with systemd-nspawn, its user data run by cloud-init. Needs root (as CI

@@ -4,6 +4,9 @@ Redis is flushed before each test that uses it. Each fixture stops what it
 started, whatever the test did. ``JETWAY_TEST_TOPOLOGY=cluster`` (or
 ``sentinel``) puts a 3-master Redis Cluster (or a Sentinel group) behind the
 same fixtures, so the API tests run unchanged on it (``make test-cluster``).
+Tests marked ``slow`` (a fuzzer, the load-test gate: each well over ten
+seconds) are skipped unless ``JETWAY_TEST_SLOW=1`` (``make test-slow``), so
+``make test`` stays near ten minutes.
 """
 
 from __future__ import annotations
@@ -141,11 +144,17 @@ def page_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PageServer
         server.stop()
 
 
+SLOW = os.environ.get("JETWAY_TEST_SLOW") == "1"
+
+
 def pytest_collection_modifyitems(items: List[pytest.Item]) -> None:
-    """Tests that drive the browser are marked ``browser`` (``-m browser`` runs them alone)."""
+    """Mark the tests that drive the browser ``browser``; skip ``slow`` ones unless ``JETWAY_TEST_SLOW=1``."""
+    skip_slow = pytest.mark.skip(reason="slow: run by make test-slow")
     for item in items:
         if "browser" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.browser)
+        if not SLOW and item.get_closest_marker("slow") is not None:
+            item.add_marker(skip_slow)
 
 
 def document_keys(client: redis.Redis) -> List[bytes]:

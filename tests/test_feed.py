@@ -140,6 +140,7 @@ def test_the_access_log_counts_a_stream_once_with_its_duration(tight):
     assert lines[0]["duration_ms"] >= 900
 
 
+@pytest.mark.slow  # waits 16 s for the heartbeat
 def test_a_quiet_stream_gets_a_heartbeat_comment_every_15_seconds(tight):
     with open_stream(tight, "quiet") as client:
         client.next_event()

@@ -42,6 +42,7 @@ def fuzzed_server(redis_server, tmp_path_factory) -> Iterator[JetwayServer]:
 # The fuzzer's own run is allowed 300 s below; with the change feed's two
 # operations it took 119 s of the suite's default 120 while the full suite
 # ran beside it on this 2-core machine.
+@pytest.mark.slow  # ~1,000 fuzzed requests: ~80 s
 @pytest.mark.timeout(360)
 def test_the_fuzzer_finds_no_response_the_document_does_not_describe(api, fuzzed_server, tmp_path):
     token = fuzzed_server.make_token("fuzzer", "admin")

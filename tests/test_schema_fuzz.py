@@ -15,6 +15,7 @@ import json
 from typing import Any, Dict, List
 
 import jsonschema
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -90,6 +91,7 @@ documents = st.fixed_dictionaries(required, optional=optional)
 patches = st.fixed_dictionaries({}, optional={**optional, "name": mostly(near_valid["name"], st.none())})
 
 
+@pytest.mark.slow  # 2,000 Hypothesis-made writes: ~25 s
 def test_no_fuzzed_write_stores_a_document_that_breaks_the_schema(api, redis_client):
     body = json.dumps({"schema": SCHEMA}).encode()
     assert api.put_json("/v1/_collections/fuzzed", body).status_code == 201
