@@ -4,7 +4,7 @@ Redis is flushed before each test that uses it. Each fixture stops what it
 started, whatever the test did. ``JETWAY_TEST_TOPOLOGY=cluster`` (or
 ``sentinel``) puts a 3-master Redis Cluster (or a Sentinel group) behind the
 same fixtures, so the API tests run unchanged on it (``make test-cluster``).
-Tests marked ``slow`` (a fuzzer, the load-test gate: each well over ten
+Tests marked ``slow`` (the fuzzers, the load-test gate: each over ten
 seconds) are skipped unless ``JETWAY_TEST_SLOW=1`` (``make test-slow``), so
 ``make test`` stays near ten minutes.
 """

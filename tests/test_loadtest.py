@@ -271,7 +271,7 @@ SHORT_LOCUST_ARGS = [
 ]
 
 
-@pytest.mark.slow  # two gate runs of two servers each: ~80 s
+@pytest.mark.slow  # ~80 s here
 @pytest.mark.timeout(700)  # two gate runs of two servers each: minutes when the machine is busy
 def test_loadtest_check_fails_on_a_real_slowdown_and_passes_without_it(tmp_path):
     """The gate end to end: a 2 ms burn per request (several times the request's own CPU) must fail it,
