@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from loadtest import _baseline, _gate, _token
+from loadtest import _baseline, _busy, _gate, _token
 from loadtest._servers import PYPY, Processes, stop_on_sigterm
 from loadtest._token import ROOT
 
@@ -55,6 +55,9 @@ GATE_DEFAULTS: Dict[str, Any] = {
     "cpu_tolerance": _gate.DEFAULT_CPU_TOLERANCE,
     "latency_tolerance": _gate.DEFAULT_LATENCY_TOLERANCE,
     "latency_slack_ms": _gate.DEFAULT_LATENCY_SLACK_MS,
+    "busy_seconds": 5.0,
+    "busy_tolerance": _gate.DEFAULT_BUSY_TOLERANCE,
+    "stale_tolerance": _gate.DEFAULT_STALE_TOLERANCE,
 }
 # Seeding and start-up come on top of warm-up and measuring; past this, give up.
 SLACK_SECONDS = 600
@@ -168,7 +171,13 @@ def _check(args: argparse.Namespace, baseline: Dict[str, Any]) -> int:
         return 2
     scenario = _scenario(args, baseline["scenario"])
     gate = _gate_settings(args, baseline.get("gate", {}))
-    limits = _gate.Limits(gate["cpu_tolerance"], gate["latency_tolerance"], gate["latency_slack_ms"])
+    limits = _gate.Limits(
+        gate["cpu_tolerance"],
+        gate["latency_tolerance"],
+        gate["latency_slack_ms"],
+        busy_tolerance=gate["busy_tolerance"],
+        stale_tolerance=gate["stale_tolerance"],
+    )
     # Taken out of the environment the servers inherit: the baseline must not burn.
     burn = os.environ.pop(_gate.BURN_VARIABLE, "")
     sides = [
@@ -180,7 +189,10 @@ def _check(args: argparse.Namespace, baseline: Dict[str, Any]) -> int:
     args.results.mkdir(parents=True, exist_ok=True)
     print(f"loadtest-check: baseline {commit[:12]} against this tree ({_git_commit()})")
     print(f"loadtest-check: scenario {json.dumps(scenario)}")
-    print(f"loadtest-check: {gate['rounds']} rounds of {gate['round_seconds']:g} s, after {gate['warmup_seconds']:g} s")
+    print(
+        f"loadtest-check: {gate['rounds']} rounds of {gate['round_seconds']:g} s of locust and "
+        f"{gate['busy_seconds']:g} s of wrk, after {gate['warmup_seconds']:g} s"
+    )
     if burn:
         print(f"loadtest-check: {_gate.BURN_VARIABLE}={burn} on this tree (a slowdown made on purpose)")
     measured: Dict[str, List[_gate.Round]] = {side.name: [] for side in sides}
@@ -189,13 +201,23 @@ def _check(args: argparse.Namespace, baseline: Dict[str, Any]) -> int:
             _gate.start(side, processes, scenario["workers"], args.python)
         # PyPy's JIT first; not counted
         _measure_round(sides, {**scenario, "warmup": 0.0, "duration": gate["warmup_seconds"]}, args, f"{name}-warm")
+        busy = gate["busy_seconds"]
+        if busy:
+            for side in sides:
+                _busy.seed(side)
+            _busy.measure_busy(sides, min(busy, 3.0))  # the busy mix compiled too; not counted
         for number in range(gate["rounds"]):
             order = sides if number % 2 == 0 else sides[::-1]
             window = {**scenario, "warmup": 1.0, "duration": gate["round_seconds"]}
-            for side, figures in zip(order, _measure_round(order, window, args, f"{name}-{number + 1}")):
-                measured[side.name].append(figures)
-                cpu = figures.cpu_us_per_request
-                print(f"loadtest-check: round {number + 1}, {side.name}: {cpu:.1f} µs of worker CPU per request")
+            figures = _measure_round(order, window, args, f"{name}-{number + 1}")
+            for side, cpu_busy in zip(order, _busy.measure_busy(order, busy) if busy else [0.0] * len(order)):
+                round_figures = figures[order.index(side)]
+                round_figures.busy_cpu_us_per_request = cpu_busy
+                measured[side.name].append(round_figures)
+                print(
+                    f"loadtest-check: round {number + 1}, {side.name}: {round_figures.cpu_us_per_request:.1f} µs "
+                    f"of worker CPU per request, {cpu_busy:.1f} µs busy"
+                )
     lines, failures = _gate.verdict(measured["baseline"], measured["this-tree"], limits)
     report = "\n".join(lines)
     print(report)
@@ -334,7 +356,10 @@ def _parser() -> argparse.ArgumentParser:
     number("rounds", int, f"rounds per side (default {GATE_DEFAULTS['rounds']})")
     number("round_seconds", float, f"seconds per round (default {GATE_DEFAULTS['round_seconds']:g})")
     number("warmup_seconds", float, f"seconds of unmeasured load per side first ({GATE_DEFAULTS['warmup_seconds']:g})")
-    number("cpu_tolerance", float, f"allowed rise of CPU per request, 0.12 is 12%% ({_gate.DEFAULT_CPU_TOLERANCE})")
+    number("cpu_tolerance", float, f"allowed rise of CPU per request under locust ({_gate.DEFAULT_CPU_TOLERANCE})")
+    number("busy_seconds", float, f"seconds of wrk per round, 0 for none ({GATE_DEFAULTS['busy_seconds']:g})")
+    number("busy_tolerance", float, f"allowed rise of busy CPU per request ({_gate.DEFAULT_BUSY_TOLERANCE})")
+    number("stale_tolerance", float, f"busy CPU per request this far below: stale ({_gate.DEFAULT_STALE_TOLERANCE})")
     number("latency_tolerance", float, f"allowed rise of a p50 ({_gate.DEFAULT_LATENCY_TOLERANCE})")
     number("latency_slack_ms", float, f"a p50 rise under this many ms passes ({_gate.DEFAULT_LATENCY_SLACK_MS:g})")
     parser.add_argument(

@@ -1,0 +1,89 @@
+"""The gate's busy phase: both sides loaded to saturation at once by wrk, worker CPU per request.
+
+The locust scenario's ~500 requests/s leave the workers mostly idle, so its
+CPU per request (~660-950 µs) is timers, idle connections, collections and
+compilation spread over few requests; a request's own cost (20-40 µs) is a
+few percent of it, and a 60 µs burn per request hid in its noise (issue
+49). Here wrk keeps every worker busy with the two hottest operations
+(``loadtest/busy.lua``: four 100 B reads to one PUT, token on), so a
+request's own cost is nearly all of the figure and a 20 µs rise moves it by
+tens of percent. Both sides run at the same time, as in the locust phase,
+so whatever else loads the machine falls on both alike.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import urllib.request
+from typing import Dict, List, Sequence
+
+from loadtest._gate import Side, cpu_seconds
+from loadtest._token import ROOT
+
+SCRIPT = ROOT / "loadtest" / "busy.lua"
+DOCS = 50
+PATH_PREFIX = "/v1/gate/d"
+BODY = b'{"name":"Ada Lovelace","email":"ada@example.com","tags":["math","engines"],"score":97.5}'
+CONNECTIONS = 16
+# wrk past this has not ended by itself: give up on the round rather than hang.
+WRK_SLACK_SECONDS = 30
+
+
+def wrk_path() -> str:
+    found = shutil.which("wrk")
+    if not found:
+        raise RuntimeError("the gate's busy phase needs wrk: make loadtest-packages installs it")
+    return found
+
+
+def seed(side: Side) -> None:
+    """The documents the busy phase reads, written once (a read of a missing one would be a 404)."""
+    for number in range(DOCS):
+        request = urllib.request.Request(f"{side.base}{PATH_PREFIX}{number}", data=BODY, method="PUT")
+        request.add_header("Content-Type", "application/json")
+        if side.token:
+            request.add_header("Authorization", f"Bearer {side.token}")
+        with urllib.request.urlopen(request, timeout=10) as response:
+            response.read()
+
+
+def measure_busy(sides: Sequence[Side], seconds: float) -> List[float]:
+    """Worker CPU µs per request of each side (in ``sides``' order), wrk on all of them at once."""
+    before = [cpu_seconds(side.master_pid) for side in sides]
+    started = [_start_wrk(side, seconds) for side in sides]
+    outputs = []
+    try:
+        for process in started:
+            out, _ = process.communicate(timeout=seconds + WRK_SLACK_SECONDS)
+            outputs.append(out)
+    finally:
+        for process in started:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    figures = []
+    for side, cpu_before, out in zip(sides, before, outputs):
+        summary = _summary(side, out)
+        figures.append((cpu_seconds(side.master_pid) - cpu_before) * 1e6 / max(summary["requests"], 1))
+    return figures
+
+
+def _start_wrk(side: Side, seconds: float) -> subprocess.Popen:
+    command = [wrk_path(), "-t1", f"-c{CONNECTIONS}", f"-d{seconds:g}s", "-s", str(SCRIPT), side.base]
+    env = {**os.environ, "GATE_TOKEN": side.token, "GATE_DOCS": str(DOCS), "GATE_PATH_PREFIX": PATH_PREFIX}
+    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
+
+
+def _summary(side: Side, out: str) -> Dict[str, int]:
+    lines = [line for line in out.splitlines() if line.startswith("BUSY ")]
+    if not lines:
+        raise RuntimeError(f"wrk against {side.name} printed no summary: {out[-500:]}")
+    summary: Dict[str, int] = json.loads(lines[-1][5:])
+    errors = {kind: summary[kind] for kind in ("connect", "read", "write", "status", "timeout") if summary[kind]}
+    if errors:
+        # A failed request costs a different amount than a served one: the figure would mean nothing.
+        raise RuntimeError(f"the busy phase against {side.name} had errors: {errors}")
+    return summary
