@@ -9,6 +9,8 @@ PINGs a second per worker, and a Redis that goes away turns ``/readyz`` to
 
 from __future__ import annotations
 
+import functools
+from pathlib import Path
 from typing import Any, List, Optional
 
 from twisted.internet import defer
@@ -16,6 +18,12 @@ from twisted.internet import defer
 from cache.store import DocumentStore
 from handlers.base import RETRY_AFTER_SECONDS, JsonHandler
 from handlers.errors import ApiError
+
+# The release this code is (`make release` writes RELEASE beside the packages;
+# a checkout has none). /healthz names it, so a rolling upgrade can be seen
+# to have put every worker on the new code (docs/deploy.md).
+RELEASE_FILE = Path(__file__).resolve().parent.parent / "RELEASE"
+RELEASE_HEADER = "X-Jetway-Release"
 
 # How long a successful PING vouches for Redis, and how long one may take.
 READY_FOR = 0.5
@@ -57,10 +65,21 @@ class ReadinessProbe:
             answer.callback(ready)
 
 
+@functools.lru_cache(maxsize=1)
+def release() -> str:
+    """This code's release label, read once per process; empty outside a release."""
+    try:
+        return RELEASE_FILE.read_text(encoding="ascii").strip()
+    except FileNotFoundError:
+        return ""
+
+
 class LivenessHandler(JsonHandler):
     ROUTE = "healthz"
 
     def get(self) -> None:
+        if release():
+            self.set_header(RELEASE_HEADER, release())
         self.send_bytes(200, b'{"status":"ok"}')
 
     head = get
