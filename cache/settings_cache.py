@@ -1,7 +1,8 @@
 """A worker's cache of collection settings, invalidated from Redis.
 
-Consistency rule: a cached entry (settings, or "this collection has none")
-is used only while this worker is subscribed to
+Consistency rule: ``cache.fill_guard``'s, the rule of every cache filled
+from Redis and invalidated by messages. A cached entry (settings, or "this
+collection has none") is used only while this worker is subscribed to
 ``cache.collection_settings.CHANGED_CHANNEL``; a change publishes the
 collection's name in the script that makes it, and the entry is dropped
 when the message arrives (within a round trip, on every worker of every
@@ -28,6 +29,7 @@ from cache.collection_settings import (
     CollectionSettingsStore,
     parse_settings,
 )
+from cache.fill_guard import FillGuard
 from cache.schema import CompiledSchema
 from cache.token_cache import MAX_ENTRIES, keep_bounded
 from cache.token_cache import _Subscriber as _TokenSubscriber
@@ -59,9 +61,7 @@ class SettingsCache:
         self.store = store
         self._entries: Dict[str, Any] = {}
         self._compiled: Dict[Tuple[str, bytes], CompiledSchema] = {}
-        self._live: Optional[_Subscriber] = None
-        # Bumped by every invalidation: a read that saw another generation is not cached.
-        self.generation = 0
+        self._guard = FillGuard()
         self._listeners: List[Callable[[], None]] = []
         self._factory: Optional[_SubscriberFactory] = None
         if address is not None:
@@ -70,7 +70,12 @@ class SettingsCache:
 
     @property
     def subscribed(self) -> bool:
-        return self._live is not None
+        return self._guard.source is not None
+
+    @property
+    def generation(self) -> int:
+        """Moved on by every invalidation: what was read under another one is not kept."""
+        return self._guard.generation
 
     def on_change(self, listener: Callable[[], None]) -> None:
         self._listeners.append(listener)
@@ -78,9 +83,9 @@ class SettingsCache:
     def get(self, name: str) -> defer.Deferred:
         """The collection's ``CollectionSettings``, or None: from memory while subscribed, else from Redis."""
         entry = self._entries.get(name)
-        if entry is not None and self._live is not None:
+        if entry is not None and self._guard.source is not None:
             return defer.succeed(entry or None)  # every write to a known collection: no Redis
-        return self.store.read(name).addCallback(self._remember, name, self.generation)
+        return self.store.read(name).addCallback(self._remember, name, self._guard.ticket())
 
     def peek(self, name: str) -> Optional[CollectionSettings]:
         """The collection's settings if this worker knows them now (``NO_SETTINGS`` for none); else None.
@@ -89,13 +94,13 @@ class SettingsCache:
         dictionary lookup and read Redis only when the settings are not known.
         """
         entry = self._entries.get(name)
-        if entry is None or self._live is None:
+        if entry is None or self._guard.source is None:
             return None
         return entry or NO_SETTINGS
 
     def _remember(self, row: Optional[Tuple[bytes, bytes]], name: str, generation: int) -> Optional[CollectionSettings]:
         settings = None if row is None else self.parsed(name, *row)
-        if self._live is not None and generation == self.generation:
+        if self._guard.may_keep(generation):
             keep_bounded(self._entries, name, settings or _NONE, MAX_ENTRIES)
         return settings
 
@@ -122,17 +127,19 @@ class SettingsCache:
         return self._factory.disconnect() if self._factory is not None else defer.succeed(None)
 
     def _changed(self) -> None:
-        self.generation += 1
+        self._guard.invalidated()
+        self._tell()
+
+    def _tell(self) -> None:
         for listener in self._listeners:
             listener()
 
     def _subscribed(self, protocol: _Subscriber) -> None:
         self._entries.clear()
-        self._live = protocol
-        self._changed()
+        self._guard.up(protocol)
+        self._tell()
 
     def _unsubscribed(self, protocol: _Subscriber) -> None:
-        if self._live is protocol:
-            self._live = None
+        self._guard.down(protocol)
         self._entries.clear()
-        self._changed()
+        self._tell()

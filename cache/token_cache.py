@@ -2,19 +2,29 @@
 
 Every worker subscribes to ``CHANGED_CHANNEL``; revoking or rotating a
 token publishes its digest, and each worker drops it within a round trip.
-While the subscription is not up (starting, or its connection dropped) the
-cache is emptied and not used, so a revocation can never be missed.
+Consistency rule: ``cache.fill_guard``'s, the rule of every cache filled
+from Redis and invalidated by messages. While the subscription is not up
+(starting, or its connection dropped) the cache is emptied and not used,
+and a lookup whose reply comes back after an invalidation (a revocation's
+message overtook it) is answered but not kept: so a revocation can never
+be missed, nor undone by a reply that left Redis before it.
 Unknown digests are not cached: a guessed token costs a lookup, never memory.
+
+Whoever holds a credential open beyond one request (a change-feed stream)
+hears every invalidation through ``on_change``: a digest when that token
+was revoked or rotated, None when the subscription went down or came back
+(every token must then be looked up again; ``cache.credential_watch``).
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import txredisapi
 from twisted.internet import defer
 
 from cache.address import RedisAddress
+from cache.fill_guard import FillGuard
 from cache.tokens import CHANGED_CHANNEL, TokenRecord, TokenStore
 from cache.topology import subscriber_endpoint
 
@@ -70,46 +80,60 @@ class _SubscriberFactory(txredisapi.SubscriberFactory):
 
 
 class TokenCache:
-    """Token records by digest, trusted only while subscribed."""
+    """Token records by digest, trusted only while subscribed (``cache.fill_guard``)."""
 
     def __init__(self, tokens: TokenStore, address: RedisAddress, reactor: Any, timeout: float) -> None:
-        self._tokens = tokens
+        self.tokens = tokens
+        self.reactor = reactor
         self._records: Dict[bytes, TokenRecord] = {}
-        self._live: Optional[_Subscriber] = None
+        self._guard = FillGuard()
+        self._listeners: List[Callable[[Optional[bytes]], None]] = []
         self._factory = _SubscriberFactory(self, address)
         self._factory.startConnecting(subscriber_endpoint(address, reactor, timeout))
 
     @property
     def subscribed(self) -> bool:
-        return self._live is not None
+        return self._guard.source is not None
+
+    def on_change(self, listener: Callable[[Optional[bytes]], None]) -> None:
+        """``listener(digest)``: that token was revoked or rotated; ``listener(None)``: subscribed, or not any more."""
+        self._listeners.append(listener)
 
     def cached(self, digest: bytes) -> Optional[TokenRecord]:
         """The token's record when the cache holds it and is kept true (subscribed); else None."""
-        return self._records.get(digest) if self._live is not None else None
+        return self._records.get(digest) if self._guard.source is not None else None
 
     def lookup(self, digest: bytes) -> defer.Deferred:
         """The token's record (None if unknown): from the cache while subscribed, else from Redis."""
         record = self._records.get(digest)
-        if record is not None and self._live is not None:
+        if record is not None and self._guard.source is not None:
             return defer.succeed(record)  # every authorized request: no generator, no Redis
-        return self._tokens.lookup(digest).addCallback(self._remember, digest)
+        return self.tokens.lookup(digest).addCallback(self._remember, digest, self._guard.generation)
 
-    def _remember(self, record: Optional[TokenRecord], digest: bytes) -> Optional[TokenRecord]:
-        if record is not None and self._live is not None:
+    def _remember(self, record: Optional[TokenRecord], digest: bytes, ticket: int) -> Optional[TokenRecord]:
+        if record is not None and self._guard.may_keep(ticket):
             keep_bounded(self._records, digest, record, MAX_ENTRIES)
         return record
 
     def forget(self, digest: bytes) -> None:
+        """The token of ``digest`` was revoked or rotated (its message arrived)."""
+        self._guard.invalidated()
         self._records.pop(digest, None)
+        self._tell(digest)
 
     def close(self) -> defer.Deferred:
         return self._factory.disconnect()
 
     def _subscribed(self, protocol: _Subscriber) -> None:
         self._records.clear()
-        self._live = protocol
+        self._guard.up(protocol)
+        self._tell(None)
 
     def _unsubscribed(self, protocol: _Subscriber) -> None:
-        if self._live is protocol:
-            self._live = None
+        self._guard.down(protocol)
         self._records.clear()
+        self._tell(None)
+
+    def _tell(self, digest: Optional[bytes]) -> None:
+        for listener in self._listeners:
+            listener(digest)
