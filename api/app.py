@@ -73,6 +73,8 @@ def make_app(
         "idempotency": idempotency,
         "collections": collections,
     }
+    # The handlers whose answers are composed from many stored documents.
+    budgeted = {**documents, "response_budget": settings.max_response_bytes}
     changes = {**documents, "feed": feed, "ticket_gate": TicketGate(tickets, gate) if tickets and feed else None}
     docs = {"site": packaged_site} if settings.docs else None
     readiness = ReadinessProbe(store, reactor, min(PING_TIMEOUT, settings.redis_timeout))
@@ -80,14 +82,14 @@ def make_app(
     # first, so a document request does not try the operational ones.
     routes = [
         # Jetway's own /v1/_… before the document route, which would take "_get" for a collection.
-        (rf"/v1/_get/{SEGMENT}", MultiGetHandler, documents),
+        (rf"/v1/_get/{SEGMENT}", MultiGetHandler, budgeted),
         (rf"/v1/_changes/{SEGMENT}/tickets", TicketHandler, {**documents, "tickets": tickets if feed else None}),
         (rf"/v1/_changes/{SEGMENT}", ChangesHandler, changes),
-        (r"/v1/_batch", BatchHandler, {**documents, "batches": batches, "max_operations": settings.max_batch_ops}),
+        (r"/v1/_batch", BatchHandler, {**budgeted, "batches": batches, "max_operations": settings.max_batch_ops}),
         (rf"/v1/_collections/{SEGMENT}", CollectionSettingsHandler, documents),
         (r"/v1/_collections/?", CollectionSettingsListHandler, documents),
         (rf"/v1/{SEGMENT}/{SEGMENT}", DocumentHandler, documents),
-        (rf"/v1/{SEGMENT}/?", CollectionHandler, documents),
+        (rf"/v1/{SEGMENT}/?", CollectionHandler, budgeted),
         (r"/healthz", LivenessHandler),
         (r"/readyz", ReadinessHandler, {"probe": readiness}),
         (r"/metrics", MetricsHandler, {"render": render_metrics(metrics)}),

@@ -42,6 +42,9 @@ class Settings:
     max_body: int = 1024 * 1024
     # Ids one multi-get may ask for (by GET, the request line bounds it first).
     max_ids: int = 1000
+    # Bytes of stored documents one answer may compose: a multi-get, a list page, a batch's
+    # gets (cache/bounded_reads.py; docs/limits.md). At least max_body, so any document fits.
+    max_response_bytes: int = 16 * 1024 * 1024
     access_log: bool = True
     workers: int = field(default_factory=lambda: os.cpu_count() or 1)
     grace: float = 10.0
@@ -116,6 +119,12 @@ def from_environment(environ: Optional[Mapping[str, str]] = None) -> Settings:
     body_budget = read("JETWAY_BODY_BUDGET", _positive_int, max(defaults.body_budget, max_body))
     if body_budget < max_body:
         raise ConfigError(f"JETWAY_BODY_BUDGET={body_budget}: must be at least JETWAY_MAX_BODY ({max_body})")
+    # Unset, it follows a larger body limit; set, every document must fit in it.
+    max_response_bytes = read("JETWAY_MAX_RESPONSE_BYTES", _positive_int, max(defaults.max_response_bytes, max_body))
+    if max_response_bytes < max_body:
+        raise ConfigError(
+            f"JETWAY_MAX_RESPONSE_BYTES={max_response_bytes}: must be at least JETWAY_MAX_BODY ({max_body})"
+        )
     redis_timeout = read("JETWAY_REDIS_TIMEOUT", _positive_float, defaults.redis_timeout)
     # Unset, it follows a smaller body budget; set, it must fit in it.
     max_batch_bytes = read("JETWAY_MAX_BATCH_BYTES", _positive_int, min(defaults.max_batch_bytes, body_budget))
@@ -142,6 +151,7 @@ def from_environment(environ: Optional[Mapping[str, str]] = None) -> Settings:
         redis_pool=read("JETWAY_REDIS_POOL", _positive_int, defaults.redis_pool),
         max_body=max_body,
         max_ids=read("JETWAY_MAX_IDS", _positive_int, defaults.max_ids),
+        max_response_bytes=max_response_bytes,
         access_log=read("JETWAY_ACCESS_LOG", _flag, defaults.access_log),
         workers=read("JETWAY_WORKERS", _positive_int, defaults.workers),
         grace=read("JETWAY_GRACE", _positive_float, defaults.grace),

@@ -22,16 +22,32 @@ asked for fresh reads; gets do not fill it. The entries of every document a
 segment writes go before the segment's outcomes are read, whatever they
 are, as a single write's do: the batch's answer is followed on this worker
 by reads of what it wrote.
+
+A byte budget (``JETWAY_MAX_RESPONSE_BYTES``, ``cache.bounded_reads``)
+bounds the documents the batch's gets bring, each get counted: when the
+gets could not exceed it whatever is stored (their number times the
+largest document fits), they are read as above. Otherwise the documents
+they name are measured first (one pipelined ``HSTRLEN``, one more round
+trip), the gets are admitted in order while their sizes fit (a document an
+earlier operation of the batch writes counts at the size that operation
+gives it), and each admitted get reads through ``scripts.READ_ONE_WITHIN``
+with its size and a share of what is left, so their reads add up to the
+budget at most even if documents grow meanwhile. A get past the budget, or
+whose document outgrew its share, gets its own 413 (``OverBudget``) and the
+other operations run as they would: a write never depends on a read's
+size. Gets of one document in one segment, with no write of it between
+them, read it once.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from twisted.internet import defer
 
 from cache import codec, keys, scripts
+from cache.bounded_reads import DEFAULT_BUDGET, OverBudget
 from cache.errors import DocumentNotFound, DocumentTooLarge, NotReplicated, PreconditionFailed, WriteConflict
 from cache.link import Link
 from cache.merge_patch import merge_patch
@@ -102,15 +118,31 @@ class BatchRunner:
         self._concern = concern
 
     @defer.inlineCallbacks
-    def run(self, operations: Sequence[Operation], fresh: bool = False) -> Any:
-        """Fires with an ``OperationResult`` per operation, in order; ``fresh``: gets read Redis, not the hot cache."""
+    def run(self, operations: Sequence[Operation], fresh: bool = False, budget: int = DEFAULT_BUDGET) -> Any:
+        """Fires with an ``OperationResult`` per operation, in order; ``fresh``: gets read Redis, not the hot cache.
+
+        ``budget``: the bytes of documents the gets may bring, together.
+        """
         concern = self.concern_of(operations)
         if concern.waits and self._write_link is None:
             raise ValueError("a write concern that waits for replicas needs a write link")
         results: List[OperationResult] = [OperationResult(operation) for operation in operations]
+        caps = yield self._budget_gets(results, budget)
         for start, end in segments(operations):
-            yield self._run_segment(results[start:end], concern, fresh)
+            yield self._run_segment(results[start:end], concern, fresh, caps)
         return results
+
+    def _budget_gets(self, results: List[OperationResult], budget: int) -> defer.Deferred:
+        """Each admitted get's cap on the bytes it may read, by ``id`` of its result (none: no cap needed).
+
+        Gets past the budget get their ``OverBudget`` here, and are not read.
+        """
+        gets = [result for result in results if result.operation.op == GET]
+        if sum(result.operation.max_size for result in gets) <= budget:
+            return defer.succeed({})
+        targets = list({(r.operation.collection, r.operation.doc_id): None for r in gets})
+        measured = self._link.pipeline([(b"HSTRLEN", keys.document_key(*target), b"b") for target in targets])
+        return measured.addCallback(lambda sizes: _admitted(results, dict(zip(targets, sizes)), budget))
 
     def concern_of(self, operations: Sequence[Operation]) -> WriteConcern:
         """What the batch's writes wait for: the most replicas any of them asks for.
@@ -128,20 +160,33 @@ class BatchRunner:
         return self._concern if replicas == self._concern.replicas else WriteConcern(replicas, self._concern.timeout)
 
     @defer.inlineCallbacks
-    def _run_segment(self, results: List[OperationResult], concern: WriteConcern, fresh: bool) -> Any:
+    def _run_segment(
+        self, results: List[OperationResult], concern: WriteConcern, fresh: bool, caps: Dict[int, int]
+    ) -> Any:
         bases = yield self._read_bases([result for result in results if result.operation.op == PATCH])
         commands: List[Tuple[Any, ...]] = []
         sent: List[Tuple[OperationResult, Any]] = []
         written: Set[Tuple[bytes, bytes]] = set()
+        # The get that reads each document, while no write of it comes between: later gets share its read.
+        reading: Dict[Tuple[bytes, bytes], OperationResult] = {}
+        sharing: List[Tuple[OperationResult, OperationResult]] = []
         for result in results:
             target = (result.operation.collection, result.operation.doc_id)
+            if result.error is not None:
+                continue  # a get past the budget
             if result.operation.op == GET and not fresh and target not in written:
                 result.document = self._store.cached(*target)
                 if result.document is not None:
                     continue
+            if result.operation.op == GET and target in reading:
+                sharing.append((result, reading[target]))
+                continue
+            if result.operation.op == GET:
+                reading[target] = result
             elif result.operation.op in WRITES:
                 written.add(target)
-            prepared = self._prepare(result, bases.get(id(result)))
+                reading.pop(target, None)
+            prepared = self._prepare(result, bases.get(id(result)), caps.get(id(result)))
             if prepared is not None:
                 sent.append((result, prepared))
                 commands.append(prepared if isinstance(prepared, tuple) else prepared.command())
@@ -152,11 +197,13 @@ class BatchRunner:
         link = self._write_link if wait is not None else self._link
         assert link is not None
         outcomes = yield self._store.forgetting(
-            link.pipeline_outcomes(commands, [scripts.PUT, scripts.DELETE], wait),
+            link.pipeline_outcomes(commands, [scripts.PUT, scripts.DELETE, scripts.READ_ONE_WITHIN], wait),
             [keys.document_key(*target) for target in written],
         )
         for (result, prepared), (ok, reply) in zip(sent, outcomes):
             _settle(result, prepared, ok, reply)
+        for result, read in sharing:
+            result.document, result.error = read.document, read.error
         if wait is not None:
             _check_replicated(results, outcomes[-1], concern, self._concern.replicas)
 
@@ -175,10 +222,15 @@ class BatchRunner:
             lambda outcomes: {id(result): outcome for result, outcome in zip(patches, outcomes)}
         )
 
-    def _prepare(self, result: OperationResult, base: Any) -> Any:
-        """The command of ``result``'s operation (a tuple, or a prepared write); None if it is settled already."""
+    def _prepare(self, result: OperationResult, base: Any, cap: Optional[int] = None) -> Any:
+        """The command of ``result``'s operation (a tuple, or a prepared write); None if it is settled already.
+
+        ``cap``: the most bytes a get may read (None: any).
+        """
         operation = result.operation
         if operation.op == GET:
+            if cap is not None:
+                return scripts.READ_ONE_WITHIN.call([keys.document_key(operation.collection, operation.doc_id)], [cap])
             return read_command(operation.collection, operation.doc_id)
         if operation.op == DELETE:
             return self._store.prepare_delete(operation.collection, operation.doc_id, operation.conditions.if_match)
@@ -246,6 +298,41 @@ def segments(operations: Sequence[Operation]) -> List[Tuple[int, int]]:
     return [bound for bound in bounds if bound[0] < bound[1]]
 
 
+def _admitted(results: List[OperationResult], measured: Dict[Tuple[bytes, bytes], int], budget: int) -> Dict[int, int]:
+    """Admit gets in order while they fit ``budget``; the caps of the admitted, by ``id`` of their result.
+
+    A get counts its document as measured, or as an earlier operation of
+    the batch leaves it (a patch's merged size is known only once it runs:
+    it counts as the largest). What is left of the budget is shared between
+    the admitted gets, so a document may grow a little meanwhile.
+    """
+    sizes = dict(measured)
+    spent = 0
+    admitted: List[Tuple[OperationResult, int]] = []
+    for result in results:
+        operation = result.operation
+        target = (operation.collection, operation.doc_id)
+        if operation.op in (PUT, CREATE):
+            sizes[target] = len(operation.body or b"")
+        elif operation.op == PATCH:
+            sizes[target] = operation.max_size
+        elif operation.op == DELETE:
+            sizes[target] = 0
+        elif spent + sizes.get(target, 0) > budget:
+            total = spent + sizes.get(target, 0)
+            result.error = OverBudget(
+                total,
+                budget,
+                f"with this get, the documents of the batch's gets add up to {total} bytes; one answer"
+                f" carries at most {budget} (JETWAY_MAX_RESPONSE_BYTES): split the batch",
+            )
+        else:
+            spent += sizes.get(target, 0)
+            admitted.append((result, sizes.get(target, 0)))
+    share = (budget - spent) // max(len(admitted), 1)
+    return {id(result): size + share for result, size in admitted}
+
+
 def _check_replicated(
     results: List[OperationResult], waited: Tuple[bool, Any], concern: WriteConcern, default: int
 ) -> None:
@@ -273,7 +360,18 @@ def _settle(result: OperationResult, prepared: Any, ok: bool, reply: Any) -> Non
         return
     operation = result.operation
     try:
-        if operation.op == GET:
+        if operation.op == GET and isinstance(reply, int):
+            raise OverBudget(
+                reply,
+                _cap_of(prepared),
+                f"the document grew to {reply} bytes while the batch ran, past this get's share"
+                f" ({_cap_of(prepared)} bytes) of the batch's budget; retry",
+            )
+        if operation.op == GET and len(reply) == 3:  # read through READ_ONE_WITHIN: no variant fields
+            result.document = None if reply[0] is None else Document(*reply)
+            if result.document is None:
+                raise DocumentNotFound()
+        elif operation.op == GET:
             result.document = stored_document(reply)
             if result.document is None:
                 raise DocumentNotFound()
@@ -288,3 +386,8 @@ def _settle(result: OperationResult, prepared: Any, ok: bool, reply: Any) -> Non
         result.error = WriteConflict() if operation.op == PATCH else error
     except Exception as error:
         result.error = error
+
+
+def _cap_of(command: Tuple[Any, ...]) -> int:
+    """The cap a ``READ_ONE_WITHIN`` call was given (its last argument)."""
+    return int(command[-1])

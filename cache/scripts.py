@@ -136,3 +136,48 @@ end
 return dropped
 """
 )
+
+# KEYS: documents of one slot (one index shard, cache.keys). ARGV[1]: the
+# bytes allowed; ARGV[i + 1]: how many times KEYS[i]'s body counts against
+# them (an id asked twice is answered twice). A body is a JSON object, never
+# empty, so a size of 0 is a missing document.
+# Returns {1, size_1, ..., size_N, bodies}: the bodies present, concatenated
+# in KEYS order, when the counted sizes fit; else {0, size_1, ..., size_N}
+# and no body, so that neither Redis's reply nor the worker ever holds more
+# than the allowance (cache.bounded_reads). One bulk string, not one per
+# body: the driver parses a reply once it is whole, and an array of many
+# large bodies would be parsed again at every read that brings a part of it.
+READ_WITHIN = Script(
+    b"""
+local sizes = {}
+local total = 0
+for i, key in ipairs(KEYS) do
+  local size = redis.call('HSTRLEN', key, 'b')
+  sizes[i] = size
+  total = total + size * tonumber(ARGV[i + 1])
+end
+if total > tonumber(ARGV[1]) then
+  table.insert(sizes, 1, 0)
+  return sizes
+end
+local bodies = {}
+for i, key in ipairs(KEYS) do
+  if sizes[i] > 0 then bodies[#bodies + 1] = redis.call('HGET', key, 'b') end
+end
+table.insert(sizes, 1, 1)
+sizes[#sizes + 1] = table.concat(bodies)
+return sizes
+"""
+)
+
+# KEYS: one document. ARGV[1]: the most bytes its body may have. Returns
+# the body's size when it is larger (nothing is sent), else the fields b,
+# e, m as HMGET does: a batch's get with its share of the batch's budget
+# (cache.batch).
+READ_ONE_WITHIN = Script(
+    b"""
+local size = redis.call('HSTRLEN', KEYS[1], 'b')
+if size > tonumber(ARGV[1]) then return size end
+return redis.call('HMGET', KEYS[1], 'b', 'e', 'm')
+"""
+)

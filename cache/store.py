@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 from twisted.internet import defer
 from twisted.python.failure import Failure
 
-from cache import codec, keys, scripts
+from cache import bounded_reads, codec, keys, scripts
 from cache.change_feed import NO_FEED, FeedLog
 from cache.errors import (
     DocumentNotFound,
@@ -76,7 +76,7 @@ class Conditions:
 class Page:
     """One page of a collection, and the id to continue after (or None)."""
 
-    bodies: List[bytes]
+    bodies: List[Any]  # bytes, or memoryviews of a Redis reply (cache.bounded_reads)
     last_id: Optional[bytes]
 
 
@@ -408,8 +408,10 @@ class DocumentStore:
         delete_outcome(result)
         self._check_replicated(confirmed, None, concern)
 
-    def page(self, collection: bytes, limit: int, after: Optional[bytes]) -> defer.Deferred:
-        """Up to ``limit`` bodies in id order, starting after the id ``after``."""
+    def page(
+        self, collection: bytes, limit: int, after: Optional[bytes], budget: int = bounded_reads.DEFAULT_BUDGET
+    ) -> defer.Deferred:
+        """Up to ``limit`` bodies in id order, starting after the id ``after``; fewer when ``budget`` bytes are met."""
         # Plain callbacks, as the document reads: bodies bound to a generator
         # frame that waited for Redis would be kept by it (README, "The read path").
         start = b"(" + after if after else b"-"
@@ -419,25 +421,38 @@ class DocumentStore:
                 for shard in range(keys.INDEX_SHARDS)
             ]
         )
-        return ranges.addCallback(self._read_page, collection, limit)
+        return ranges.addCallback(self._read_page, collection, limit, budget)
 
-    def _read_page(self, shards: List[List[bytes]], collection: bytes, limit: int) -> defer.Deferred:
+    def _read_page(self, shards: List[List[bytes]], collection: bytes, limit: int, budget: int) -> defer.Deferred:
         ids = list(heapq.merge(*shards))[: limit + 1]
-        last_id = ids[limit - 1] if len(ids) > limit else None
+        more = len(ids) > limit
         ids = ids[:limit]
-        return self.get_many(collection, ids).addCallback(self._page_of, collection, ids, last_id)
+        read = bounded_reads.read_within(self._link, collection, ids, [1] * len(ids), budget, cut=True)
+        return read.addCallback(self._page_of, collection, ids, more)
 
-    def _page_of(
-        self, bodies: List[Optional[bytes]], collection: bytes, ids: List[bytes], last_id: Optional[bytes]
-    ) -> Page:
+    def _page_of(self, read: Tuple[List[Any], int], collection: bytes, ids: List[bytes], more: bool) -> Page:
+        bodies, covered = read
+        # A page the budget ended early continues after its last id, as a full one does.
+        last_id = ids[covered - 1] if more or covered < len(ids) else None
         self._prune(collection, [doc_id for doc_id, body in zip(ids, bodies) if body is None])
         return Page([body for body in bodies if body is not None], last_id)
 
-    def get_many(self, collection: bytes, doc_ids: Sequence[bytes]) -> defer.Deferred:
-        """The bodies of ``doc_ids`` in order, None where missing: one round trip."""
+    def get_many(
+        self, collection: bytes, doc_ids: Sequence[bytes], budget: int = bounded_reads.DEFAULT_BUDGET
+    ) -> defer.Deferred:
+        """The bodies of ``doc_ids`` in order, None where missing; ``OverBudget`` past ``budget`` bytes.
+
+        Each distinct id is read once, and counted in the budget as many
+        times as it is asked (the answer repeats it): ``cache.bounded_reads``.
+        """
         if not doc_ids:
             return defer.succeed([])
-        return self._link.pipeline([(b"HGET", keys.document_key(collection, doc_id), b"b") for doc_id in doc_ids])
+        asked: Dict[bytes, int] = {}
+        for doc_id in doc_ids:
+            asked[doc_id] = asked.get(doc_id, 0) + 1
+        distinct = list(asked)
+        read = bounded_reads.read_within(self._link, collection, distinct, list(asked.values()), budget)
+        return read.addCallback(_in_asked_order, distinct, doc_ids)
 
     def _write(
         self,
@@ -579,6 +594,11 @@ _VARIANT_FIELDS = tuple(FIELDS.values())
 def _filling_read(key: bytes) -> List[Tuple[bytes, ...]]:
     """The read, and the key's expiry for the hot cache's entry (see ``cache.hot_cache``)."""
     return [_read_key(key), (b"PTTL", key)]
+
+
+def _in_asked_order(read: Tuple[List[Any], int], distinct: List[bytes], doc_ids: Sequence[bytes]) -> List[Any]:
+    by_id = dict(zip(distinct, read[0]))
+    return [by_id[doc_id] for doc_id in doc_ids]
 
 
 def _along(replies: List[Any], document: Document) -> Tuple[Any, Document]:

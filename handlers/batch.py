@@ -9,6 +9,10 @@ stored bytes, inlined as they are; ``Prefer: return=minimal`` leaves them
 out of write results), or the ``problem`` it would have had alone. The
 batch itself is refused only when it is malformed as a whole (400), too
 large (413, before anything is written) or not authorized at all (401, 429).
+The documents its gets bring share one byte budget
+(``JETWAY_MAX_RESPONSE_BYTES``): a get past it gets its own 413
+``response-too-large``, in order, and the other operations, writes above
+all, go as they would (``cache.batch``).
 
 Each operation is authorized on its own collection, checked as its single
 request would be (its collection's settings too: the schema and
@@ -31,6 +35,7 @@ from twisted.internet import defer
 
 from cache import codec
 from cache.batch import CREATE, DELETE, GET, PATCH, PUT, WRITES, BatchRunner, Operation, OperationResult
+from cache.bounded_reads import OverBudget
 from cache.collection_settings import CollectionSettings
 from cache.idempotency import StoredResponse
 from cache.store import Conditions
@@ -38,6 +43,7 @@ from cache.variants import base_tag
 from handlers import validation
 from handlers.auth import may
 from handlers.base import JSON_TYPE, ResourceHandler, as_api_error
+from handlers.collections import too_large
 from handlers.errors import ApiError, bad_request
 from handlers.idempotency import respond_once
 
@@ -59,10 +65,11 @@ class BatchHandler(ResourceHandler):
     ROUTE = "batch"
     SUPPORTED_METHODS = ("POST", "OPTIONS")
 
-    def initialize(self, batches: BatchRunner, max_operations: int, **documents: Any) -> None:
+    def initialize(self, batches: BatchRunner, max_operations: int, response_budget: int, **documents: Any) -> None:
         super().initialize(**documents)
         self.batches = batches
         self.max_operations = max_operations
+        self.response_budget = response_budget
 
     def prepare(self) -> Optional[defer.Deferred]:
         if self.request.method == "OPTIONS":
@@ -120,7 +127,7 @@ class BatchHandler(ResourceHandler):
         ready = [_planned(item, ids) if isinstance(item, Operation) else item for item, ids in zip(checked, planned)]
         operations = [item for item in ready if isinstance(item, Operation)]
         fresh = validation.wants_fresh(self.request.headers.get("Cache-Control"))
-        results = yield self.batches.run(operations, fresh) if operations else defer.succeed([])
+        results = yield self.batches.run(operations, fresh, self.response_budget) if operations else defer.succeed([])
         answers = iter(results)
         minimal = "return=minimal" in self.request.headers.get("Prefer", "").replace(" ", "")
         parts = [_result(next(answers), minimal) if isinstance(item, Operation) else _problem(item) for item in ready]
@@ -239,6 +246,8 @@ def _planned(operation: Operation, ids: Sequence[str]) -> Operation:
 
 def _result(result: OperationResult, minimal: bool) -> bytes:
     """One operation's result, put together around the stored bytes (never parsed)."""
+    if isinstance(result.error, OverBudget):
+        return _problem(too_large(result.error))
     if result.error is not None:
         problem = as_api_error(result.error)
         if problem is None:

@@ -1,7 +1,12 @@
 """``/v1/{coll}``: create with a server-made id, list a page, get many.
 
 List and multi-get bodies are put together from the stored bytes; no
-document is parsed on the way out.
+document is parsed on the way out. Each has a byte budget
+(``JETWAY_MAX_RESPONSE_BYTES``, ``cache.bounded_reads``): a multi-get
+past it is a 413 ``response-too-large`` before any body is read; a page
+past it ends early, with its cursor, so any collection can be paged
+through (no document is larger than the budget: ``api.config`` checks it
+against ``JETWAY_MAX_BODY``).
 """
 
 from __future__ import annotations
@@ -10,32 +15,53 @@ from typing import Any, List, Optional
 
 from twisted.internet import defer
 
+from cache.bounded_reads import OverBudget
 from cache.errors import NotReplicated, PreconditionFailed
 from cache.store import Page
 from handlers import validation
 from handlers.base import ResourceHandler, as_api_error, document_response
-from handlers.errors import bad_request
+from handlers.errors import ApiError, bad_request
 from handlers.idempotency import respond_once
 
 
-def items_envelope(bodies: List[Optional[bytes]], next_cursor: Optional[bytes], with_next: bool) -> bytes:
-    """``{"items":[...]}`` (and ``"next"``) around stored bodies, unparsed."""
-    items = b",".join(b"null" if body is None else body for body in bodies)
+def items_envelope(bodies: List[Optional[Any]], next_cursor: Optional[bytes], with_next: bool) -> bytes:
+    """``{"items":[...]}`` (and ``"next"``) around stored bodies, unparsed, in one join (one copy of each)."""
+    parts: List[Any] = [b'{"items":[']
+    for body in bodies:
+        parts += (b"null" if body is None else body, b",")
+    if bodies:
+        parts.pop()
     if not with_next:
-        return b'{"items":[' + items + b"]}"
-    # A cursor is base64url, so it needs no JSON escaping.
-    following = b'"' + next_cursor + b'"' if next_cursor else b"null"
-    return b'{"items":[' + items + b'],"next":' + following + b"}"
+        parts.append(b"]}")
+    else:
+        # A cursor is base64url, so it needs no JSON escaping.
+        parts += (b'],"next":', b'"' + next_cursor + b'"' if next_cursor else b"null", b"}")
+    return b"".join(parts)
 
 
-def send_items(handler: ResourceHandler, bodies: List[Optional[bytes]]) -> None:
+def send_items(handler: ResourceHandler, bodies: List[Optional[Any]]) -> None:
     """A multi-get's answer, by GET or by POST: the same bytes."""
     handler.send_composed(items_envelope(bodies, None, with_next=False))
+
+
+def too_large(error: OverBudget) -> ApiError:
+    """The problem of an answer past its budget: 413, as this API's other "too large" (README's limits)."""
+    return ApiError(413, "response-too-large", str(error), extensions={"size": error.size, "limit": error.budget})
+
+
+def budget_problem(failure: Any) -> Any:
+    """An errback: ``OverBudget`` as its 413 problem; anything else goes on."""
+    failure.trap(OverBudget)
+    raise too_large(failure.value)
 
 
 class CollectionHandler(ResourceHandler):
     ROUTE = "collection"
     SUPPORTED_METHODS = ("GET", "HEAD", "POST", "OPTIONS")
+
+    def initialize(self, response_budget: int, **documents: Any) -> None:
+        super().initialize(**documents)
+        self.response_budget = response_budget
 
     def get(self, collection: str) -> defer.Deferred:
         # Plain callbacks, as the document GET (handlers/documents.py).
@@ -46,10 +72,12 @@ class CollectionHandler(ResourceHandler):
                 raise bad_request("ids cannot be combined with cursor", "invalid-ids")
             wanted = validation.id_list(ids, self.max_ids)
             validation.limit_beside_ids(self.query_argument("limit"), len(wanted))
-            return self.with_collection_policy(name, self.store.get_many(name, wanted)).addCallback(self._send_many)
+            reading = self.store.get_many(name, wanted, self.response_budget).addErrback(budget_problem)
+            return self.with_collection_policy(name, reading).addCallback(self._send_many)
         limit = validation.limit(self.query_argument("limit"))
         after = validation.decode_cursor(self.query_argument("cursor"))
-        return self.with_collection_policy(name, self.store.page(name, limit, after)).addCallback(self._send_page)
+        reading = self.store.page(name, limit, after, self.response_budget)
+        return self.with_collection_policy(name, reading).addCallback(self._send_page)
 
     def _send_many(self, bodies: List[Optional[bytes]]) -> None:
         send_items(self, bodies)

@@ -1,25 +1,30 @@
 """``POST /v1/_get/{coll}``: many documents by id, the ids in a JSON body.
 
 The GET form (``?ids=a,b``) is bounded by the request line (8 KiB: about 60
-ids of the longest kind); a body holds the whole allowed list. The answer
-is the GET form's, byte for byte, composed from the stored bytes. Reading
-by POST needs read scope only.
+ids of the longest kind); a body holds the whole allowed list
+(``JETWAY_MAX_IDS``). The answer is the GET form's, byte for byte, composed
+from the stored bytes, within the same byte budget (413
+``response-too-large`` past it). Reading by POST needs read scope only.
 """
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Any, List, Optional
 
 from twisted.internet import defer
 
 from handlers import validation
 from handlers.base import ResourceHandler
-from handlers.collections import send_items
+from handlers.collections import budget_problem, send_items
 
 
 class MultiGetHandler(ResourceHandler):
     ROUTE = "multi_get"
     SUPPORTED_METHODS = ("POST", "OPTIONS")
+
+    def initialize(self, response_budget: int, **documents: Any) -> None:
+        super().initialize(**documents)
+        self.response_budget = response_budget
 
     def writes(self) -> bool:
         return False
@@ -30,7 +35,8 @@ class MultiGetHandler(ResourceHandler):
             self.request.body, self.request.headers.get("Content-Type"), validation.JSON, self.max_body
         )
         ids = validation.id_array(body, self.max_ids)
-        return self.with_collection_policy(name, self.store.get_many(name, ids)).addCallback(self._send)
+        reading = self.store.get_many(name, ids, self.response_budget).addErrback(budget_problem)
+        return self.with_collection_policy(name, reading).addCallback(self._send)
 
-    def _send(self, bodies: List[Optional[bytes]]) -> None:
+    def _send(self, bodies: List[Optional[Any]]) -> None:
         send_items(self, bodies)
