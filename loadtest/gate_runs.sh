@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The load-test gate tested: RUNS (default 10) checks with no change and RUNS
-# with JETWAY_DEBUG_BURN_US=BURN (default 80), in turns, each verdict a line
+# with JETWAY_DEBUG_BURN_US=BURN (default 20), in turns, each verdict a line
 # of var/gate/summary.txt (with the time it took, the load average and the
 # worker-CPU row), each check's output in var/gate/KIND-N.log.
 #
@@ -10,7 +10,7 @@
 # loadtest-record, commit), so that "no change" is no change.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-burn=${BURN:-80}
+burn=${BURN:-20}
 out=var/gate
 mkdir -p "$out"
 for i in $(seq 1 "${RUNS:-10}"); do

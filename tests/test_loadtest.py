@@ -95,6 +95,40 @@ def test_any_failed_request_fails_and_rare_requests_are_not_judged_by_latency():
     assert verdict([side(400, 1.0, requests=10)] * 3, [side(400, 50.0, requests=10)] * 3) == []
 
 
+def busy(locust_cpu_us: float, busy_cpu_us: float) -> _gate.Round:
+    round_ = side(locust_cpu_us)
+    round_.busy_cpu_us_per_request = busy_cpu_us
+    return round_
+
+
+def test_the_busy_figure_fails_a_rise_past_its_own_tighter_bound():
+    limits = _gate.Limits(0.25, 0.5, 2.0, 50, busy_tolerance=0.10, stale_tolerance=0.15)
+    level = [busy(800, 40.0), busy(820, 41.0), busy(790, 39.0)]
+    assert _gate.verdict(level, [busy(810, 41.0), busy(800, 42.5), busy(800, 40.0)], limits)[1] == []
+    # 20 µs more per request: invisible beside ~800 µs of idle costs, half again the busy figure.
+    lines, failures = _gate.verdict(level, [busy(820, 60.0), busy(830, 61.0), busy(800, 59.0)], limits)
+    assert failures == [
+        "Aggregated: busy worker CPU per request rose to 1.50x the baseline's (60.0 against 40.0 µs; allowed 1.10x)"
+    ]
+    assert any(line.startswith("busy worker CPU per request (µs)") and "REGRESSION" in line for line in lines)
+
+
+def test_a_baseline_dearer_than_this_tree_beyond_the_noise_fails_as_stale_naming_the_command():
+    limits = _gate.Limits(0.25, 0.5, 2.0, 50, busy_tolerance=0.10, stale_tolerance=0.15)
+    baseline = [busy(800, 40.0)] * 3
+    assert _gate.verdict(baseline, [busy(800, 35.0)] * 3, limits)[1] == []  # 0.88x: within the noise
+    lines, (failure,) = _gate.verdict(baseline, [busy(800, 30.0)] * 3, limits)  # a tree 25% cheaper
+    assert failure.startswith("Aggregated: busy worker CPU per request fell to 0.75x the baseline's")
+    assert failure.endswith("re-record it: make loadtest-record && git commit loadtest/baseline.json")
+    assert any("STALE BASELINE" in line for line in lines)
+
+
+def test_rounds_without_a_busy_phase_are_judged_on_the_rest():
+    limits = _gate.Limits(0.25, 0.5, 2.0, 50)
+    lines, failures = _gate.verdict([side(400)] * 3, [side(400)] * 3, limits)
+    assert failures == [] and not any(line.startswith("busy") for line in lines)
+
+
 def test_the_recorded_baseline_names_a_commit_and_the_gates_rounds():
     baseline = json.loads((ROOT / "loadtest" / "baseline.json").read_text())
     commit = baseline["commit"]
