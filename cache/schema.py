@@ -23,7 +23,6 @@ JSON-Schema-Test-Suite cases through both.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
@@ -31,6 +30,20 @@ from urllib.parse import unquote
 
 from cache.errors import StoreError
 from cache.formats import CHECKED
+from cache.regex import CHARS_A_UNIT, Regex
+from cache.schema_bounds import SchemaRefused, check_cost, check_shape, json_depth
+from cache.schema_budget import (
+    MAX_DOCUMENT_DEPTH,
+    MAX_SECONDS,
+    MAX_STEPS,
+    MAX_VALUES_EXPLAINED,
+    Exhausted,
+    Meter,
+    TooDeep,
+    more_values_than,
+    unique,
+)
+from cache.schema_reference import STACK_FRAMES, make_validator, stack_depth
 
 if TYPE_CHECKING:
     import jsonschema
@@ -126,6 +139,30 @@ class DocumentInvalid(StoreError):
         self.violations = violations
 
 
+class ValidationRefused(DocumentInvalid):
+    """A document its schema could not judge within the bounds of ``cache.schema_budget``: refused, never stored."""
+
+    def __init__(self, keyword: str, message: str) -> None:
+        super().__init__([Violation("", keyword, message)])
+
+
+_OVER_BUDGET = (
+    "validation-budget",
+    f"the collection's schema took more than its validation budget ({MAX_STEPS:,} steps or "
+    f"{MAX_SECONDS * 1000:.0f} ms) on this document; it is refused",
+)
+_TOO_DEEP = (
+    "maxDepth",
+    f"the document nests deeper than {MAX_DOCUMENT_DEPTH} levels where the collection's schema "
+    "would follow it; it is refused",
+)
+_TOO_RECURSIVE = (
+    "maxDepth",
+    "the collection's schema recursed into this document deeper than the validator follows "
+    f"({STACK_FRAMES} frames); it is refused",
+)
+
+
 class InvalidSchema(ValueError):
     """Not a Draft 2020-12 schema Jetway can use; the message says why."""
 
@@ -145,32 +182,69 @@ def _strings_only(check: Callable[[str], bool]) -> Check:
 
 
 class CompiledSchema:
-    """A schema ready to judge documents: a fast verdict, then messages when it fails."""
+    """A schema ready to judge documents: a fast verdict, then messages when it fails.
 
-    def __init__(self, schema: Any) -> None:
-        import jsonschema
+    Both run under ``meter`` (``cache.schema_budget``): a document the schema
+    cannot judge within its budget, or nested too deep, is ``ValidationRefused``.
+    """
 
+    def __init__(self, schema: Any, patterns: Dict[str, Regex]) -> None:
         self.schema = schema
-        self._reference = jsonschema.Draft202012Validator(schema, format_checker=format_checker())
-        fast = _Compiler(schema).compile_root() if _compilable(schema) else None
+        self.meter = Meter()
+        self._reference = make_validator(schema, patterns, self.meter, format_checker())
+        fast = _Compiler(schema, patterns, self.meter).compile_root() if _compilable(schema) else None
         self.compiled = fast is not None
-        self.is_valid: Check = fast or self._reference.is_valid
+        self._fast = fast
+        # Where a document's depth decides how deep the validator recurses (a $ref), or an
+        # equality compares whole values, the document's depth is measured first.
+        self._walks = not self.compiled or _uses(schema, ("$ref", "enum", "const", "uniqueItems"))
+
+    def is_valid(self, document: Any) -> bool:
+        """The verdict; ``ValidationRefused`` when the budget or the depth bound stops it."""
+        if self._walks and json_depth(document, MAX_DOCUMENT_DEPTH) > MAX_DOCUMENT_DEPTH:
+            raise ValidationRefused(*_TOO_DEEP)
+        self.meter.start()
+        try:
+            if self._fast is not None:
+                return self._fast(document)
+            self.meter.stack_limit = stack_depth() + STACK_FRAMES
+            return bool(self._reference.is_valid(document))
+        except Exhausted:
+            raise ValidationRefused(*_OVER_BUDGET) from None
+        except (TooDeep, RecursionError):
+            raise ValidationRefused(*_TOO_RECURSIVE) from None
 
     def violations(self, document: Any) -> List[Violation]:
         """What is wrong with ``document`` (at most ``MAX_VIOLATIONS``); empty when it is valid."""
         if self.is_valid(document):
             return []
+        if more_values_than(document, MAX_VALUES_EXPLAINED):
+            # jsonschema's messages show the values they judge: too costly for a large document.
+            return [
+                Violation(
+                    "",
+                    "",
+                    f"the document does not match the collection's schema (details are given "
+                    f"for documents of at most {MAX_VALUES_EXPLAINED} values)",
+                )
+            ]
         found: List[Violation] = []
-        for error in self._reference.iter_errors(document):
-            found.append(Violation(_pointer(error.absolute_path), str(error.validator), error.message[:300]))
-            if len(found) == MAX_VIOLATIONS:
-                break
+        self.meter.start()
+        self.meter.stack_limit = stack_depth() + STACK_FRAMES
+        try:
+            for error in self._reference.iter_errors(document):
+                found.append(Violation(_pointer(error.absolute_path), str(error.validator), error.message[:300]))
+                if len(found) == MAX_VIOLATIONS:
+                    break
+        except (Exhausted, TooDeep, RecursionError):
+            # The verdict stands; only the list of reasons is cut short.
+            found.append(Violation("", "validation-budget", "more violations were not looked for: budget spent"))
         # The two validators agree on the suite; should they ever not, refusing is the safe side.
         return found or [Violation("", "", "the document does not match the collection's schema")]
 
 
 def compile_schema(schema: Any) -> CompiledSchema:
-    """Check ``schema`` against the Draft 2020-12 meta-schema and compile it; ``InvalidSchema`` says why not."""
+    """Check ``schema`` (Draft 2020-12, within ``cache.schema_bounds``) and compile it, or say why not."""
     if not isinstance(schema, (dict, bool)):
         raise InvalidSchema("a schema is a JSON object (or true/false)")
     if isinstance(schema, dict) and schema.get("$schema", DRAFT) != DRAFT:
@@ -179,16 +253,21 @@ def compile_schema(schema: Any) -> CompiledSchema:
     from jsonschema.exceptions import SchemaError
 
     try:
-        jsonschema.Draft202012Validator.check_schema(schema)
+        check_shape(schema)
+        # No format checker: the meta-schema's "format": "regex" would run Python's re.
+        jsonschema.Draft202012Validator.check_schema(schema, format_checker=None)
+        patterns = check_cost(schema)
+    except SchemaRefused as error:
+        raise InvalidSchema(str(error)) from None
     except SchemaError as error:
         where = _pointer(error.absolute_path)
         raise InvalidSchema(f"not a Draft 2020-12 schema: at {where or '/'}: {error.message[:300]}") from None
-    try:
-        return CompiledSchema(schema)
-    except re.error as error:
-        raise InvalidSchema(f"a pattern is not a regular expression Python can run: {error}") from None
-    except jsonschema.exceptions.RefResolutionError as error:  # pragma: no cover - jsonschema's own
-        raise InvalidSchema(f"a $ref cannot be resolved: {error}") from None
+    if _uses(schema, ("unevaluatedProperties",)) and _uses(schema, ("patternProperties",)):
+        raise InvalidSchema(
+            "unevaluatedProperties and patternProperties in one schema are not supported "
+            "(the validator that judges unevaluatedProperties matches patterns by backtracking)"
+        )
+    return CompiledSchema(schema, patterns)
 
 
 def _pointer(path: Any) -> str:
@@ -205,6 +284,24 @@ def _compilable(schema: Any) -> bool:
     if ref is not None and not (isinstance(ref, str) and (ref == "#" or ref.startswith("#/"))):
         return False
     return all(_compilable(sub) for sub in _subschemas(schema))
+
+
+def _uses(schema: Any, keywords: Any) -> bool:
+    """Whether any subschema of ``schema`` (``$defs`` too) has one of ``keywords``."""
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if any(keyword in node for keyword in keywords):
+                return True
+            stack.extend(_every_subschema(node))
+    return False
+
+
+def _every_subschema(schema: Dict[str, Any]) -> List[Any]:
+    from cache.schema_bounds import subschemas
+
+    return [sub for sub, _ in subschemas(schema)]
 
 
 def _subschemas(schema: Dict[str, Any]) -> List[Any]:
@@ -264,6 +361,18 @@ def _all(checks: List[Check]) -> Check:
     return lambda value: all(check(value) for check in frozen)
 
 
+def _metered(check: Check, meter: Meter) -> Check:
+    """``check``, charging ``meter`` a unit each time it runs (one subschema applied to one value)."""
+
+    def metered(value: Any) -> bool:
+        meter.left -= 1
+        if meter.left < 0:
+            meter.look()
+        return check(value)
+
+    return metered
+
+
 def _when(applies: Check, check: Check) -> Check:
     """``check`` for values ``applies`` to; any other value passes (keywords are type-specific)."""
     return lambda value: not applies(value) or check(value)
@@ -272,9 +381,11 @@ def _when(applies: Check, check: Check) -> Check:
 class _Compiler:
     """Schema -> closure, once per schema version; ``$ref``s are resolved within the root."""
 
-    def __init__(self, root: Any) -> None:
+    def __init__(self, root: Any, patterns: Dict[str, Regex], meter: Meter) -> None:
         self.root = root
         self.refs: Dict[str, List[Optional[Check]]] = {}
+        self.patterns = patterns
+        self.meter = meter
 
     def compile_root(self) -> Check:
         return self.compile(self.root)
@@ -287,7 +398,7 @@ class _Compiler:
         checks: List[Check] = []
         for part in (self._generic, self._numeric, self._string, self._array, self._object, self._logic):
             checks.extend(part(schema))
-        return _all(checks)
+        return _metered(_all(checks), self.meter)
 
     def _ref(self, ref: str) -> Check:
         # A cell filled once compiled, so a recursive schema compiles once.
@@ -314,8 +425,8 @@ class _Compiler:
             tests = tuple(_TYPES[name] for name in names)
             checks.append(tests[0] if len(tests) == 1 else lambda value: any(test(value) for test in tests))
         if "enum" in schema:
-            options = tuple(schema["enum"])
-            checks.append(lambda value: any(json_equal(value, option) for option in options))
+            options, charge = tuple(schema["enum"]), self.meter.charge
+            checks.append(lambda value: charge(len(options)) or any(json_equal(value, option) for option in options))
         if "const" in schema:
             constant = schema["const"]
             checks.append(lambda value: json_equal(value, constant))
@@ -341,6 +452,7 @@ class _Compiler:
 
     def _string(self, schema: Dict[str, Any]) -> List[Check]:
         checks: List[Check] = []
+        charge = self.meter.charge
         if "minLength" in schema:
             shortest = schema["minLength"]
             checks.append(lambda value: len(value) >= shortest)  # code points, as the draft counts
@@ -348,10 +460,14 @@ class _Compiler:
             longest = schema["maxLength"]
             checks.append(lambda value: len(value) <= longest)
         if "pattern" in schema:
-            search = re.compile(schema["pattern"]).search  # not anchored: ECMA-262 semantics of the draft
-            checks.append(lambda value: search(value) is not None)
+            search, charge = (
+                self.patterns[schema["pattern"]].search,
+                self.meter.charge,
+            )  # not anchored, as the draft says
+            checks.append(lambda value: search(value, charge))
         if schema.get("format") in CHECKED:
-            checks.append(CHECKED[schema["format"]])
+            test = CHECKED[schema["format"]]
+            checks.append(lambda value: charge(len(value) // CHARS_A_UNIT) or test(value))
         return [_when(lambda value: isinstance(value, str), check) for check in checks]
 
     def _array(self, schema: Dict[str, Any]) -> List[Check]:
@@ -363,7 +479,8 @@ class _Compiler:
             most = schema["maxItems"]
             checks.append(lambda value: len(value) <= most)
         if schema.get("uniqueItems") is True:
-            checks.append(_unique)
+            charge = self.meter.charge
+            checks.append(lambda value: unique(value, charge))
         prefix = tuple(self.compile(sub) for sub in schema.get("prefixItems", ()))
         if prefix:
             checks.append(lambda value: all(check(item) for check, item in zip(prefix, value)))
@@ -414,8 +531,9 @@ class _Compiler:
         """``properties``, ``patternProperties`` and ``additionalProperties``: one pass over the members."""
         known = {name: self.compile(sub) for name, sub in schema.get("properties", {}).items()}
         patterns = tuple(
-            (re.compile(p).search, self.compile(sub)) for p, sub in schema.get("patternProperties", {}).items()
+            (self.patterns[p].search, self.compile(sub)) for p, sub in schema.get("patternProperties", {}).items()
         )
+        charge = self.meter.charge
         extra = self.compile(schema["additionalProperties"]) if "additionalProperties" in schema else None
         if not known and not patterns and extra is None:
             return None
@@ -431,7 +549,7 @@ class _Compiler:
                     return False
                 matched = check is not None
                 for search, pattern_check in patterns:
-                    if search(name) is not None:
+                    if search(name, charge):
                         matched = True
                         if not pattern_check(item):
                             return False
@@ -463,10 +581,6 @@ class _Compiler:
         then = self.compile(schema.get("then", True))
         otherwise = self.compile(schema.get("else", True))
         return lambda value: then(value) if condition(value) else otherwise(value)
-
-
-def _unique(value: List[Any]) -> bool:
-    return all(not json_equal(value[i], value[j]) for i in range(len(value)) for j in range(i + 1, len(value)))
 
 
 def _multiple_of(divisor: Any) -> Check:
