@@ -6,19 +6,25 @@ No AWS here, so two kinds of checks:
   carries user-data.sh verbatim, and the settings that matter are what
   deploy/README.md says (timeouts, health check, TLS, failover, who may
   reach whom).
-- user-data.sh runs for real, as root would run it, but with the system
-  commands that change a machine (apt-get, useradd, git, make, sysctl,
-  systemctl, supervisorctl, curl) replaced by stubs that log their calls, and
-  every /etc file written under a temp directory (JETWAY_SYSROOT). A second
-  run with the same settings must write no file and call nothing that
-  changes anything; new code must be a rolling reload, new settings a
-  supervisord restart.
+- user-data.sh runs for real, as root would run it, on a small release file
+  made here (the layout ``release/build.sh`` makes), but with the system
+  commands that change a machine (apt-get, useradd, pypy3 and the venv's
+  python, sysctl, systemctl, supervisorctl, curl) replaced by stubs that log
+  their calls, and every /etc file written under a temp directory
+  (JETWAY_SYSROOT). A second run with the same settings must write no file
+  and call nothing that changes anything; another release must be a rolling
+  reload with the previous one kept, a rollback to it no download at all, a
+  bad checksum nothing installed, new settings a supervisord restart.
+  ``tests/test_deploy_boot.py`` does the same with nothing stubbed.
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
 import os
 import subprocess
+import tarfile
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
@@ -119,23 +125,15 @@ case "$name" in
     fi ;;
   id) [ -e "$STUB_STATE/user-$last" ] && echo 999 ;;
   useradd) touch "$STUB_STATE/user-$last" ;;
-  git)
-    if [ "$1" = clone ]; then
-      mkdir -p "$last/.git" && cp -r "$STUB_SOURCE/deploy" "$last/" && echo none >"$last/.git/stub-head"
-      exit 0
-    fi
-    dir="$2"; shift 2
-    case "$1" in
-      fetch) echo "$STUB_REMOTE_COMMIT" >"$dir/.git/stub-fetched" ;;
-      rev-parse) [ "$2" = HEAD ] && cat "$dir/.git/stub-head" || cat "$dir/.git/stub-fetched" ;;
-      checkout) echo "$last" >"$dir/.git/stub-head" ;;
-    esac ;;
-  make)
-    dir="$2"
-    if [ ! -e "$dir/.venv" ]; then
-      mkdir -p "$dir/.venv/bin" && ln -s "$0" "$dir/.venv/bin/python"
-      touch "$STUB_STATE/enabled-redis-server"  # make setup installs Debian's redis-server
-    fi ;;
+  curl)
+    # A download (-o FILE file://PATH) copies; anything else is the health
+    # check, answered with the release that `current` points at.
+    if [ "$4" = --retry-connrefused ]; then cp "${last#file://}" "$6"
+    else printf 'HTTP/1.1 200 OK\r\nX-Jetway-Release: %s\r\n\r\n' "$(cat "$JETWAY_DIR/current/RELEASE")"; fi ;;
+  pypy3) mkdir -p "$last/bin" && ln -s "$0" "$last/bin/python" ;;  # pypy3 -m venv DIR
+  python)
+    # The venv's python: -c asks for its site-packages.
+    if [ "$1" = -c ]; then site="$(dirname "$(dirname "$0")")/site-packages"; mkdir -p "$site"; echo "$site"; fi ;;
   systemctl)
     case "$1" in
       is-enabled) [ -e "$STUB_STATE/enabled-$last" ] ;;
@@ -146,9 +144,32 @@ case "$name" in
     esac ;;
 esac
 """
-STUBBED = ["dpkg-query", "apt-get", "id", "useradd", "git", "make", "sysctl", "systemctl", "supervisorctl", "curl"]
-# Calls that only look, and `make setup`, which decides for itself that there is nothing to do.
-LOOKING = ("dpkg-query ", "id ", "git -C", "make ", "python ", "systemctl is-enabled", "systemctl is-active", "curl ")
+STUBBED = ["dpkg-query", "apt-get", "id", "useradd", "pypy3", "sysctl", "systemctl", "supervisorctl", "curl"]
+# Calls that only look: packages, users, services, the health check, the master's pid, the venv's paths.
+LOOKING = ("dpkg-query ", "id ", "systemctl is-enabled", "systemctl is-active", "curl -fsS ", "supervisorctl pid ")
+LOOKING_PYTHON = "python -c "
+
+
+def release_file(directory: Path, version: str, marker: str = "") -> Tuple[str, str]:
+    """A release as ``release/build.sh`` lays it out (no real wheels); its file:// URL and sha256."""
+    path = directory / f"jetway-{version}.tar.gz"
+    members = {
+        "RELEASE": f"{version}\n",
+        "requirements.txt": (ROOT / "requirements.txt").read_text(),
+        "requirements-nodeps.txt": (ROOT / "requirements-nodeps.txt").read_text(),
+        "deploy/supervisor/jetway.conf": (ROOT / "deploy/supervisor/jetway.conf").read_text(),
+        "api/__init__.py": marker,
+        "wheels/placeholder.txt": "",
+    }
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for name, text in members.items():
+            data = text.encode()
+            info = tarfile.TarInfo(f"jetway-{version}/{name}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    path.write_bytes(buffer.getvalue())
+    return f"file://{path}", hashlib.sha256(buffer.getvalue()).hexdigest()
 
 
 class Machine:
@@ -159,25 +180,25 @@ class Machine:
         self.sysroot = base / "root"
         self.jetway_dir = base / "opt" / "jetway"
         self.log = base / "calls.log"
-        state, stubs = base / "state", base / "bin"
-        state.mkdir()
-        stubs.mkdir()
+        state, stubs, releases = base / "state", base / "bin", base / "releases"
+        for directory in (state, stubs, releases):
+            directory.mkdir()
         (stubs / "stub").write_text(STUB)
         (stubs / "stub").chmod(0o755)
         for name in STUBBED:
             (stubs / name).symlink_to(stubs / "stub")
+        self.releases = {version: release_file(releases, version) for version in ("v1", "v2", "v3")}
+        url, sha256 = self.releases["v1"]
         self.env = {
             "PATH": f"{stubs}:/usr/bin:/bin",
             "HOME": str(base),
             "STUB_LOG": str(self.log),
             "STUB_STATE": str(state),
-            "STUB_SOURCE": str(ROOT),
-            "STUB_REMOTE_COMMIT": "1111111",
             "JETWAY_SYSROOT": str(self.sysroot),
             "JETWAY_DIR": str(self.jetway_dir),
             "JETWAY_LOG_DIR": str(base / "log"),
-            "JETWAY_REPO": "https://git.example.invalid/jetway.git",
-            "JETWAY_REF": "v1",
+            "JETWAY_RELEASE_URL": url,
+            "JETWAY_RELEASE_SHA256": sha256,
             "JETWAY_WORKERS": "2",
             "JETWAY_TRUSTED_PROXIES": "10.0.0.0/16",
             "REDIS_URL": "rediss://master.jetway.example.invalid:6379/0",
@@ -185,30 +206,44 @@ class Machine:
 
     def run(self, **changes: str) -> List[str]:
         """Run user-data.sh; returns the stubbed calls it made."""
-        self.env.update(changes)
-        self.log.write_text("")
-        result = subprocess.run(
-            ["bash", str(USER_DATA)], env=self.env, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL
-        )
+        result = self.attempt(**changes)
         assert result.returncode == 0, result.stdout + result.stderr
         return self.log.read_text().splitlines()
 
+    def attempt(self, **changes: str) -> subprocess.CompletedProcess:
+        self.env.update(changes)
+        self.log.write_text("")
+        return subprocess.run(
+            ["bash", str(USER_DATA)], env=self.env, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL
+        )
+
+    def deploy(self, version: str) -> List[str]:
+        url, sha256 = self.releases[version]
+        return self.run(JETWAY_RELEASE_URL=url, JETWAY_RELEASE_SHA256=sha256)
+
     def files(self) -> Dict[str, Tuple[bytes, int, int]]:
-        """Every file under /etc: its content, mode and modification time."""
+        """Every file under /etc and JETWAY_DIR: its content, mode and modification time."""
         found = {}
-        for path in sorted(self.sysroot.rglob("*")):
-            if path.is_file():
-                status = path.stat()
-                found[str(path.relative_to(self.sysroot))] = (path.read_bytes(), status.st_mode, status.st_mtime_ns)
+        for top in (self.sysroot, self.jetway_dir):
+            for path in sorted(top.rglob("*")):
+                if path.is_file():
+                    status = path.stat()
+                    found[str(path)] = (path.read_bytes(), status.st_mode, status.st_mtime_ns)
         return found
 
     def etc(self, path: str) -> str:
         return (self.sysroot / "etc" / path).read_text()
 
+    def current(self) -> str:
+        return os.readlink(self.jetway_dir / "current")
+
+    def installed(self) -> List[str]:
+        return sorted(path.name for path in (self.jetway_dir / "releases").iterdir())
+
 
 def _changing(calls: List[str]) -> List[str]:
-    """The calls that change something: all but LOOKING ones, and a git checkout."""
-    return [call for call in calls if not call.startswith(LOOKING) or ("checkout" in call and call.startswith("git "))]
+    """The calls that change something: all but the LOOKING ones."""
+    return [call for call in calls if not call.startswith(LOOKING) and not call.startswith(LOOKING_PYTHON)]
 
 
 @pytest.fixture
@@ -216,13 +251,20 @@ def machine(tmp_path: Path) -> Machine:
     return Machine(tmp_path)
 
 
-def test_the_first_run_installs_tunes_and_starts_jetway_under_supervisor(machine):
+def test_the_first_run_installs_the_release_tunes_and_starts_jetway_under_supervisor(machine):
     calls = machine.run()
-    assert "apt-get install -y -qq git make curl ca-certificates supervisor" in calls
-    assert f"git clone --quiet https://git.example.invalid/jetway.git {machine.jetway_dir}" in calls
-    assert f"git -C {machine.jetway_dir} checkout --quiet --detach 1111111" in calls
-    assert f"make -C {machine.jetway_dir} --no-print-directory setup" in calls
-    assert "systemctl disable --now --quiet redis-server" in calls
+    assert "apt-get install -y -qq --no-install-recommends pypy3 pypy3-venv supervisor curl ca-certificates" in calls
+    assert not [call for call in calls if call.startswith(("git ", "make ")) or "redis-server" in call]
+    release = machine.jetway_dir / "releases" / "v1"
+    assert machine.current() == "releases/v1"
+    assert (release / ".installed").read_text().strip() == machine.env["JETWAY_RELEASE_SHA256"]
+    assert f"pypy3 -m venv {release}/venv" in calls
+    pip = f"python -m pip install -q --disable-pip-version-check --no-index --find-links {release}/wheels"
+    assert f"{pip} -r {release}/requirements.txt" in calls
+    assert f"{pip} --no-deps -r {release}/requirements-nodeps.txt" in calls
+    assert not [call for call in calls if "requirements-dev" in call]
+    pth = (release / "venv" / "site-packages" / "jetway-release.pth").read_text().splitlines()
+    assert pth[0] == str(release) and pth[1].startswith("import os, sys; sys.path[:] = [os.path.realpath(p)")
     assert f"sysctl -q -p {machine.sysroot}/etc/sysctl.d/60-jetway.conf" in calls
     assert calls.index("systemctl daemon-reload") < calls.index("systemctl restart supervisor")
     sysctl = machine.etc("sysctl.d/60-jetway.conf")
@@ -239,7 +281,7 @@ def test_the_first_run_installs_tunes_and_starts_jetway_under_supervisor(machine
     drop_in = machine.etc("systemd/system/supervisor.service.d/jetway.conf")
     assert "EnvironmentFile=/etc/jetway/jetway.env" in drop_in and "LimitNOFILE=1048576" in drop_in
     program = machine.etc("supervisor/conf.d/jetway.conf")
-    assert program == (ROOT / "deploy/supervisor/jetway.conf").read_text()
+    assert program == (ROOT / "deploy/supervisor/jetway.conf").read_text()  # the release's copy
 
 
 def test_a_second_run_with_the_same_settings_changes_nothing(machine):
@@ -247,25 +289,44 @@ def test_a_second_run_with_the_same_settings_changes_nothing(machine):
     before = machine.files()
     calls = machine.run()
     assert machine.files() == before  # not one file rewritten, not even touched
-    assert _changing(calls) == []
-    assert f"make -C {machine.jetway_dir} --no-print-directory setup" in calls  # make finds nothing to do
+    assert _changing(calls) == []  # no download, no install, no reload
 
 
-def test_new_code_is_a_rolling_reload_and_new_settings_restart_supervisord(machine):
+def test_another_release_is_a_rolling_reload_and_keeps_the_previous_for_a_rollback(machine):
     machine.run()
-    calls = machine.run(STUB_REMOTE_COMMIT="2222222")
-    assert _changing(calls) == [
-        f"git -C {machine.jetway_dir} checkout --quiet --detach 2222222",
-        "supervisorctl signal HUP jetway",
-    ]
+    calls = machine.deploy("v2")
+    assert machine.current() == "releases/v2" and machine.installed() == ["v1", "v2"]
+    assert "supervisorctl signal HUP jetway" in calls
+    assert "systemctl restart supervisor" not in calls and "supervisorctl update" not in calls
+    # The rollback: the kept release, switched to with no download and no install.
+    calls = machine.deploy("v1")
+    assert machine.current() == "releases/v1" and machine.installed() == ["v1", "v2"]
+    assert _changing(calls) == ["supervisorctl signal HUP jetway"]
+    # A third release: the one before it stays, the older one goes.
+    machine.deploy("v3")
+    assert machine.current() == "releases/v3" and machine.installed() == ["v1", "v3"]
+
+
+def test_a_release_whose_checksum_differs_is_not_installed(machine):
+    machine.run()
+    _, sha256 = machine.releases["v2"]
+    result = machine.attempt(JETWAY_RELEASE_URL=machine.releases["v3"][0], JETWAY_RELEASE_SHA256=sha256)
+    assert result.returncode != 0 and "does not have the sha256" in result.stderr
+    assert machine.current() == "releases/v1" and machine.installed() == ["v1"]
+    assert "supervisorctl signal HUP jetway" not in machine.log.read_text()
+
+
+def test_new_settings_restart_supervisord(machine):
+    machine.run()
     calls = machine.run(REDIS_URL="rediss://elsewhere.example.invalid:6379/0")
     assert _changing(calls) == ["systemctl restart supervisor"]
     assert "REDIS_URL=rediss://elsewhere.example.invalid:6379/0" in machine.etc("jetway/jetway.env")
 
 
-def test_user_data_stops_at_once_without_its_settings(machine):
-    del machine.env["REDIS_URL"]
+@pytest.mark.parametrize("setting", ["REDIS_URL", "JETWAY_RELEASE_URL", "JETWAY_RELEASE_SHA256"])
+def test_user_data_stops_at_once_without_its_settings(machine, setting):
+    del machine.env[setting]
     result = subprocess.run(["bash", str(USER_DATA)], env=machine.env, capture_output=True, text=True, timeout=30)
-    assert result.returncode != 0 and "set REDIS_URL" in result.stderr
+    assert result.returncode != 0 and f"set {setting}" in result.stderr
     assert not machine.log.exists() or machine.log.read_text() == ""
-    assert not os.path.exists(machine.sysroot)
+    assert not os.path.exists(machine.sysroot) and not os.path.exists(machine.jetway_dir)

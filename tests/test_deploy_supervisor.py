@@ -69,10 +69,18 @@ class Supervisor:
         self.conf = directory / "supervisord.conf"
         self.process: Optional[subprocess.Popen] = None
         self.seen: Set[int] = set()  # every Jetway pid seen, to check none is left
+        # JETWAY_DIR as user-data.sh lays it out (current -> a release with its
+        # venv); the release here is this checkout: its .venv, its code on
+        # PYTHONPATH (a real release's venv finds its code through a .pth file).
+        install = directory / "jetway"
+        (install / "releases" / "checkout").mkdir(parents=True)
+        (install / "releases" / "checkout" / "venv").symlink_to(ROOT / ".venv")
+        (install / "current").symlink_to("releases/checkout")
         self.env = {
             **os.environ,
+            "PYTHONPATH": str(ROOT),
             # The file's placeholders: what /etc/jetway/jetway.env sets on EC2.
-            "JETWAY_DIR": str(ROOT),
+            "JETWAY_DIR": str(install),
             "JETWAY_LOG_DIR": str(directory),
             "JETWAY_USER": pwd.getpwuid(os.getuid()).pw_name,
             # Jetway's own settings, inherited by the processes.

@@ -1,23 +1,30 @@
 #!/bin/bash
 # Jetway on EC2: cloud-init user data for a Debian 12 (bookworm) instance.
 #
-# cloud-init runs it as root on first boot; it may be run again by hand with
-# the same settings, and then changes nothing: each step compares before it
+# cloud-init runs it as root on first boot; it may be run again by hand, and
+# then changes only what the settings changed: each step compares before it
 # writes, and a service is reloaded only when something it reads changed.
-#   1. git, make, curl and supervisor from Debian;
-#   2. Jetway at JETWAY_REF in JETWAY_DIR, installed with `make setup`, the
-#      same install step `make run` uses (PyPy, the .venv);
+#   1. pypy3, pypy3-venv, supervisor and curl from Debian (no git, no compiler,
+#      no redis-server: Redis is REDIS_URL's);
+#   2. the release: the file at JETWAY_RELEASE_URL (`make release`), checked
+#      against JETWAY_RELEASE_SHA256, unpacked into JETWAY_DIR/releases/<version>,
+#      its wheels installed into a venv there with no package index; then
+#      JETWAY_DIR/current points at it. The previous release stays for a rollback;
 #   3. kernel and open-files tuning for many connections;
 #   4. the settings in /etc/jetway/jetway.env, handed to supervisord by a
-#      systemd drop-in, and the supervisor program deploy/supervisor/jetway.conf;
-#   5. waits until Jetway answers, so a broken boot shows in cloud-init's status.
-# Settings come from the environment: deploy/ec2/jetway.yaml exports them in a
-# few lines above this script; by hand: `sudo REDIS_URL=... JETWAY_REPO=... bash user-data.sh`.
+#      systemd drop-in, and the release's deploy/supervisor/jetway.conf;
+#   5. a new release on a running Jetway: the workers replaced one at a time
+#      (supervisorctl signal HUP); waits until every worker runs the release,
+#      so a broken boot or upgrade shows in cloud-init's status (or the exit code).
+# Another release (an upgrade, or a rollback to one kept on disk) is this
+# script again with its URL and checksum. Settings come from the environment:
+# deploy/ec2/jetway.yaml exports them in a few lines above this script; by hand:
+# `sudo REDIS_URL=... JETWAY_RELEASE_URL=... JETWAY_RELEASE_SHA256=... bash user-data.sh`.
 set -euo pipefail
 
-: "${JETWAY_REPO:?set JETWAY_REPO to the git URL of the Jetway repository}"
+: "${JETWAY_RELEASE_URL:?set JETWAY_RELEASE_URL to the release file (make release), https:// or file://}"
+: "${JETWAY_RELEASE_SHA256:?set JETWAY_RELEASE_SHA256 to the sha256 of the release file (its .sha256 file)}"
 : "${REDIS_URL:?set REDIS_URL, e.g. rediss://primary-endpoint:6379/0}"
-JETWAY_REF="${JETWAY_REF:-main}"
 JETWAY_HOST="${JETWAY_HOST:-0.0.0.0}"
 JETWAY_PORT="${JETWAY_PORT:-8080}"
 JETWAY_WORKERS="${JETWAY_WORKERS:-$(nproc)}"
@@ -30,10 +37,15 @@ JETWAY_LOG_DIR="${JETWAY_LOG_DIR:-/var/log/jetway}"
 # Prefix for every file written under /etc; empty on a real machine
 # (tests/test_deploy_ec2.py runs this script against a temp directory).
 ETC="${JETWAY_SYSROOT:-}/etc"
+RELEASES="$JETWAY_DIR/releases"
+if ! [[ "$JETWAY_RELEASE_SHA256" =~ ^[0-9a-f]{64}$ ]]; then
+  echo "jetway: JETWAY_RELEASE_SHA256 is not a sha256 (64 lowercase hex digits)" >&2
+  exit 1
+fi
 
 restart_supervisor=0 # supervisord's environment or limits changed
 update_program=0     # the program file changed
-reload_workers=0     # only the code changed: a rolling reload will do
+reload_workers=0     # only the release changed: a rolling reload will do
 
 # put_file MODE PATH < content: write PATH only if its content differs.
 # Succeeds when it wrote, fails when the file was already so.
@@ -52,36 +64,87 @@ put_file() {
 
 # --- 1. Debian packages, only those missing -------------------------------
 missing=()
-for package in git make curl ca-certificates supervisor; do
+for package in pypy3 pypy3-venv supervisor curl ca-certificates; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
 done
 if [ "${#missing[@]}" -gt 0 ]; then
   apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 id -u "$JETWAY_USER" >/dev/null 2>&1 ||
   useradd --system --home-dir /nonexistent --no-create-home --shell /usr/sbin/nologin "$JETWAY_USER"
 
-# --- 2. the code, and `make setup` ------------------------------------------
-# Owned by root and only read by JETWAY_USER, so the server cannot change
-# its own code. Pin JETWAY_REF to a tag or commit: a branch that moved is a
-# new deploy, done here with a rolling reload.
-[ -d "$JETWAY_DIR/.git" ] || git clone --quiet "$JETWAY_REPO" "$JETWAY_DIR"
-git -C "$JETWAY_DIR" fetch --quiet origin "$JETWAY_REF"
-wanted="$(git -C "$JETWAY_DIR" rev-parse FETCH_HEAD)"
-if [ "$(git -C "$JETWAY_DIR" rev-parse HEAD)" != "$wanted" ]; then
-  git -C "$JETWAY_DIR" checkout --quiet --detach "$wanted"
+# --- 2. the release ---------------------------------------------------------
+# Owned by root and only read by JETWAY_USER, so the server cannot change its
+# own code. A release directory is complete once its .installed file (the
+# archive's checksum) exists; one with this checksum is used as it is.
+
+# installed_release: the version of the complete release with the wanted checksum.
+installed_release() {
+  local marker
+  for marker in "$RELEASES"/*/.installed; do
+    if [ -f "$marker" ] && [ "$(cat "$marker")" = "$JETWAY_RELEASE_SHA256" ]; then
+      basename "$(dirname "$marker")"
+      return 0
+    fi
+  done
+  return 1
+}
+
+# install_release: fetch, check, unpack and install; sets version.
+install_release() {
+  local incoming="$RELEASES/.incoming" tops target python site
+  rm -rf "$incoming"
+  install -d -m 0700 "$incoming"
+  curl -fsSL --retry 5 --retry-connrefused -o "$incoming/release.tar.gz" "$JETWAY_RELEASE_URL"
+  if ! echo "$JETWAY_RELEASE_SHA256  $incoming/release.tar.gz" | sha256sum --check --status --strict; then
+    echo "jetway: $JETWAY_RELEASE_URL does not have the sha256 $JETWAY_RELEASE_SHA256" >&2
+    rm -rf "$incoming"
+    exit 1
+  fi
+  tar -xzf "$incoming/release.tar.gz" -C "$incoming" --no-same-owner --no-same-permissions
+  tops=("$incoming"/jetway-*/)
+  version="$(cat "${tops[0]}RELEASE" 2>/dev/null || true)"
+  if [ "${#tops[@]}" != 1 ] || ! [[ "$version" =~ ^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$ ]]; then
+    echo "jetway: $JETWAY_RELEASE_URL is not a release (make release)" >&2
+    exit 1
+  fi
+  target="$RELEASES/$version"
+  if [ "$(readlink "$JETWAY_DIR/current" || true)" = "releases/$version" ]; then
+    echo "jetway: release $version is running with another checksum; give the new build another label" >&2
+    exit 1
+  fi
+  rm -rf "$target" # an older build of this label, or a run interrupted half-way
+  mv "${tops[0]}" "$target"
+  rm -rf "$incoming"
+  chmod -R go-w,a+rX "$target"
+  # The venv is made where it runs (its scripts hold absolute paths); the
+  # wheels go in with no index: nothing is fetched but the release itself.
+  pypy3 -m venv "$target/venv"
+  python="$target/venv/bin/python"
+  "$python" -m pip install -q --disable-pip-version-check --no-index --find-links "$target/wheels" -r "$target/requirements.txt"
+  "$python" -m pip install -q --disable-pip-version-check --no-index --find-links "$target/wheels" --no-deps -r "$target/requirements-nodeps.txt"
+  # The code is found through the venv (supervisord starts Jetway in JETWAY_DIR,
+  # not in a release), and every path on sys.path resolved: a process started
+  # through `current` keeps its release's code even once `current` moves on, and
+  # a worker started after the move gets the new release's venv and code.
+  site="$("$python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')"
+  printf '%s\n%s\n' "$target" 'import os, sys; sys.path[:] = [os.path.realpath(p) if p else p for p in sys.path]' >"$site/jetway-release.pth"
+  # JETWAY_USER cannot write __pycache__ in a root-owned tree: compile once here.
+  "$python" -m compileall -q "$target/api" "$target/handlers" "$target/cache"
+  echo "$JETWAY_RELEASE_SHA256" >"$target/.installed"
+  echo "jetway: installed release $version in $target"
+}
+
+install -d -m 0755 "$JETWAY_DIR" "$RELEASES"
+version="$(installed_release)" || install_release
+previous="$(readlink "$JETWAY_DIR/current" || true)"
+if [ "$previous" != "releases/$version" ]; then
+  # A new link renamed over the old one: `current` is never missing.
+  ln -sfn "releases/$version" "$JETWAY_DIR/current.new"
+  mv -T "$JETWAY_DIR/current.new" "$JETWAY_DIR/current"
+  echo "jetway: current release $version (was ${previous#releases/})"
   reload_workers=1
-fi
-# make decides what is missing (Debian's pypy3, the .venv from the pinned
-# requirements) and does nothing when nothing is.
-make -C "$JETWAY_DIR" --no-print-directory setup
-# JETWAY_USER cannot write __pycache__ in a root-owned tree: compile once here.
-"$JETWAY_DIR/.venv/bin/python" -m compileall -q "$JETWAY_DIR/api" "$JETWAY_DIR/handlers" "$JETWAY_DIR/cache"
-# `make setup` also installs redis-server, for `make run`'s private Redis;
-# this instance uses REDIS_URL, so Debian's Redis service does not run here.
-if systemctl is-enabled --quiet redis-server 2>/dev/null; then
-  systemctl disable --now --quiet redis-server
 fi
 
 # --- 3. tuning for many connections ----------------------------------------
@@ -116,9 +179,9 @@ EOF
 fi
 put_file 0644 "$ETC/security/limits.d/60-jetway.conf" <<'EOF' || true
 # Jetway (deploy/ec2/user-data.sh): open files per process for login sessions
-# (`make run` or the admin CLI by hand). 1048576 is the benchmark's value and
-# the kernel's per-process maximum (fs.nr_open). supervisord, a systemd
-# service, ignores this file: its limit is LimitNOFILE in its drop-in.
+# (the admin CLI by hand). 1048576 is the benchmark's value and the kernel's
+# per-process maximum (fs.nr_open). supervisord, a systemd service, ignores
+# this file: its limit is LimitNOFILE in its drop-in.
 *     soft  nofile  1048576
 *     hard  nofile  1048576
 root  soft  nofile  1048576
@@ -155,28 +218,56 @@ EOF
   restart_supervisor=1
 fi
 [ -d "$JETWAY_LOG_DIR" ] || install -d -m 0755 "$JETWAY_LOG_DIR"
-if put_file 0644 "$ETC/supervisor/conf.d/jetway.conf" <"$JETWAY_DIR/deploy/supervisor/jetway.conf"; then
+if put_file 0644 "$ETC/supervisor/conf.d/jetway.conf" <"$JETWAY_DIR/current/deploy/supervisor/jetway.conf"; then
   update_program=1
 fi
 
+# workers: the pids of the master's workers (none while supervisord has no master).
+workers() {
+  local master
+  master="$(supervisorctl pid jetway 2>/dev/null || true)"
+  [[ "$master" =~ ^[1-9][0-9]*$ ]] || return 0
+  cat "/proc/$master/task/$master/children" 2>/dev/null || true
+}
+
 systemctl is-enabled --quiet supervisor || systemctl enable --quiet supervisor
+replaced=""
 if [ "$restart_supervisor" = 1 ]; then
   # supervisord reads its environment only when it starts. Stopping drains.
   systemctl restart supervisor
 elif [ "$update_program" = 1 ]; then
   supervisorctl update # restarts jetway only if its program section changed
 elif [ "$reload_workers" = 1 ]; then
-  supervisorctl signal HUP jetway # new workers on the new code, no failed request
+  replaced="$(workers)"
+  supervisorctl signal HUP jetway # new workers on the new release, no failed request
 fi
 systemctl is-active --quiet supervisor || systemctl start supervisor
 
-# --- 5. serving? -------------------------------------------------------------
-for _ in $(seq 90); do
-  if curl -fsS -o /dev/null "http://127.0.0.1:${JETWAY_PORT}/healthz"; then
-    echo "jetway: serving on port ${JETWAY_PORT}"
+# --- 5. serving this release? ---------------------------------------------
+# /healthz names the release of the worker that answered; after a HUP, every
+# worker from before has also gone (the master replaces them one at a time).
+serving() {
+  local pid
+  curl -fsS -D - -o /dev/null "http://127.0.0.1:${JETWAY_PORT}/healthz" 2>/dev/null |
+    tr -d '\r' | grep -qix "x-jetway-release: $version" || return 1
+  for pid in $replaced; do
+    ! grep -qw "$pid" <<<"$(workers)" || return 1
+  done
+}
+for _ in $(seq 180); do
+  if serving; then
+    echo "jetway: serving release $version on port ${JETWAY_PORT}"
+    # After a switch, keep this release and the one before it (for a rollback).
+    [ "$reload_workers" = 1 ] || exit 0
+    for dir in "$RELEASES"/*/; do
+      case "$(basename "$dir")" in
+      "$version" | "${previous#releases/}") ;;
+      *) rm -rf "$dir" && echo "jetway: removed release $(basename "$dir")" ;;
+      esac
+    done
     exit 0
   fi
-  sleep 2
+  sleep 1
 done
-echo "jetway: not answering on port ${JETWAY_PORT} after 3 minutes; see ${JETWAY_LOG_DIR}/jetway.log" >&2
+echo "jetway: release $version not serving on port ${JETWAY_PORT} after 3 minutes; see ${JETWAY_LOG_DIR}/jetway.log" >&2
 exit 1
