@@ -6,14 +6,22 @@ about 4x faster. Parsing always uses the stdlib: ``ujson.loads`` accepts
 ``NaN`` and ``Infinity`` and turns ``1e400`` into ``inf``, which RFC 8259
 validation must not do.
 
-PyPy's ``json.loads`` has a parser written in RPython, but takes it only
-when called without hooks; with the hooks that reject ``NaN`` and ``1e400``
-it falls back to the pure-Python decoder, ~5x slower (3.7-4.3 against
-0.7-0.8 us for a 200 B document, warm loop). So on PyPy a body is parsed
-without hooks first, and kept when no number in it is infinite or NaN; the
-two parsers refuse the same texts otherwise (only their messages differ),
-so anything refused or not finite is parsed again by the strict parser,
-whose error is the one reported.
+One strict reader: RFC 8259's grammar plus I-JSON (``cache.i_json``), and
+anything else is a ``JsonError`` (a 400 where a body is read), never another
+exception. PyPy's ``json.loads`` has a parser written in RPython, but takes
+it only when called without hooks; with the hooks that reject ``NaN`` and
+``1e400`` it falls back to the pure-Python decoder, ~5x slower (3.7-4.3
+against 0.7-0.8 us for a 200 B document, warm loop) and laxer than the
+grammar (``cache.json_grammar`` says how). So on PyPy a body is parsed
+without hooks first and kept when every number in it is finite; the RPython
+parser accepts nothing the grammar refuses (``tests/test_json_grammar.py``
+holds it to that). Anything it refused or found not finite must first pass
+``cache.json_grammar`` before the hooked parse reads it. CPython's hooked
+parser is C and exactly the grammar, so it reads every body directly.
+
+A number's range: a float that no double holds (``1e400``) is refused, as
+is an integer longer than the interpreter converts (4,300 digits, on
+CPython 3.11 and PyPy 3.9 alike): refused with a 400, never a 500.
 """
 
 from __future__ import annotations
@@ -21,9 +29,10 @@ from __future__ import annotations
 import json
 import math
 import platform
+import sys
 from typing import Any, Callable, NoReturn, Optional, Tuple
 
-from cache import i_json
+from cache import i_json, json_grammar
 
 
 class JsonError(ValueError):
@@ -93,12 +102,14 @@ def _parse(text: str) -> Tuple[Any, int]:
     if _TRY_HOOKLESS_PARSE:
         try:
             value = json.loads(text)
-        except (json.JSONDecodeError, RecursionError):
-            pass  # the strict parse below says what is wrong
+        except (ValueError, RecursionError):
+            pass  # refused, or a number too long: judged below
         else:
             members = _members_if_finite(value)
             if members is not None:
                 return value, members
+        # The hooked parse below is the pure-Python decoder: laxer than the grammar.
+        _require_grammar(text)
     value = _strict_loads(text)
     return value, _members_if_finite(value) or 0
 
@@ -123,12 +134,31 @@ def _members_if_finite(value: Any) -> Optional[int]:
 def _strict_loads(text: str) -> Any:
     try:
         return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+    except JsonError:
+        raise  # from a hook: a constant or a float out of range
     except json.JSONDecodeError as error:
+        _require_grammar(text)  # names what is wrong, in the same words on either interpreter
         raise JsonError(f"malformed JSON: {error}") from None
+    except ValueError:
+        # The only other refusal of a text the grammar passed: int() of
+        # more digits than the interpreter converts (quadratic time past it).
+        raise JsonError(f"an integer has more than {_max_int_digits()} digits") from None
     except RecursionError:
         # RFC 8259 lets a parser limit nesting; the stack is the limit here,
         # and running into it is the client's error, not a 500.
         raise JsonError("the JSON is nested too deeply") from None
+
+
+def _require_grammar(text: str) -> None:
+    try:
+        json_grammar.check(text)
+    except json_grammar.GrammarError as error:
+        raise JsonError(f"malformed JSON: {error}") from None
+
+
+def _max_int_digits() -> int:
+    limit: Callable[[], int] = getattr(sys, "get_int_max_str_digits", lambda: 4300)
+    return limit()
 
 
 def dumps(value: Any) -> bytes:
