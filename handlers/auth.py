@@ -17,6 +17,7 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
 
 from twisted.internet import defer
 
+from cache.credential_watch import CredentialWatch, Hold
 from cache.link import Link
 from cache.ratelimit import GCRA, RateDecision, decision, gcra_command
 from cache.token_cache import TokenCache, keep_bounded
@@ -43,12 +44,14 @@ class Grant:
     """An admitted request, with its rate decision or the command to get it.
 
     ``pending_rate`` is set (and ``rate`` is not yet) when the caller sends
-    the rate step in one pipeline with its own read.
+    the rate step in one pipeline with its own read. ``ticket_expires``:
+    when the request was admitted by a ticket, its expiry (unix seconds).
     """
 
     record: Optional[TokenRecord]
     rate: Optional[RateDecision] = None
     pending_rate: Optional[Tuple[Any, ...]] = None
+    ticket_expires: int = 0
 
     def settle(self, reply: Any) -> RateDecision:
         """The decision from the reply to ``pending_rate``."""
@@ -67,6 +70,7 @@ class Gate:
         self.enabled = enabled
         self.clock = clock
         self._digests: Dict[str, bytes] = {}
+        self._watch: Optional[CredentialWatch] = None
 
     def admit(self, authorization: Optional[str], collection: str, write: bool, defer_rate: bool) -> defer.Deferred:
         """Fires with the request's grant, or fails with an ``ApiError`` (401, 403, 429)."""
@@ -120,6 +124,18 @@ class Gate:
             and may(record.scopes, collection, write)
             and (not record.rate or record.rate_limit() is None)  # no rate: no pattern to match
         )
+
+    def hold(self, grant: Grant, end: Callable[[str], None]) -> Optional[Hold]:
+        """Keep checking ``grant``'s credential while a stream uses it: ``end(reason)`` once it dies.
+
+        None when there is nothing to check (authorization off). The
+        reasons are ``cache.credential_watch``'s.
+        """
+        if not self.enabled or self.tokens is None or grant.record is None:
+            return None
+        if self._watch is None:
+            self._watch = CredentialWatch(self.tokens, self.clock)
+        return self._watch.hold(grant.record, end, grant.ticket_expires)
 
     def admit_batch(self, authorization: Optional[str], cost: int) -> defer.Deferred:
         """A batch's grant: a valid token, and ``cost`` requests of its rate (one per operation).

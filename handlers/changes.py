@@ -13,7 +13,11 @@
 
 A position older than what the feed keeps is a 410 ``feed-position-lost``
 (on a stream mid-way: a ``lost`` event, then the end). Read scope on the
-collection, by bearer token or by ``?ticket=`` (``handlers.tickets``).
+collection, by bearer token or by ``?ticket=`` (``handlers.tickets``),
+checked for as long as the stream or the poll lasts: when the token is
+revoked or rotated or expires, or the ticket expires, a stream ends with an
+``unauthorized`` event and a long poll answers a 401 at once
+(``cache.credential_watch``; docs/credentials.md).
 """
 
 from __future__ import annotations
@@ -24,8 +28,10 @@ from twisted.internet import defer
 
 from cache import feed_position
 from cache.change_feed import Page
+from cache.credential_watch import TICKET_EXPIRED, TOKEN_EXPIRED, TOKEN_REVOKED, Hold
 from cache.feed_position import Position, PositionError
 from handlers import validation
+from handlers.auth import unauthorized
 from handlers.base import ResourceHandler
 from handlers.errors import ApiError, bad_request
 from handlers.event_stream import LOST_DETAIL, EventStream, ready_event
@@ -34,6 +40,12 @@ from handlers.feed_subscriber import Subscription
 from handlers.tickets import TicketGate, feed_off
 
 EVENT_STREAM = "text/event-stream"
+# Why a stream or a poll ended early, after "the " or "the ticket's ": the ``unauthorized`` event's detail, the 401's.
+ENDED_DETAILS = {
+    TOKEN_REVOKED: "token was revoked or rotated",
+    TOKEN_EXPIRED: "token expired",
+    TICKET_EXPIRED: "ticket expired: ask for a new one, then reconnect with Last-Event-ID",
+}
 
 
 def gone() -> ApiError:
@@ -79,6 +91,9 @@ class ChangesHandler(ResourceHandler):
         self.subscription: Optional[Subscription] = None
         self._gone = False
         self._ended = False
+        self._hold: Optional[Hold] = None
+        self._credential_ended: Optional[str] = None
+        self._stop_poll: Optional[defer.Deferred] = None
 
     def writes(self) -> bool:
         return False
@@ -114,6 +129,31 @@ class ChangesHandler(ResourceHandler):
                 f"since / Last-Event-ID is not a position in {name.decode()}'s feed ({error})", "invalid-position"
             ) from None
 
+    # -- the credential, for as long as it is used -------------------------
+
+    def _watch_credential(self) -> None:
+        """From now on, the credential's death ends the stream (or the poll) at once."""
+        self._hold = self.gate.hold(self.grant, self._credential_died)
+
+    def _credential_died(self, reason: str) -> None:
+        self._credential_ended = reason
+        if self._stop_poll is not None and not self._stop_poll.called:
+            self._stop_poll.callback(None)
+        if self.stream is not None:
+            self.stream.end_unauthorized(reason, self._ended_detail(reason))
+
+    def _ended_detail(self, reason: str) -> str:
+        by_ticket = self.grant.ticket_expires and reason != TICKET_EXPIRED
+        return ("the ticket's " if by_ticket else "the ") + ENDED_DETAILS[reason]
+
+    def _refused(self) -> ApiError:
+        assert self._credential_ended is not None
+        return unauthorized(self._ended_detail(self._credential_ended))
+
+    def on_finish(self) -> None:
+        if self._hold is not None:
+            self._hold.release()
+
     # -- the long poll ----------------------------------------------------
 
     @defer.inlineCallbacks
@@ -122,9 +162,11 @@ class ChangesHandler(ResourceHandler):
         limit = validation.limit(self.query_argument("limit"))
         wait = _seconds("wait", self.query_argument("wait"), self.feed.limits.max_wait)
         position = self._position(name, resuming=False)
+        self._stop_poll = defer.Deferred()
+        self._watch_credential()
         if position is None:
             position = yield self.feed.now(name)
-        page: Page = yield self.feed.poll(name, position, limit, wait)
+        page: Page = yield self.feed.poll(name, position, limit, wait, self._stop_poll)
         if page.lost:
             raise gone()
         docs: Dict[bytes, Optional[bytes]] = {}
@@ -132,6 +174,8 @@ class ChangesHandler(ResourceHandler):
             ids = list(dict.fromkeys(event.doc_id for event in page.events))
             bodies = yield self.feed.reader.documents(name, ids)
             docs = dict(zip(ids, bodies))
+        if self._credential_ended is not None:
+            raise self._refused()
         events = b",".join([event.json(with_docs, docs.get(event.doc_id)) for event in page.events])
         following = feed_position.encode(name, page.position).encode("ascii")
         self.set_header("Cache-Control", "no-store")
@@ -143,6 +187,7 @@ class ChangesHandler(ResourceHandler):
     def _stream(self, name: bytes, with_docs: bool) -> Any:
         assert self.feed is not None
         position = self._position(name, resuming=True)
+        self._watch_credential()
         subscription = self.feed.subscription(name, with_docs)
         try:
             first = yield subscription.start(position)
@@ -155,6 +200,9 @@ class ChangesHandler(ResourceHandler):
         if self._gone:
             subscription.cancel()  # the client left while the start was read
             return
+        if self._credential_ended is not None:
+            subscription.cancel()
+            raise self._refused()
         self.subscription = subscription
         self._open(feed_position.encode(name, subscription.position))
         assert self.stream is not None
@@ -206,6 +254,8 @@ class ChangesHandler(ResourceHandler):
             self.finish()
 
     def on_connection_close(self, *args: Any) -> None:
+        if self._hold is not None:
+            self._hold.release()
         if self._finished:
             return
         self._gone = True

@@ -19,7 +19,10 @@ Named events a client may see besides the changes (``data`` says more):
 ``ready`` (first, with the position it starts from), ``fell-behind``,
 ``lost`` (events after its position are gone: re-list, then follow from
 a new position), ``reconnect`` (the server is shutting down, or could not
-read the feed: reconnect with ``Last-Event-ID``). Only ``ready`` and the
+read the feed: reconnect with ``Last-Event-ID``), ``unauthorized`` (the
+stream's credential died: ``reason`` is ``token-revoked``,
+``token-expired`` or ``ticket-expired``, ``cache.credential_watch``; a
+reconnect needs a valid token or a new ticket). Only ``ready`` and the
 changes carry an ``id:``, so a reconnect resumes after the last change.
 """
 
@@ -138,6 +141,10 @@ class EventStream:
 
     def end_reconnect(self, reason: str) -> None:
         self.end(named_event(b"reconnect", {"detail": reason}))
+
+    def end_unauthorized(self, reason: str, detail: str) -> None:
+        """The stream's token or ticket is no longer valid (``handlers.changes``)."""
+        self.end(named_event(b"unauthorized", {"reason": reason, "detail": detail}))
 
     def end(self, final: bytes = b"") -> None:
         """The last event (if any), the end of the chunked body, and the connection closes."""

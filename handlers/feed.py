@@ -96,14 +96,16 @@ class Feed:
         return self.reader.tail(collection)
 
     @defer.inlineCallbacks
-    def poll(self, collection: bytes, position: Position, limit: int, wait: float) -> Any:
-        """A long poll: the events after ``position``, waiting up to ``wait`` seconds for one."""
+    def poll(
+        self, collection: bytes, position: Position, limit: int, wait: float, stop: Optional[defer.Deferred] = None
+    ) -> Any:
+        """A long poll: the events after ``position``, waiting up to ``wait`` seconds for one, or until ``stop``."""
         page = yield self.reader.page(collection, position, limit, check_all=True)
         if page.events or page.lost or wait <= 0 or self.draining:
             return page
         hub = self.hub(collection)
         yield hub.when_ready()
-        woken = yield hub.wait_past(position, wait)
+        woken = yield hub.wait_past(position, wait, stop)
         if woken and not self.draining:
             page = yield self.reader.page(collection, position, limit, check_all=True)
         return page

@@ -331,18 +331,30 @@ class Hub:
 
     # -- long polls --------------------------------------------------------
 
-    def wait_past(self, position: Position, seconds: float) -> defer.Deferred:
-        """Fires True once the hub has read past ``position`` in any shard, False after ``seconds``."""
+    def wait_past(self, position: Position, seconds: float, stop: Optional[defer.Deferred] = None) -> defer.Deferred:
+        """Fires True once the hub has read past ``position`` in any shard, False after ``seconds`` or on ``stop``."""
         if ahead(self.position, position):
             return defer.succeed(True)
         waiting: defer.Deferred = defer.Deferred()
         timer = self._clock.callLater(seconds, self._poll_timed_out, waiting)
         self._polls.append((position, waiting, timer))
+        if stop is not None:
+            stop.addCallback(self._poll_stopped, waiting)
         return waiting
 
     def end_polls(self) -> None:
         """Answer every long poll now (the worker drains)."""
         self._wake_polls(everyone=True)
+
+    def _poll_stopped(self, result: Any, waiting: defer.Deferred) -> Any:
+        """The poll's credential died (``handlers.changes``): it answers now, its timer goes."""
+        for poll in self._polls:
+            if poll[1] is waiting:
+                self._polls.remove(poll)
+                poll[2].cancel()
+                waiting.callback(False)
+                break
+        return result
 
     def _poll_timed_out(self, waiting: defer.Deferred) -> None:
         self._polls = [poll for poll in self._polls if poll[1] is not waiting]

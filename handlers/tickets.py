@@ -68,9 +68,11 @@ class TicketGate:
             raise ApiError(403, "forbidden", f"the ticket's token may not read {collection}")
         limit = record.rate_limit()
         if limit is None:
-            return Grant(record)
+            return Grant(record, ticket_expires=ticket.expires)
         rating = self.gate.link.pipeline_scripts([gcra_command(record.digest, *limit)], RATE_SCRIPTS)
-        return rating.addCallback(lambda replies: Grant(record, rate=decision(replies[0], limit[0])))
+        return rating.addCallback(
+            lambda replies: Grant(record, rate=decision(replies[0], limit[0]), ticket_expires=ticket.expires)
+        )
 
 
 class TicketHandler(ResourceHandler):
