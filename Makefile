@@ -94,7 +94,7 @@ $(LINT_VENV)/.installed: requirements-lint.txt | system-packages
 lint: setup $(LINT_VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(LINT_VENV)/bin/shellcheck deploy/ec2/user-data.sh
+	$(LINT_VENV)/bin/shellcheck deploy/ec2/user-data.sh release/build.sh
 	$(LINT_VENV)/bin/cfn-lint deploy/ec2/jetway.yaml
 
 # Client generators for tests/test_generated_clients.py: openapi-python-client
@@ -197,10 +197,21 @@ clean-loadtest:
 test-slow: setup setup-clients setup-loadtest
 	JETWAY_TEST_SLOW=1 $(PY) -m pytest -rP -m slow
 
+# --- Releases: what a server installs (docs/deploy.md) ------------------------
+# One file per commit: the code and a wheelhouse of the runtime requirements
+# for this machine's PyPy 3.9, with its sha256 beside it, in $(RELEASE_DIR).
+# COMMIT=rev (default HEAD) and VERSION=label (default the short hash) choose.
+RELEASE_DIR := $(VAR)/releases
+.PHONY: release
+
+release: setup
+	release/build.sh --out $(RELEASE_DIR) $(if $(COMMIT),--commit $(COMMIT)) $(if $(VERSION),--version $(VERSION))
+
 # --- The EC2 user data on a booted Debian: tests/test_deploy_boot.py ---------
 # A bookworm root (debootstrap, cached in $(DEPLOY_BASE); `make clean` drops it)
-# booted with systemd-nspawn, its user data run by cloud-init. Needs root (as CI
-# runs); under five minutes here with the base cached. CI runs it after test-cluster.
+# booted with systemd-nspawn, its user data run by cloud-init, installing two
+# releases the test builds with release/build.sh. Needs root (as CI runs); the
+# figures of a cold run are in docs/deploy.md. CI runs it after test-cluster.
 DEPLOY_BASE := $(VAR)/deploy-base
 .PHONY: test-deploy deploy-packages
 
