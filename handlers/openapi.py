@@ -58,6 +58,11 @@ PROBLEM_TYPES: Tuple[Tuple[str, str], ...] = (
     ("invalid-batch", '400: not `{"operations": [...]}`, or a batch operation malformed on its own (in its result)'),
     ("batch-too-large", "413: more batch operations than `JETWAY_MAX_BATCH_OPS` or than the token's burst"),
     ("body-too-large", "413: the body, or the merged document, is larger than the limit"),
+    (
+        "response-too-large",
+        "413: the documents asked for (a multi-get, or a batch's gets; each counted as often as asked) add up to"
+        " more than `JETWAY_MAX_RESPONSE_BYTES`; `size` and `limit` say by how much. Nothing was read",
+    ),
     ("unsupported-media-type", "415: the body is not labelled with the media type the operation takes"),
     ("unrepresentable", "422: the merged document cannot be serialized as JSON (e.g. a number out of range)"),
     (
@@ -185,6 +190,13 @@ _NOT_REPLICATED = (
     " On a write, also `not-replicated`: the primary applied it, but fewer than `JETWAY_WRITE_REPLICAS`"
     " replicas confirmed it within `JETWAY_WRITE_TIMEOUT` seconds, so a failover before they have it loses it."
     " Check with GET, or retry with `If-Match` and the `ETag` sent (on a create, at `Location`)."
+)
+
+
+_RESPONSE_TOO_LARGE = (
+    "the documents asked for (each counted as often as asked) add up to more than `JETWAY_MAX_RESPONSE_BYTES`"
+    " (default 16 MiB; `response-too-large`, with `size` and `limit`): nothing was read. A page is never refused"
+    " for its size: it ends early, with its `next` cursor."
 )
 
 
@@ -446,9 +458,10 @@ def _collection_operations() -> Json:
                 headers=("ETag", "Cache-Control", "Vary"),
             ),
             **_errors(
-                (400, 406, *_REDIS),
+                (400, 406, 413, *_REDIS),
                 e400="Invalid collection name, `limit`, `cursor` or `ids`; `ids` with `cursor`, or with a `limit`"
                 " less than their number.",
+                e413=_RESPONSE_TOO_LARGE,
             ),
         },
         parameters=_parameters_named("limit", "cursor", "ids", "If-None-Match", "Accept-Encoding"),
@@ -495,6 +508,7 @@ def _multi_get_operations() -> Json:
             **_errors(
                 (400, 406, 413, 415, *_REDIS),
                 e400='Invalid collection name or id (named), too many ids, malformed JSON, or not `{"ids": [...]}`.',
+                e413="The body is larger than `JETWAY_MAX_BODY`; or " + _RESPONSE_TOO_LARGE,
             ),
         },
         parameters=_parameters_named("Accept-Encoding"),

@@ -117,7 +117,9 @@ def batch_operations() -> Json:
         {
             "200": _response(
                 "Every operation was carried out or refused on its own; see each result's `status`. A write"
-                " whose replicas did not confirm it has a 503 `not-replicated` result. With an `Idempotency-Key`,"
+                " whose replicas did not confirm it has a 503 `not-replicated` result. A get whose document would"
+                " take the gets' documents past `JETWAY_MAX_RESPONSE_BYTES` has a 413 `response-too-large` result"
+                " (the others go on). With an `Idempotency-Key`,"
                 " perhaps the first attempt's answer again, marked `Idempotency-Replayed`.",
                 _ref("schemas", "BatchResults"),
                 ("Idempotency-Replayed",),

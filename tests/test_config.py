@@ -77,3 +77,13 @@ def test_the_write_concern_defaults_to_the_primary_and_waits_less_than_the_redis
         from_environment({"JETWAY_WRITE_REPLICAS": "1", "JETWAY_WRITE_TIMEOUT": "2"})
     # Without a write concern the timeout is unused, and a short Redis timeout is fine.
     assert from_environment({"JETWAY_REDIS_TIMEOUT": "0.5"}).write_concern.timeout == 1.0
+
+
+def test_the_response_budget_holds_at_least_one_document_of_the_largest_size():
+    assert from_environment({}).max_response_bytes == 16 * 1024 * 1024
+    assert from_environment({"JETWAY_MAX_BODY": str(32 << 20)}).max_response_bytes == 32 << 20
+    assert from_environment({"JETWAY_MAX_RESPONSE_BYTES": "1048576"}).max_response_bytes == 1048576
+    with pytest.raises(ConfigError, match="JETWAY_MAX_RESPONSE_BYTES=.*at least JETWAY_MAX_BODY"):
+        from_environment({"JETWAY_MAX_BODY": "2000", "JETWAY_MAX_RESPONSE_BYTES": "1999"})
+    with pytest.raises(ConfigError, match="JETWAY_MAX_RESPONSE_BYTES='0'"):
+        from_environment({"JETWAY_MAX_RESPONSE_BYTES": "0"})
