@@ -10,6 +10,16 @@ which goes to Redis directly.
 
 from __future__ import annotations
 
+import threading
+import time
+from typing import Iterator, List, Tuple
+
+import pytest
+import requests
+
+from cache.tokens import digest_of, token_key
+from tests.held_replies import HeldReplies
+from tests.support import JetwayServer, keys_cli, make_token, wait_until, worker_pids
 from tests.test_tracking import run_script
 
 TOKEN_PRELUDE = """
@@ -80,3 +90,43 @@ def test_a_lookup_overtaken_by_its_tokens_revocation_is_not_kept_in_1000_trials(
     assert figures["answered_live"] == 1000  # each race was real: the held reply carried the live record
     assert figures["kept_dead"] == 0
     assert figures["refused_after"] == 1000
+
+
+@pytest.fixture
+def relayed_server(own_redis, tmp_path) -> Iterator[Tuple[JetwayServer, HeldReplies]]:
+    """2 workers, authorization on, every Redis connection through a relay that can hold a lookup's reply."""
+    relay = HeldReplies(own_redis.socket_path).start()
+    # A held reply must not time out meanwhile: the CLI's revocation takes a second or two.
+    server = JetwayServer(relay.url, tmp_path / "jetway.log", {"JETWAY_REDIS_TIMEOUT": "15"}, auth=True)
+    try:
+        yield server.start(["--workers", "2"]), relay
+    finally:
+        server.stop()
+        relay.stop()
+
+
+def statuses(server: JetwayServer, token: str, count: int) -> List[int]:
+    """``count`` reads, each on a fresh connection (they spread over the workers)."""
+    headers = {"Authorization": f"Bearer {token}"}
+    return [requests.get(server.url("/v1/users/x"), headers=headers, timeout=10).status_code for _ in range(count)]
+
+
+def test_a_token_revoked_while_a_workers_lookup_of_it_is_held_is_refused_by_every_worker(relayed_server, own_redis):
+    """End to end, revoked with the CLI: the raced worker answers the request in flight, then refuses the token."""
+    server, relay = relayed_server
+    for trial in range(1):
+        name = f"raced-{trial}"
+        token = make_token(own_redis.url, name, "read:*")
+        relay.hold_at(token_key(digest_of(token)))
+        raced: List[int] = []
+        first = threading.Thread(target=lambda raced=raced, token=token: raced.extend(statuses(server, token, 1)))
+        first.start()
+        assert relay.holding.wait(10), "the lookup never went out"
+        wait_until(lambda: relay.held_bytes() > 0, 10, "the lookup's reply, held")
+        assert keys_cli(own_redis.url, "revoke", name).returncode == 0
+        time.sleep(0.2)  # the revocation's message reaches both workers before the lookup's reply
+        relay.release()
+        first.join(10)
+        assert raced == [404]  # the request in flight was admitted: it was sent before the revocation
+        assert statuses(server, token, 20) == [401] * 20
+        assert len(set(worker_pids(server))) == 2
