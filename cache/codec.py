@@ -71,7 +71,7 @@ def _finite_float(text: str) -> float:
     if value in (float("inf"), float("-inf")):
         # Valid RFC 8259 syntax, but no double holds it: storing it would
         # make the document impossible to re-serialize (for a merge patch).
-        raise JsonError(f"the number {text} is out of range")
+        raise JsonError(f"the number {text if len(text) <= 40 else text[:40] + '...'} is out of range")
     return value
 
 
