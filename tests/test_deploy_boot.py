@@ -280,7 +280,10 @@ def _runtime_only(container: Container) -> Dict[str, str]:
     of those must be a requirement line (or the venv's own pip and setuptools),
     so every other package is there because a requirement needs it.
     """
-    pip = ["/opt/jetway/current/venv/bin/python", "-m", "pip", "list", "--format=json", "--disable-pip-version-check"]
+    python = "/opt/jetway/current/venv/bin/python"
+    # The venv's own directory: PyPy's built-in cffi, greenlet, hpy and readline are the interpreter's.
+    site = container.run(python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))").stdout.strip()
+    pip = [python, "-m", "pip", "list", "--format=json", "--disable-pip-version-check", "--path", site]
     installed = {_name(p["name"]): p["version"] for p in json.loads(container.run(*pip).stdout)}
     roots = {_name(p["name"]) for p in json.loads(container.run(*pip, "--not-required").stdout)}
     pinned = {}
