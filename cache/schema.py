@@ -398,7 +398,11 @@ class _Compiler:
         checks: List[Check] = []
         for part in (self._generic, self._numeric, self._string, self._array, self._object, self._logic):
             checks.extend(part(schema))
-        return _metered(_all(checks), self.meter)
+        # A leaf's cost is constant or charged where it is spent (patterns, formats, uniqueItems, enum);
+        # a node that applies subschemas is charged each time it runs.
+        if "$ref" in schema or _every_subschema(schema):
+            return _metered(_all(checks), self.meter)
+        return _all(checks)
 
     def _ref(self, ref: str) -> Check:
         # A cell filled once compiled, so a recursive schema compiles once.
@@ -486,7 +490,8 @@ class _Compiler:
             checks.append(lambda value: all(check(item) for check, item in zip(prefix, value)))
         if "items" in schema:
             each, start = self.compile(schema["items"]), len(prefix)
-            checks.append(lambda value: all(each(item) for item in value[start:]))
+            charge = self.meter.charge
+            checks.append(lambda value: charge(len(value)) or all(each(item) for item in value[start:]))
         if "contains" in schema:
             checks.append(self._contains(schema))
         return [_when(lambda value: isinstance(value, list), check) for check in checks]
@@ -498,7 +503,10 @@ class _Compiler:
             schema.get("maxContains"),
         )
 
+        charge = self.meter.charge
+
         def contains(value: List[Any]) -> bool:
+            charge(len(value))
             count = sum(1 for item in value if matches(item))
             return count >= fewest and (most is None or count <= most)
 
@@ -521,7 +529,8 @@ class _Compiler:
             )
         if "propertyNames" in schema:
             named = self.compile(schema["propertyNames"])
-            checks.append(lambda value: all(named(name) for name in value))
+            charge = self.meter.charge
+            checks.append(lambda value: charge(len(value)) or all(named(name) for name in value))
         members = self._members(schema)
         if members is not None:
             checks.append(members)
@@ -543,6 +552,7 @@ class _Compiler:
             return lambda value: all(check(value[name]) for name, check in pairs if name in value)
 
         def members(value: Dict[str, Any]) -> bool:
+            charge(len(value))
             for name, item in value.items():
                 check = known.get(name)
                 if check is not None and not check(item):
