@@ -18,7 +18,7 @@ import os
 import shutil
 import subprocess
 import urllib.request
-from typing import Dict, List, Sequence
+from typing import Dict, List, Sequence, Tuple
 
 from loadtest._gate import Side, cpu_seconds
 from loadtest._token import ROOT
@@ -50,8 +50,25 @@ def seed(side: Side) -> None:
             response.read()
 
 
-def measure_busy(sides: Sequence[Side], seconds: float) -> List[float]:
-    """Worker CPU µs per request of each side (in ``sides``' order), wrk on all of them at once."""
+def measure_busy(sides: Sequence[Side], seconds: float, slices: int = 2) -> List[float]:
+    """Worker CPU µs per request of each side (in ``sides``' order), wrk on all of them at once.
+
+    ``seconds`` cut into ``slices`` whose wrk processes start in turns (A B, then B A): one side's
+    start or scheduling luck then falls on both alike, and a round's figure is its slices' CPU
+    over their requests.
+    """
+    cpu = [0.0] * len(sides)
+    served = [0] * len(sides)
+    for number in range(slices):
+        order = list(range(len(sides))) if number % 2 == 0 else list(range(len(sides)))[::-1]
+        for index, (spent, requests) in zip(order, _slice([sides[i] for i in order], seconds / slices)):
+            cpu[index] += spent
+            served[index] += requests
+    return [spent * 1e6 / max(requests, 1) for spent, requests in zip(cpu, served)]
+
+
+def _slice(sides: Sequence[Side], seconds: float) -> List[Tuple[float, int]]:
+    """Each side's worker CPU seconds and wrk's completed requests over one run of ``seconds``."""
     before = [cpu_seconds(side.master_pid) for side in sides]
     started = [_start_wrk(side, seconds) for side in sides]
     outputs = []
@@ -64,11 +81,10 @@ def measure_busy(sides: Sequence[Side], seconds: float) -> List[float]:
             if process.poll() is None:
                 process.kill()
                 process.wait()
-    figures = []
-    for side, cpu_before, out in zip(sides, before, outputs):
-        summary = _summary(side, out)
-        figures.append((cpu_seconds(side.master_pid) - cpu_before) * 1e6 / max(summary["requests"], 1))
-    return figures
+    return [
+        (cpu_seconds(side.master_pid) - cpu_before, _summary(side, out)["requests"])
+        for side, cpu_before, out in zip(sides, before, outputs)
+    ]
 
 
 def _start_wrk(side: Side, seconds: float) -> subprocess.Popen:

@@ -13,7 +13,7 @@ figures to the baseline's taken beside them, and judges the median ratio:
 - worker CPU per request under the busy load (``loadtest._busy``: wrk
   keeps every worker busy with reads and PUTs, both sides at once): a
   request's own cost is nearly all of it, so this is the figure that
-  discriminates (a 20 µs burn fails it). It also fails when this tree is
+  discriminates (a 20 µs burn, about half a request's cost, fails it). It also fails when this tree is
   *cheaper* than the baseline beyond the noise: a stale baseline is slack
   a regression hides in, so the check says so with the command that moves it;
 - worker CPU per request under the locust scenario: the workers' user+system
@@ -46,8 +46,8 @@ from loadtest._token import ROOT
 
 BURN_VARIABLE = "JETWAY_DEBUG_BURN_US"
 DEFAULT_CPU_TOLERANCE = 0.25
-DEFAULT_BUSY_TOLERANCE = 0.10
-DEFAULT_STALE_TOLERANCE = 0.15
+DEFAULT_BUSY_TOLERANCE = 0.20
+DEFAULT_STALE_TOLERANCE = 0.20
 RECORD_COMMAND = "make loadtest-record && git commit loadtest/baseline.json"
 DEFAULT_LATENCY_TOLERANCE = 0.5
 DEFAULT_LATENCY_SLACK_MS = 2.0

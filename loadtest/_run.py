@@ -50,12 +50,12 @@ DEFAULTS: Dict[str, Any] = {
 GATE_SCENARIO: Dict[str, Any] = {**DEFAULTS, "users": 50, "user_rate": 10.0}
 GATE_DEFAULTS: Dict[str, Any] = {
     "rounds": 5,
-    "round_seconds": 12.0,
+    "round_seconds": 10.0,
     "warmup_seconds": 15.0,
     "cpu_tolerance": _gate.DEFAULT_CPU_TOLERANCE,
     "latency_tolerance": _gate.DEFAULT_LATENCY_TOLERANCE,
     "latency_slack_ms": _gate.DEFAULT_LATENCY_SLACK_MS,
-    "busy_seconds": 4.0,
+    "busy_seconds": 6.0,
     "busy_tolerance": _gate.DEFAULT_BUSY_TOLERANCE,
     "stale_tolerance": _gate.DEFAULT_STALE_TOLERANCE,
 }
