@@ -13,7 +13,9 @@ pipe the master reads and passes on, whole lines only, to its own stdout
   0 once they have, killing any still alive ``grace`` + 5 s later.
 - SIGHUP: the workers are replaced one slot at a time; the new worker is
   serving on the slot's socket before the old one is told to drain, so no
-  connection is refused.
+  connection is refused. Workers are spawned with SIGHUP held and ignore
+  it (``api.signals``): a hangup of the whole process group (a closing
+  terminal) reloads, it does not empty the slots.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from twisted.python import log
 from api.log_relay import Relay
 from api.metrics_dir import MULTIPROC_ENV
 from api.observe import worker_restarts
-from api.signals import on_signals
+from api.signals import hangups_held, on_signals, stop_reactor
 
 LOG_FD = 1
 LISTEN_FD = 3
@@ -131,10 +133,12 @@ class Master:
         self.restarts = worker_restarts()
 
     def run(self) -> int:
+        # SIGHUP at once (Twisted never sets it): one during the first spawns reloads, it does not kill.
+        # SIGTERM/SIGINT once running: Twisted sets its own as it starts.
+        on_signals(self.reactor, self.reload, signal.SIGHUP)
         for slot in self.slots:
             self.spawn(slot)
         self.reactor.callWhenRunning(on_signals, self.reactor, self.shutdown, signal.SIGTERM, signal.SIGINT)
-        self.reactor.callWhenRunning(on_signals, self.reactor, self.reload, signal.SIGHUP)
         self.reactor.run()
         for slot in self.slots:
             slot.listener.close()
@@ -160,13 +164,14 @@ class Master:
         return worker
 
     def _spawn(self, slot: Slot, worker: WorkerProcess, args: List[str], stdout: int) -> WorkerProcess:
-        worker.pid = self.reactor.spawnProcess(
-            worker,
-            self.python,
-            args,
-            env=worker_environment(os.environ),
-            childFDs={0: "w", LOG_FD: stdout, 2: 2, LISTEN_FD: slot.listener.fileno(), READY_FD: "r"},
-        ).pid
+        with hangups_held():  # the worker ignores SIGHUP once it runs; held until then
+            worker.pid = self.reactor.spawnProcess(
+                worker,
+                self.python,
+                args,
+                env=worker_environment(os.environ),
+                childFDs={0: "w", LOG_FD: stdout, 2: 2, LISTEN_FD: slot.listener.fileno(), READY_FD: "r"},
+            ).pid
         worker.ready.addErrback(lambda failure: log.msg(f"slot {slot.index}: {failure.getErrorMessage()}"))
         slot.worker = worker
         return worker
@@ -225,7 +230,7 @@ class Master:
         killing = self.reactor.callLater(self.grace + KILL_AFTER_GRACE, self._kill, workers)
         done = defer.DeferredList([worker.ended for worker in workers])
         done.addCallback(lambda _: killing.cancel() if killing.active() else None)
-        done.addCallback(lambda _: self.reactor.stop())
+        done.addCallback(lambda _: stop_reactor(self.reactor))
 
     def _kill(self, workers: List[WorkerProcess]) -> None:
         for worker in workers:

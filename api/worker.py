@@ -5,7 +5,9 @@ parent such as supervisor (``--fd N``). Its log lines go to stdout through
 ``api.log_writer``: with ``--log-pipe`` stdout is a pipe this worker alone
 writes, and it is written without ever blocking. On SIGTERM/SIGINT it drains: it stops accepting,
 lets every request it holds finish (answered with ``Connection: close``),
-closes idle keep-alive connections, and exits, within ``JETWAY_GRACE``.
+closes idle keep-alive connections, and exits, within ``JETWAY_GRACE``;
+one that comes while it warms up stops it before it serves. It ignores
+SIGHUP: only the master reloads (``api.signals``).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from api.eager_send import adopt_listening_socket
 from api.log_writer import LineWriter
 from api.logs import LineStream, start_logging
 from api.observe import HotCacheMetrics, Metrics
-from api.signals import on_signals
+from api.signals import ignore_hangups, on_signals, stop_reactor
 from api.warm_up import warm_up
 from cache.batch import BatchRunner
 from cache.change_feed import NO_FEED, FeedLog, FeedReader
@@ -70,6 +72,9 @@ def run_worker(
     ``app_factory`` is ``make_app`` but for the bench's re-encoding variant;
     ``log_pipe``: stdout is a pipe of this worker's own (``api.log_writer``).
     """
+    ignore_hangups()
+    stops = StopSignals(reactor)
+    reactor.callWhenRunning(on_signals, reactor, stops, signal.SIGTERM, signal.SIGINT)
     metrics = Metrics()
     sys.stdout.flush()
     lines = LineWriter(sys.stdout.fileno(), log_pipe, metrics.count_dropped_lines)
@@ -83,14 +88,15 @@ def run_worker(
     reactor.addSystemEventTrigger("before", "shutdown", lines.close)
 
     def serve(_: Any = None) -> None:
+        if stops.stopping:
+            return  # told to stop while warming up: nothing to drain
         port = adopt_listening_socket(reactor, fd, _nonblocking_family(fd), app)
         os.close(fd)  # the port took a copy
         app.listen_on(port)
-        drain = Drain(app, port, reactor, settings.grace, feed.drain if feed is not None else None)
+        stops.drain = Drain(app, port, reactor, settings.grace, feed.drain if feed is not None else None)
         flushing = task.LoopingCall(metrics.flush)
         flushing.clock = reactor
         flushing.start(METRICS_FLUSH_SECONDS, now=False)
-        reactor.callWhenRunning(on_signals, reactor, drain.start, signal.SIGTERM, signal.SIGINT)
         if ready_fd is not None:
             os.write(ready_fd, b"ready\n")
             os.close(ready_fd)
@@ -100,12 +106,9 @@ def run_worker(
     def warm_up_then_serve() -> None:
         build = partial(assemble, app_factory=app_factory)
         warming = defer.maybeDeferred(warm_up, settings, reactor, settings.warm_up, build)
-        warming.addCallbacks(
-            lambda report: log.msg(report.describe()),
-            lambda failure: log.err(failure, "warm-up failed; serving without it"),
-        )
+        warming.addCallbacks(lambda report: log.msg(report.describe()), stops.warm_up_failed)
         # As when there is no warm-up, a worker that cannot serve exits (non-zero), it does not hang.
-        warming.addCallback(serve).addErrback(lambda failure: (could_not_serve.append(failure), reactor.stop()))
+        warming.addCallback(serve).addErrback(lambda failure: (could_not_serve.append(failure), stop_reactor(reactor)))
 
     if settings.warm_up:
         # Before the listening socket is taken: no client waits on PyPy's compiler (api.warm_up).
@@ -199,6 +202,26 @@ def _feed(settings: Settings, link: Any, reactor: Any) -> Optional[Feed]:
     return Feed.connected(FeedReader(link), settings.redis, reactor, settings.redis_timeout, limits)
 
 
+class StopSignals:
+    """SIGTERM/SIGINT for the worker's whole life: a drain once it serves; before (warming up), a plain stop."""
+
+    def __init__(self, reactor: Any) -> None:
+        self.reactor = reactor
+        self.drain: Optional[Drain] = None
+        self.stopping = False
+
+    def __call__(self) -> None:
+        self.stopping = True
+        if self.drain is not None:
+            self.drain.start()
+        else:
+            stop_reactor(self.reactor)
+
+    def warm_up_failed(self, failure: Failure) -> None:
+        if not self.stopping:  # a stop cuts the warm-up short: that is no failure to report
+            log.err(failure, "warm-up failed; serving without it")
+
+
 class Drain:
     """Stop accepting, end the change-feed streams, let held requests finish, then stop the reactor."""
 
@@ -244,7 +267,7 @@ class Drain:
                 connection.close()
         if not self.app.connections or overdue:
             self.ticking.stop()
-            self.reactor.stop()
+            stop_reactor(self.reactor)
 
 
 def _nonblocking_family(fd: int) -> socket.AddressFamily:
