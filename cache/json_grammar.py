@@ -15,9 +15,11 @@ no control character, its escapes are ``\\" \\\\ \\/ \\b \\f \\n \\r \\t``
 and ``\\u`` with exactly four ASCII hex digits; a number is
 ``-?(0|[1-9][0-9]*)(.[0-9]+)?([eE][-+]?[0-9]+)?`` in ASCII digits; the
 literals are ``true``, ``false`` and ``null``. Nesting is followed with a
-list, not recursion, so any depth is checked in time and memory linear in
-the text. What it cannot see is I-JSON's (``cache.i_json``) and the
-numbers' range (the codec's).
+list, not recursion, and is refused past ``MAX_DEPTH`` (RFC 8259 lets a
+parser limit it): the hooked parser that reads what passes here runs out
+of stack near 1,000 levels anyway, and 1 MiB of ``[`` is refused after
+1,000 steps, not walked to its end (~200 ms). What it cannot see is
+I-JSON's (``cache.i_json``) and the numbers' range (the codec's).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ _STRING_PREFIX = re.compile('"' + _STRING_BODY)
 _NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
 _LITERALS = ("true", "false", "null")
 _CLOSER = {"{": "}", "[": "]"}
+MAX_DEPTH = 1_000
 
 
 class GrammarError(ValueError):
@@ -45,6 +48,10 @@ class GrammarError(ValueError):
         line = text.count("\n", 0, position) + 1
         column = position - text.rfind("\n", 0, position)
         super().__init__(f"{what}: line {line} column {column} (char {position})")
+
+
+class TooDeep(GrammarError):
+    """Nested deeper than ``MAX_DEPTH``."""
 
 
 def check(text: str) -> None:
@@ -71,6 +78,8 @@ def _value(text: str, position: int, closers: List[str]) -> int:
     """Past a scalar or an empty container; or, having pushed its closer, to a container's first value."""
     char = text[position : position + 1]
     if char in _CLOSER:
+        if len(closers) == MAX_DEPTH:
+            raise TooDeep(f"nested deeper than {MAX_DEPTH} levels", text, position)
         inside = _skip(text, position + 1)
         if text[inside : inside + 1] == _CLOSER[char]:
             return inside + 1
