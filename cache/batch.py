@@ -42,17 +42,18 @@ them, read it once.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
-from twisted.internet import defer
+from twisted.internet import defer, reactor
 
 from cache import codec, keys, scripts
+from cache.batch_budget import AnswerBudget, admitted_gets
+from cache.batch_operations import CREATE, DELETE, GET, PATCH, PUT, WRITES, Operation, OperationResult
 from cache.bounded_reads import DEFAULT_BUDGET, OverBudget
 from cache.errors import DocumentNotFound, DocumentTooLarge, NotReplicated, PreconditionFailed, WriteConflict
 from cache.link import Link
 from cache.merge_patch import merge_patch
 from cache.store import (
-    NO_CONDITIONS,
     Conditions,
     Document,
     DocumentStore,
@@ -63,40 +64,20 @@ from cache.store import (
     read_command,
     stored_document,
 )
+from cache.turns import in_turns
 from cache.write_concern import WriteConcern
-
-GET, PUT, CREATE, PATCH, DELETE = "get", "put", "create", "patch", "delete"
-WRITES = frozenset({PUT, CREATE, PATCH, DELETE})
-# Checks a merged document before it is written (a collection's schema); raises to refuse it.
-Check = Callable[[Any, int], None]
-
-
-@dataclass(frozen=True)
-class Operation:
-    """One operation of a batch, checked and ready: ids, bodies and ETags as they will be written."""
-
-    op: str
-    collection: bytes
-    doc_id: bytes  # for a create, the id chosen for it
-    body: Optional[bytes] = None  # put, create
-    patch: Any = None  # patch: the parsed merge patch
-    conditions: Conditions = NO_CONDITIONS
-    ttl: bytes = b""  # b"" keeps the expiry, b"0" removes it, b"N" sets it
-    etag: Optional[bytes] = None  # the ETag a write stores (planned: a retry writes the same)
-    max_size: int = 1 << 20  # of a patch's merged document
-    check: Optional[Check] = None
-    replicas: Optional[int] = None  # the collection's own write_replicas (None: the deployment's)
 
 
 @dataclass
-class OperationResult:
-    """What one operation got: a document (gets and writes), nothing (deletes), or an error."""
+class _SegmentPlan:
+    """The commands of one segment as they are planned, and what the planning must remember."""
 
-    operation: Operation
-    document: Optional[Document] = None
-    created: Optional[bool] = None
-    error: Optional[BaseException] = None
-    written: bool = field(default=False)  # reached Redis as a write that took effect
+    commands: List[Any] = field(default_factory=list)
+    sent: List[Tuple[OperationResult, Any]] = field(default_factory=list)
+    written: Set[Tuple[bytes, bytes]] = field(default_factory=set)
+    # The get that reads each document, while no write of it comes between: later gets share its read.
+    reading: Dict[Tuple[bytes, bytes], OperationResult] = field(default_factory=dict)
+    sharing: List[Tuple[OperationResult, OperationResult]] = field(default_factory=list)
 
 
 class BatchRunner:
@@ -108,41 +89,55 @@ class BatchRunner:
     """
 
     def __init__(
-        self, store: DocumentStore, link: Link, concern: WriteConcern, write_link: Optional[Link] = None
+        self,
+        store: DocumentStore,
+        link: Link,
+        concern: WriteConcern,
+        write_link: Optional[Link] = None,
+        clock: Optional[Any] = None,
     ) -> None:
         if concern.waits and write_link is None:
             raise ValueError("a write concern that waits for replicas needs a write link")
+        self._clock = reactor if clock is None else clock  # the worker's reactor, as cache.resp's timers
         self._store = store
         self._link = link
         self._write_link = write_link
         self._concern = concern
 
     @defer.inlineCallbacks
-    def run(self, operations: Sequence[Operation], fresh: bool = False, budget: int = DEFAULT_BUDGET) -> Any:
+    def run(
+        self, operations: Sequence[Operation], fresh: bool = False, budget: int = DEFAULT_BUDGET, minimal: bool = False
+    ) -> Any:
         """Fires with an ``OperationResult`` per operation, in order; ``fresh``: gets read Redis, not the hot cache.
 
-        ``budget``: the bytes of documents the gets may bring, together.
+        ``budget``: the bytes of documents the results may carry, together
+        (``minimal``: writes' results carry none, ``Prefer: return=minimal``).
         """
         concern = self.concern_of(operations)
         if concern.waits and self._write_link is None:
             raise ValueError("a write concern that waits for replicas needs a write link")
         results: List[OperationResult] = [OperationResult(operation) for operation in operations]
-        caps = yield self._budget_gets(results, budget)
-        for start, end in segments(operations):
+        caps = yield self._budget_gets(results, budget, minimal)
+        answer = AnswerBudget(budget, minimal)
+        for start, end in segments(operations, max(1, budget // _largest_patch(operations))):
             yield self._run_segment(results[start:end], concern, fresh, caps)
+            answer.spend(results[start:end])
         return results
 
-    def _budget_gets(self, results: List[OperationResult], budget: int) -> defer.Deferred:
+    def _budget_gets(self, results: List[OperationResult], budget: int, minimal: bool) -> defer.Deferred:
         """Each admitted get's cap on the bytes it may read, by ``id`` of its result (none: no cap needed).
 
         Gets past the budget get their ``OverBudget`` here, and are not read.
         """
         gets = [result for result in results if result.operation.op == GET]
-        if sum(result.operation.max_size for result in gets) <= budget:
+        written = (
+            0 if minimal else sum(len(r.operation.body or b"") for r in results if r.operation.op in (PUT, CREATE))
+        )
+        if sum(result.operation.max_size for result in gets) + written <= budget:
             return defer.succeed({})
         targets = list({(r.operation.collection, r.operation.doc_id): None for r in gets})
         measured = self._link.pipeline([(b"HSTRLEN", keys.document_key(*target), b"b") for target in targets])
-        return measured.addCallback(lambda sizes: _admitted(results, dict(zip(targets, sizes)), budget))
+        return measured.addCallback(lambda sizes: admitted_gets(results, dict(zip(targets, sizes)), budget, minimal))
 
     def concern_of(self, operations: Sequence[Operation]) -> WriteConcern:
         """What the batch's writes wait for: the most replicas any of them asks for.
@@ -164,48 +159,49 @@ class BatchRunner:
         self, results: List[OperationResult], concern: WriteConcern, fresh: bool, caps: Dict[int, int]
     ) -> Any:
         bases = yield self._read_bases([result for result in results if result.operation.op == PATCH])
-        commands: List[Tuple[Any, ...]] = []
-        sent: List[Tuple[OperationResult, Any]] = []
-        written: Set[Tuple[bytes, bytes]] = set()
-        # The get that reads each document, while no write of it comes between: later gets share its read.
-        reading: Dict[Tuple[bytes, bytes], OperationResult] = {}
-        sharing: List[Tuple[OperationResult, OperationResult]] = []
-        for result in results:
-            target = (result.operation.collection, result.operation.doc_id)
-            if result.error is not None:
-                continue  # a get past the budget
-            if result.operation.op == GET and not fresh and target not in written:
-                result.document = self._store.cached(*target)
-                if result.document is not None:
-                    continue
-            if result.operation.op == GET and target in reading:
-                sharing.append((result, reading[target]))
-                continue
-            if result.operation.op == GET:
-                reading[target] = result
-            elif result.operation.op in WRITES:
-                written.add(target)
-                reading.pop(target, None)
-            prepared = self._prepare(result, bases.get(id(result)), caps.get(id(result)))
-            if prepared is not None:
-                sent.append((result, prepared))
-                commands.append(prepared if isinstance(prepared, tuple) else prepared.command())
-        if not commands:
-            self._forget(written)  # patches found done by an earlier attempt
+        plan = _SegmentPlan()
+        # A patch merges a document of up to JETWAY_MAX_BODY: in slices (cache.turns).
+        yield in_turns(self._clock, results, lambda result: self._plan(plan, result, bases, caps, fresh))
+        if not plan.commands:
+            self._forget(plan.written)  # patches found done by an earlier attempt
             return
         wait = concern.wait_command() if concern.waits else None
         link = self._write_link if wait is not None else self._link
         assert link is not None
         outcomes = yield self._store.forgetting(
-            link.pipeline_outcomes(commands, [scripts.PUT, scripts.DELETE, scripts.READ_ONE_WITHIN], wait),
-            [keys.document_key(*target) for target in written],
+            link.pipeline_outcomes(plan.commands, [scripts.PUT, scripts.DELETE, scripts.READ_ONE_WITHIN], wait),
+            [keys.document_key(*target) for target in plan.written],
         )
-        for (result, prepared), (ok, reply) in zip(sent, outcomes):
+        for (result, prepared), (ok, reply) in zip(plan.sent, outcomes):
             _settle(result, prepared, ok, reply)
-        for result, read in sharing:
+        for result, read in plan.sharing:
             result.document, result.error = read.document, read.error
         if wait is not None:
             _check_replicated(results, outcomes[-1], concern, self._concern.replicas)
+
+    def _plan(
+        self, plan: _SegmentPlan, result: OperationResult, bases: Dict[int, Any], caps: Dict[int, int], fresh: bool
+    ) -> None:
+        """``result``'s operation into ``plan``: answered from the hot cache, shared with an earlier get, or sent."""
+        target = (result.operation.collection, result.operation.doc_id)
+        if result.error is not None:
+            return  # a get past the budget
+        if result.operation.op == GET and not fresh and target not in plan.written:
+            result.document = self._store.cached(*target)
+            if result.document is not None:
+                return
+        if result.operation.op == GET and target in plan.reading:
+            plan.sharing.append((result, plan.reading[target]))
+            return
+        if result.operation.op == GET:
+            plan.reading[target] = result
+        elif result.operation.op in WRITES:
+            plan.written.add(target)
+            plan.reading.pop(target, None)
+        prepared = self._prepare(result, bases.pop(id(result), None), caps.get(id(result)))
+        if prepared is not None:
+            plan.sent.append((result, prepared))
+            plan.commands.append(prepared if isinstance(prepared, tuple) else prepared.command())
 
     def _forget(self, written: Set[Tuple[bytes, bytes]]) -> None:
         for target in written:
@@ -279,58 +275,35 @@ class BatchRunner:
         )
 
 
-def segments(operations: Sequence[Operation]) -> List[Tuple[int, int]]:
+def segments(operations: Sequence[Operation], patches_at_most: int = 1 << 30) -> List[Tuple[int, int]]:
     """Runs of operations that can go in one pipeline.
 
-    A patch of a document written earlier in the run starts a new one.
+    A patch of a document written earlier in the run starts a new one, and
+    so does a patch past ``patches_at_most`` in the run: a run reads the
+    documents its patches merge into all at once, so that bounds what one
+    read brings (``run`` gives the budget over the largest document a patch
+    may merge: 16 at the defaults).
     """
     bounds: List[Tuple[int, int]] = []
     start = 0
+    patches = 0
     written: Set[Tuple[bytes, bytes]] = set()
     for index, operation in enumerate(operations):
         target = (operation.collection, operation.doc_id)
-        if operation.op == PATCH and target in written:
+        if operation.op == PATCH and (target in written or patches == patches_at_most):
             bounds.append((start, index))
-            start, written = index, set()
+            start, written, patches = index, set(), 0
+        if operation.op == PATCH:
+            patches += 1
         if operation.op in WRITES:
             written.add(target)
     bounds.append((start, len(operations)))
     return [bound for bound in bounds if bound[0] < bound[1]]
 
 
-def _admitted(results: List[OperationResult], measured: Dict[Tuple[bytes, bytes], int], budget: int) -> Dict[int, int]:
-    """Admit gets in order while they fit ``budget``; the caps of the admitted, by ``id`` of their result.
-
-    A get counts its document as measured, or as an earlier operation of
-    the batch leaves it (a patch's merged size is known only once it runs:
-    it counts as the largest). What is left of the budget is shared between
-    the admitted gets, so a document may grow a little meanwhile.
-    """
-    sizes = dict(measured)
-    spent = 0
-    admitted: List[Tuple[OperationResult, int]] = []
-    for result in results:
-        operation = result.operation
-        target = (operation.collection, operation.doc_id)
-        if operation.op in (PUT, CREATE):
-            sizes[target] = len(operation.body or b"")
-        elif operation.op == PATCH:
-            sizes[target] = operation.max_size
-        elif operation.op == DELETE:
-            sizes[target] = 0
-        elif spent + sizes.get(target, 0) > budget:
-            total = spent + sizes.get(target, 0)
-            result.error = OverBudget(
-                total,
-                budget,
-                f"with this get, the documents of the batch's gets add up to {total} bytes; one answer"
-                f" carries at most {budget} (JETWAY_MAX_RESPONSE_BYTES): split the batch",
-            )
-        else:
-            spent += sizes.get(target, 0)
-            admitted.append((result, sizes.get(target, 0)))
-    share = (budget - spent) // max(len(admitted), 1)
-    return {id(result): size + share for result, size in admitted}
+def _largest_patch(operations: Sequence[Operation]) -> int:
+    """The most bytes the document of any patch of the batch may have (1: no patch)."""
+    return max((operation.max_size for operation in operations if operation.op == PATCH), default=1)
 
 
 def _check_replicated(

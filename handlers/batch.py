@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from twisted.internet import defer
 
@@ -39,6 +39,7 @@ from cache.bounded_reads import OverBudget
 from cache.collection_settings import CollectionSettings
 from cache.idempotency import StoredResponse
 from cache.store import Conditions
+from cache.turns import in_turns
 from cache.variants import base_tag
 from handlers import validation
 from handlers.auth import may
@@ -91,7 +92,13 @@ class BatchHandler(ResourceHandler):
         return self.gate.admit_batch(authorization, len(operations)).addCallback(self._admitted)
 
     def post(self) -> defer.Deferred:
-        checked = [self._check(raw) for raw in self.operations]
+        # A batch of 1,000 operations is checked, planned, run and rendered
+        # in slices of bounded time (cache.turns), the worker's other
+        # clients served in between.
+        turns = in_turns(self.application.clock, self.operations, self._check)
+        return turns.addCallback(self._plan)
+
+    def _plan(self, checked: List[Checked]) -> defer.Deferred:
         values = [
             raw.get("document") if isinstance(item, Operation) else None for item, raw in zip(checked, self.operations)
         ]
@@ -119,19 +126,21 @@ class BatchHandler(ResourceHandler):
         rules = yield self._settings_of(
             {item.collection for item in checked if isinstance(item, Operation) and item.op in WRITES}
         )
-        checked = [
-            _obeying(item, rules.get(item.collection), value) if isinstance(item, Operation) else item
-            for item, value in zip(checked, values)
-        ]
-        planned = json.loads(plan)
-        ready = [_planned(item, ids) if isinstance(item, Operation) else item for item, ids in zip(checked, planned)]
+        clock = self.application.clock
+        # A put's document is checked against its collection's schema here: in slices too.
+        ready = yield in_turns(clock, zip(checked, values, json.loads(plan)), lambda each: _ready(rules, *each))
         operations = [item for item in ready if isinstance(item, Operation)]
         fresh = validation.wants_fresh(self.request.headers.get("Cache-Control"))
-        results = yield self.batches.run(operations, fresh, self.response_budget) if operations else defer.succeed([])
-        answers = iter(results)
         minimal = "return=minimal" in self.request.headers.get("Prefer", "").replace(" ", "")
-        parts = [_result(next(answers), minimal) if isinstance(item, Operation) else _problem(item) for item in ready]
-        return StoredResponse(200, (("Content-Type", JSON_TYPE),), b'{"results":[' + b",".join(parts) + b"]}")
+        results = (
+            self.batches.run(operations, fresh, self.response_budget, minimal) if operations else defer.succeed([])
+        )
+        answers = iter((yield results))
+        parts = yield in_turns(clock, ready, lambda item: _rendered(item, answers, minimal))
+        # One join of every piece, the documents among them as Redis gave them: no copy of each result first.
+        return StoredResponse(
+            200, (("Content-Type", JSON_TYPE),), b"".join(_framed(parts, b'{"results":[', b",", b"]}"))
+        )
 
     def _settings_of(self, collections: Any) -> defer.Deferred:
         """Each collection's settings, read at once (most come from the worker's cache)."""
@@ -244,24 +253,51 @@ def _planned(operation: Operation, ids: Sequence[str]) -> Operation:
     )
 
 
-def _result(result: OperationResult, minimal: bool) -> bytes:
-    """One operation's result, put together around the stored bytes (never parsed)."""
+def _ready(rules: Dict[bytes, CollectionSettings], item: Checked, value: Any, ids: Sequence[str]) -> Checked:
+    """A checked operation under its collection's settings, with the plan's id and ETag."""
+    if not isinstance(item, Operation):
+        return item
+    obeying = _obeying(item, rules.get(item.collection), value)
+    return _planned(obeying, ids) if isinstance(obeying, Operation) else obeying
+
+
+def _rendered(item: Checked, answers: Iterator[OperationResult], minimal: bool) -> List[bytes]:
+    """The result of ``item``: the runner's next answer, or the problem it met before the run."""
+    return _result(next(answers), minimal) if isinstance(item, Operation) else [_problem(item)]
+
+
+def _result(result: OperationResult, minimal: bool) -> List[bytes]:
+    """One operation's result, in pieces around the stored bytes (never parsed, nor copied here)."""
     if isinstance(result.error, OverBudget):
-        return _problem(too_large(result.error))
+        return [_problem(too_large(result.error))]
     if result.error is not None:
         problem = as_api_error(result.error)
         if problem is None:
             raise result.error  # a bug: the whole request fails as such
-        return _problem(problem)
+        return [_problem(problem)]
     operation, document = result.operation, result.document
     status = 201 if operation.op == PUT and result.created else _STATUS.get(operation.op, 200)
     head = b'{"status":%d,"id":%s' % (status, codec.dumps(operation.doc_id.decode()))
     if document is None:
-        return head + b"}"
+        return [head + b"}"]
     head += b',"etag":' + codec.dumps(document.etag.decode())
+    if result.omitted is not None:
+        # Written, but its document would pass the answer's budget: the write's result without it.
+        return [head + b',"document_omitted":' + codec.dumps(too_large(result.omitted).as_problem()) + b"}"]
     if minimal and operation.op != GET:
-        return head + b"}"
-    return head + b',"document":' + document.body + b"}"
+        return [head + b"}"]
+    return [head + b',"document":', document.body, b"}"]
+
+
+def _framed(parts: List[List[bytes]], opening: bytes, separator: bytes, closing: bytes) -> List[bytes]:
+    """``opening``, the pieces of each result with ``separator`` between results, and ``closing``: to join once."""
+    pieces = [opening]
+    for index, result in enumerate(parts):
+        if index:
+            pieces.append(separator)
+        pieces += result
+    pieces.append(closing)
+    return pieces
 
 
 def _problem(error: ApiError) -> bytes:
