@@ -138,9 +138,9 @@ class BatchHandler(ResourceHandler):
         answers = iter((yield results))
         parts = yield in_turns(clock, ready, lambda item: _rendered(item, answers, minimal))
         # One join of every piece, the documents among them as Redis gave them: no copy of each result first.
-        return StoredResponse(
-            200, (("Content-Type", JSON_TYPE),), b"".join(_framed(parts, b'{"results":[', b",", b"]}"))
-        )
+        body = b"".join(_framed(parts, b'{"results":[', b",", b"]}"))
+        self.batches.memory.after_answer(len(body))
+        return StoredResponse(200, (("Content-Type", JSON_TYPE),), body)
 
     def _settings_of(self, collections: Any) -> defer.Deferred:
         """Each collection's settings, read at once (most come from the worker's cache)."""

@@ -1,0 +1,70 @@
+"""Memory given back to the system after a large answer, in steps of bounded time.
+
+An answer composed of many documents (a batch's, up to
+``JETWAY_MAX_RESPONSE_BYTES``) makes objects of many MiB. Two things kept
+their memory from the system long after they were sent (issue #44: a
+worker stayed +52/+60 MB 10 s after a 16 MiB batch answer):
+
+- PyPy frees an object of that size only when a major collection ends,
+  and its incremental collector moves on only as the program allocates:
+  an idle worker finished the collection seconds later, if at all;
+- glibc's ``free`` keeps a large block in the heap once its threshold for
+  mapping blocks of their own has grown past that size (it grows to the
+  largest block freed), so the heap shrinks only when its top is free.
+
+So, a second after a large answer (it has been sent by then, or is held by
+a slow client under ``JETWAY_SEND_TIMEOUT``), ``MemoryReturn`` runs PyPy's
+collector one step per reactor turn (``gc.collect_step``, a few ms each)
+until a major collection ends, then ``malloc_trim(0)`` gives back the free
+pages of the heap (a few ms). Several large answers share one pass.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import gc
+from typing import Any, Callable, Optional
+
+# An answer at least this large is followed by a pass (a page of 100 small documents is far below).
+LARGE_ANSWER = 4 * 1024 * 1024
+# How long after the answer the pass starts: its bytes are sent by then on any ordinary connection.
+DELAY_SECONDS = 1.0
+# Steps of one pass at most (a major collection of a worker's heap took 3-12 here).
+MAX_STEPS = 200
+
+
+def _malloc_trim() -> Optional[Callable[[int], int]]:
+    """glibc's ``malloc_trim``, or None where there is none (musl, macOS)."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c"))
+        return libc.malloc_trim  # type: ignore[no-any-return]
+    except (OSError, AttributeError, TypeError):
+        return None
+
+
+class MemoryReturn:
+    """Gives a large answer's memory back to the system soon after it is sent."""
+
+    def __init__(self, clock: Any, large: int = LARGE_ANSWER, delay: float = DELAY_SECONDS) -> None:
+        self._clock = clock
+        self._large = large
+        self._delay = delay
+        self._pending: Optional[Any] = None
+        self._trim = _malloc_trim()
+        self.passes = 0  # passes completed (for tests)
+
+    def after_answer(self, size: int) -> None:
+        """An answer of ``size`` bytes was made; a large one is followed by a pass, unless one is due."""
+        if size >= self._large and self._pending is None:
+            self._pending = self._clock.callLater(self._delay, self._step, 0)
+
+    def _step(self, steps: int) -> None:
+        collect_step = getattr(gc, "collect_step", None)  # PyPy's; CPython frees at once
+        if collect_step is not None and steps < MAX_STEPS and not collect_step().major_is_done:
+            self._pending = self._clock.callLater(0, self._step, steps + 1)
+            return
+        if self._trim is not None:
+            self._trim(0)
+        self._pending = None
+        self.passes += 1
