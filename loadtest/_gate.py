@@ -13,17 +13,20 @@ figures to the baseline's taken beside them, and judges the median ratio:
 - worker CPU per request under the busy load (``loadtest._busy``: wrk
   keeps every worker busy with reads and PUTs, both sides at once): a
   request's own cost is nearly all of it, so this is the figure that
-  discriminates (a 20 µs burn, about half a request's cost, fails it). It also fails when this tree is
-  *cheaper* than the baseline beyond the noise: a stale baseline is slack
-  a regression hides in, so the check says so with the command that moves it;
+  discriminates (a 20 µs burn, about half a request's cost, fails it). It
+  also fails when this tree is *cheaper* than the baseline beyond the
+  noise: a stale baseline is slack a regression hides in, so the check
+  says so with the command that moves it;
 - worker CPU per request under the locust scenario: the workers' user+system
   time (``/proc``) over the requests the server itself counted
   (``/metrics``). At the scenario's rate idle costs dominate it, so it is
   held to a looser bound and catches gross regressions of the paths the
   busy load does not take (pages, multi-gets, batches, the feed);
 - each request's p50 latency: a regression that waits rather than computes
-  (a lock, a timer, a round trip), held to a looser bound and an absolute
-  slack, since loopback latencies are a few milliseconds;
+  (a lock, a timer, a round trip), held to 2x and an absolute slack, since
+  loopback latencies are a few milliseconds and a CPU-heavy request's p50
+  follows the machine's load (a 500-id multi-get's rose 1.52x in a round of
+  an unchanged check at a load average of 10);
 - failures: any failed request fails the check.
 
 ``verdict`` is the pure part (and what the tests hold to its rules).
@@ -49,7 +52,7 @@ DEFAULT_CPU_TOLERANCE = 0.25
 DEFAULT_BUSY_TOLERANCE = 0.20
 DEFAULT_STALE_TOLERANCE = 0.20
 RECORD_COMMAND = "make loadtest-record && git commit loadtest/baseline.json"
-DEFAULT_LATENCY_TOLERANCE = 0.5
+DEFAULT_LATENCY_TOLERANCE = 1.0
 DEFAULT_LATENCY_SLACK_MS = 2.0
 # Requests seen fewer times than this in a round have too noisy a p50 to judge.
 MIN_REQUESTS = 50
