@@ -11,6 +11,11 @@ A change (PUT or DELETE) publishes the collection's name on
 ``CHANGED_CHANNEL`` inside the same script, so each worker's cache
 (``cache.settings_cache``) drops it within a round trip. A collection
 without settings behaves exactly as before settings existed.
+
+A stored schema that this version refuses (stored by an earlier one,
+before ``cache.schema_bounds``) leaves its collection's settings readable
+and its reads working; each write to it is a ``StoredSchemaRefused`` that
+says why and what an admin does about it.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 from twisted.internet import defer
 
@@ -47,6 +52,18 @@ class OverCollectionLimit(StoreError):
 
     def __init__(self, size: int, collection: str, limit: int) -> None:
         super().__init__(f"the document is {size} bytes; collection {collection} takes at most {limit} (max_bytes)")
+
+
+class StoredSchemaRefused(StoreError):
+    """A write to a collection whose stored schema this version refuses (maps to 409): the setting must be replaced."""
+
+    def __init__(self, collection: str, reason: str) -> None:
+        super().__init__(
+            f"collection {collection}'s stored schema is no longer accepted: {reason}. No write to it is "
+            f"taken until an admin stores settings this version accepts (PUT /v1/_collections/{collection}) "
+            "or removes them (DELETE); reads are unaffected"
+        )
+        self.reason = reason
 
 
 def settings_key(collection: bytes) -> bytes:
@@ -104,13 +121,16 @@ class CollectionSettings:
     max_bytes: Optional[int] = None
     cache_control: Optional[str] = None
     write_replicas: Optional[int] = None
+    schema_refused: Optional[str] = None  # why this version refuses the stored schema: no write is taken
 
     def check(self, document: Any, size: int) -> None:
-        """Raise ``OverCollectionLimit`` or ``DocumentInvalid`` for a document this collection refuses.
+        """Raise ``OverCollectionLimit``, ``DocumentInvalid`` or ``StoredSchemaRefused`` for a document refused.
 
         Plain values in (the parsed document and its size in bytes), so a
         handler, the store's merge patch or a batch can call it alike.
         """
+        if self.schema_refused is not None:
+            raise StoredSchemaRefused(self.name, self.schema_refused)
         if self.max_bytes is not None and size > self.max_bytes:
             raise OverCollectionLimit(size, self.name, self.max_bytes)
         if self.schema is not None and not self.schema.is_valid(document):
@@ -124,19 +144,33 @@ class CollectionSettings:
 NO_SETTINGS = CollectionSettings()
 
 
-def parse_settings(
-    name: str, body: bytes, etag: bytes, compiled: Optional[CompiledSchema] = None
-) -> CollectionSettings:
-    """Settings from their JSON; ``compiled`` reuses a schema already compiled for this version."""
+# A schema compiled, or why it was refused: what ``cache.schema_versions`` keeps per settings version.
+Compiled = Union[CompiledSchema, InvalidSchema]
+
+
+def stored_schema(body: bytes) -> Optional[Any]:
+    """The schema of stored settings (None when they have none), uncompiled."""
+    return checked_values(codec.loads(body)).get("schema")
+
+
+def parse_settings(name: str, body: bytes, etag: bytes, compiled: Optional[Compiled] = None) -> CollectionSettings:
+    """Settings from their JSON, with their schema ``compiled`` (or its refusal); without it, compiled here.
+
+    Compiled here, a refused schema raises ``InvalidSchema`` (a PUT's 422);
+    a refusal passed in makes settings whose writes are refused.
+    """
     values = checked_values(codec.loads(body))
     schema = values.get("schema")
-    if schema is not None and compiled is None:
+    if schema is None:
+        compiled = None
+    elif compiled is None:
         compiled = compile_schema(schema)
     return CollectionSettings(
         name=name,
         body=body,
         etag=etag,
-        schema=compiled if schema is not None else None,
+        schema=compiled if isinstance(compiled, CompiledSchema) else None,
+        schema_refused=str(compiled) if isinstance(compiled, InvalidSchema) else None,
         ttl=values.get("ttl"),
         max_bytes=values.get("max_bytes"),
         cache_control=values.get("cache_control"),
@@ -184,10 +218,21 @@ class CollectionSettingsStore:
         return reading.addCallback(lambda fields: None if fields[0] is None else (fields[0], fields[1]))
 
     @defer.inlineCallbacks
-    def put(self, name: str, values: Dict[str, Any], if_match: bytes = b"", if_none_match: bytes = b"") -> Any:
-        """Store checked settings; fires with ``(CollectionSettings, created)``; ``None`` when a condition failed."""
+    def put(
+        self,
+        name: str,
+        values: Dict[str, Any],
+        if_match: bytes = b"",
+        if_none_match: bytes = b"",
+        compiled: Optional[CompiledSchema] = None,
+    ) -> Any:
+        """Store checked settings; fires with ``(CollectionSettings, created)``; ``None`` when a condition failed.
+
+        ``compiled`` is ``values``' schema compiled already (off the reactor
+        thread: ``cache.schema_versions``); without it, it is compiled here.
+        """
         body = codec.dumps(checked_values(values))
-        settings = parse_settings(name, body, self._new_etag())
+        settings = parse_settings(name, body, self._new_etag(), compiled)
         result = yield self._link.run_script(
             _PUT,
             [settings_key(name.encode()), NAMES_KEY],
@@ -220,10 +265,13 @@ __all__ = [
     "NO_SETTINGS",
     "CollectionSettings",
     "CollectionSettingsStore",
+    "Compiled",
     "DocumentInvalid",
     "InvalidSchema",
     "OverCollectionLimit",
     "SettingsError",
+    "StoredSchemaRefused",
     "checked_values",
     "parse_settings",
+    "stored_schema",
 ]

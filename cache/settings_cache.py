@@ -12,7 +12,9 @@ bypasses the scripts (FLUSHALL, a key edited by hand) publishes nothing:
 publish ``*`` after it (``FORGET_ALL``). A read that was
 under way when an invalidation came is not cached (its answer may predate
 the change). A schema is compiled once per version (its ETag), however
-often it is read again.
+often it is read again, off the reactor thread (``cache.schema_versions``);
+a stored schema this version refuses is refused once per version too, and
+its collection's writes answer why (``StoredSchemaRefused``).
 """
 
 from __future__ import annotations
@@ -27,10 +29,12 @@ from cache.collection_settings import (
     NO_SETTINGS,
     CollectionSettings,
     CollectionSettingsStore,
+    checked_values,
     parse_settings,
+    stored_schema,
 )
 from cache.fill_guard import FillGuard
-from cache.schema import CompiledSchema
+from cache.schema_versions import SchemaVersions
 from cache.token_cache import MAX_ENTRIES, keep_bounded
 from cache.token_cache import _Subscriber as _TokenSubscriber
 from cache.token_cache import _SubscriberFactory as _TokenSubscriberFactory
@@ -56,11 +60,16 @@ class SettingsCache:
     """Collection settings by name, trusted only while subscribed; ``on_change`` hears every invalidation."""
 
     def __init__(
-        self, store: CollectionSettingsStore, address: Optional[RedisAddress], reactor: Any, timeout: float
+        self,
+        store: CollectionSettingsStore,
+        address: Optional[RedisAddress],
+        reactor: Any,
+        timeout: float,
+        schemas: Optional[SchemaVersions] = None,
     ) -> None:
         self.store = store
         self._entries: Dict[str, Any] = {}
-        self._compiled: Dict[Tuple[str, bytes], CompiledSchema] = {}
+        self.schemas = schemas or SchemaVersions(reactor)
         self._guard = FillGuard()
         self._listeners: List[Callable[[], None]] = []
         self._factory: Optional[_SubscriberFactory] = None
@@ -85,7 +94,23 @@ class SettingsCache:
         entry = self._entries.get(name)
         if entry is not None and self._guard.source is not None:
             return defer.succeed(entry or None)  # every write to a known collection: no Redis
-        return self.store.read(name).addCallback(self._remember, name, self._guard.ticket())
+        ticket = self._guard.ticket()
+        reading = self.store.read(name).addCallback(self._parsed, name)
+        return reading.addCallback(self._remember, name, ticket)
+
+    @defer.inlineCallbacks
+    def put(self, name: str, values: Any, if_match: bytes = b"", if_none_match: bytes = b"") -> Any:
+        """``CollectionSettingsStore.put``, the schema compiled off the reactor first (``InvalidSchema`` if refused).
+
+        The version stored is remembered compiled: this worker's next write
+        to the collection does not compile it again.
+        """
+        checked = checked_values(values)
+        compiled = (yield self.schemas.compile(checked["schema"])) if "schema" in checked else None
+        stored = yield self.store.put(name, checked, if_match, if_none_match, compiled)
+        if stored is not None and compiled is not None:
+            self.schemas.remember(name, stored[0].etag, compiled)
+        return stored
 
     def peek(self, name: str) -> Optional[CollectionSettings]:
         """The collection's settings if this worker knows them now (``NO_SETTINGS`` for none); else None.
@@ -98,21 +123,21 @@ class SettingsCache:
             return None
         return entry or NO_SETTINGS
 
-    def _remember(self, row: Optional[Tuple[bytes, bytes]], name: str, generation: int) -> Optional[CollectionSettings]:
-        settings = None if row is None else self.parsed(name, *row)
-        if self._guard.may_keep(generation):
-            keep_bounded(self._entries, name, settings or _NONE, MAX_ENTRIES)
-        return settings
+    def _parsed(self, row: Optional[Tuple[bytes, bytes]], name: str) -> Any:
+        """Stored settings parsed, their schema compiled (or its refusal) for this version: maybe a Deferred."""
+        if row is None:
+            return None
+        body, etag = row
+        schema = stored_schema(body)
+        if schema is None:
+            return parse_settings(name, body, etag)
+        return self.schemas.outcome(name, etag, schema).addCallback(
+            lambda compiled: parse_settings(name, body, etag, compiled)
+        )
 
-    def parsed(self, name: str, body: bytes, etag: bytes) -> CollectionSettings:
-        """Settings from their stored form, reusing the schema compiled for this version."""
-        compiled = self._compiled.get((name, etag))
-        settings = parse_settings(name, body, etag, compiled)
-        if settings.schema is not None and compiled is None:
-            # One compiled version per collection: an older one is never asked for again.
-            for key in [key for key in self._compiled if key[0] == name]:
-                del self._compiled[key]
-            keep_bounded(self._compiled, (name, etag), settings.schema, MAX_ENTRIES)
+    def _remember(self, settings: Optional[CollectionSettings], name: str, ticket: int) -> Optional[CollectionSettings]:
+        if self._guard.may_keep(ticket):
+            keep_bounded(self._entries, name, settings or _NONE, MAX_ENTRIES)
         return settings
 
     def forget(self, name: bytes) -> None:

@@ -19,7 +19,7 @@ from twisted.python import log
 from twisted.python.failure import Failure
 
 from cache import codec
-from cache.collection_settings import NO_SETTINGS, CollectionSettings, OverCollectionLimit
+from cache.collection_settings import NO_SETTINGS, CollectionSettings, OverCollectionLimit, StoredSchemaRefused
 from cache.errors import (
     DocumentNotFound,
     DocumentTooLarge,
@@ -86,6 +86,8 @@ _STORE_ERRORS: Dict[Type[Exception], Any] = {
     WriteConflict: lambda e: ApiError(409, "write-conflict", "too many concurrent writers; retry"),
     DocumentTooLarge: lambda e: ApiError(413, "body-too-large", str(e)),
     OverCollectionLimit: lambda e: ApiError(413, "body-too-large", str(e)),
+    # The request is fine; the collection's state refuses it until an admin replaces the setting.
+    StoredSchemaRefused: lambda e: ApiError(409, "stored-schema-refused", str(e)),
     DocumentInvalid: lambda e: ApiError(
         422, "schema-violation", str(e), extensions={"errors": [v.as_json() for v in e.violations]}
     ),

@@ -1,7 +1,8 @@
 """``/v1/_collections/{coll}`` and ``/v1/_collections``: collection settings (admin scope).
 
 PUT stores a collection's settings (JSON Schema, default TTL, size limit,
-cache policy, write replicas) after checking each and compiling the schema;
+cache policy, write replicas) after checking each and compiling the schema
+(off the reactor thread: ``cache.schema_versions``);
 GET answers them as stored, with their ETag; DELETE returns the collection
 to no settings at all. ``If-Match`` (and ``If-None-Match: *`` on PUT) work
 as on documents. Every worker hears of a change within a round trip
@@ -74,7 +75,7 @@ class CollectionSettingsHandler(_AdminHandler):
             except ValueError as error:
                 raise ApiError(422, "invalid-settings", f"cache_control: {error}") from None
         try:
-            stored: Optional[Tuple[CollectionSettings, bool]] = yield self.collections.store.put(
+            stored: Optional[Tuple[CollectionSettings, bool]] = yield self.collections.put(
                 name,
                 values,
                 validation.entity_tags(self.request.headers.get("If-Match"), weak=False),

@@ -70,6 +70,11 @@ PROBLEM_TYPES: Tuple[Tuple[str, str], ...] = (
         "422: the document (on PATCH, the merged document) breaks its collection's JSON Schema; `errors` lists where",
     ),
     ("invalid-schema", "422: collection settings whose `schema` is not a valid Draft 2020-12 JSON Schema"),
+    (
+        "stored-schema-refused",
+        "409: a write to a collection whose stored schema (stored by an earlier version) this version refuses;"
+        " `detail` says why; an admin PUTs new settings",
+    ),
     ("invalid-settings", "422: collection settings with an unknown member or a value out of range"),
     ("internal", "500: a bug; the server failed to handle the request"),
     ("rate-limited", "429: over the token's rate"),
