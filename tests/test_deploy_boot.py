@@ -103,11 +103,19 @@ class Container:
             raise AssertionError(f"{' '.join(command)} exited {result.returncode}: {result.stdout}{result.stderr}")
         return result
 
-    def reboot(self) -> None:
+    def reboot(self) -> float:
+        """Reboot; returns when the old boot had ended (time.monotonic())."""
         self.run("systemctl", "reboot", check=False)
         assert self.process is not None
         assert self.process.wait(BOOT_TIMEOUT) == REBOOTED
+        down = time.monotonic()
         self.boot()
+        return down
+
+    def started(self, unit: str) -> float:
+        """When ``unit`` became active, on time.monotonic()'s clock (CLOCK_MONOTONIC is the host's too)."""
+        shown = self.run("systemctl", "show", unit, "-p", "ActiveEnterTimestampMonotonic").stdout
+        return int(shown.strip().split("=")[1]) / 1e6
 
     def stop(self) -> None:
         if self.process is None or self.process.poll() is not None:
@@ -204,7 +212,8 @@ def test_the_user_data_installs_a_release_on_a_booted_debian_and_upgrades_and_ro
     first_serving = time.monotonic() - started
     status = json.loads(container.run("cloud-init", "status", "--wait", "--format", "json", check=False).stdout or "{}")
     output = (container.root / "var/log/cloud-init-output.log").read_text()
-    assert f"jetway: serving release {version['A']} on port {settings['JetwayPort']}" in output, output[-3000:]
+    assert f"jetway: serving release {version['A']} on port {settings['JetwayPort']} (" in output, output[-3000:]
+    steps = re.findall(r"^jetway: (installed \S+|serving).*\((\d+) s into the user data\)$", output, re.M)
     assert status.get("status") == "done", status
 
     packages = _runtime_only(container)
@@ -227,9 +236,14 @@ def test_the_user_data_installs_a_release_on_a_booted_debian_and_upgrades_and_ro
 
     # Reboot: supervisord comes back through systemd, Jetway serves the same data from the same release.
     started = time.monotonic()
-    container.reboot()
+    down = container.reboot()
     wait_until(lambda: _release(base) == version["A"], SERVING_TIMEOUT, "Jetway to answer after the reboot")
     after_reboot = time.monotonic() - started
+    supervisor = container.started("supervisor")
+    reboot_steps = (
+        f"down in {down - started:.1f} s, supervisor started {supervisor - down:.1f} s later,"
+        f" serving {started + after_reboot - supervisor:.1f} s after that"
+    )
     assert requests.get(f"{base}/v1/boot/d1", headers=headers, timeout=10).content == body
 
     # Upgrade to B, then roll back to A: the user data again, under load.
@@ -253,7 +267,8 @@ def test_the_user_data_installs_a_release_on_a_booted_debian_and_upgrades_and_ro
         f"\nreleases A and B built in {built:.0f} s; A: {releases['A'][0].name}, {size / 1e6:.1f} MB,"
         f" {len(wheels)} wheels: {', '.join(wheels)}\n"
         f"booted to multi-user in {booted:.1f} s; first boot to release A answering"
-        f" {first_serving:.1f} s (cloud-init: {status.get('status')}); after a reboot {after_reboot:.1f} s\n"
+        f" {first_serving:.1f} s (cloud-init: {status.get('status')}; user data: {steps}); after a reboot"
+        f" {after_reboot:.1f} s ({reboot_steps})\n"
         f"production venv ({len(packages)}): {', '.join(sorted(packages))}\n"
         f"upgrade A -> B: user data {upgrade['seconds']:.1f} s, {upgrade['ok']} requests under load, 0 failed;"
         f" rollback B -> A: {rollback['seconds']:.1f} s, {rollback['ok']} requests, 0 failed"

@@ -70,6 +70,7 @@ done
 if [ "${#missing[@]}" -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  echo "jetway: installed ${missing[*]} (${SECONDS} s into the user data)"
 fi
 id -u "$JETWAY_USER" >/dev/null 2>&1 ||
   useradd --system --home-dir /nonexistent --no-create-home --shell /usr/sbin/nologin "$JETWAY_USER"
@@ -137,7 +138,7 @@ install_release() {
   # here, on every core, all but the packages' own tests (a third of their files).
   "$python" -m compileall -q -j 0 -x '/tests?/' "$target/venv/lib" "$target/api" "$target/handlers" "$target/cache" >/dev/null
   echo "$JETWAY_RELEASE_SHA256" >"$target/.installed"
-  echo "jetway: installed release $version in $target"
+  echo "jetway: installed release $version in $target (${SECONDS} s into the user data)"
 }
 
 install -d -m 0755 "$JETWAY_DIR" "$RELEASES"
@@ -260,7 +261,7 @@ serving() {
 }
 for _ in $(seq 180); do
   if serving; then
-    echo "jetway: serving release $version on port ${JETWAY_PORT}"
+    echo "jetway: serving release $version on port ${JETWAY_PORT} (${SECONDS} s into the user data)"
     # After a switch, keep this release and the one before it (for a rollback).
     [ "$reload_workers" = 1 ] || exit 0
     for dir in "$RELEASES"/*/; do
