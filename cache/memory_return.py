@@ -22,7 +22,6 @@ pages of the heap (a few ms). Several large answers share one pass.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import gc
 from typing import Any, Callable, Optional
 
@@ -37,8 +36,8 @@ MAX_STEPS = 200
 def _malloc_trim() -> Optional[Callable[[int], int]]:
     """glibc's ``malloc_trim``, or None where there is none (musl, macOS)."""
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c"))
-        return libc.malloc_trim  # type: ignore[no-any-return]
+        # The process's own symbols: ctypes.util.find_library runs ldconfig in a subprocess (seconds, here).
+        return ctypes.CDLL(None).malloc_trim  # type: ignore[no-any-return]
     except (OSError, AttributeError, TypeError):
         return None
 
