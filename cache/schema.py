@@ -198,11 +198,6 @@ def compile_schema(schema: Any) -> CompiledSchema:
     except SchemaError as error:
         where = _pointer(error.absolute_path)
         raise InvalidSchema(f"not a Draft 2020-12 schema: at {where or '/'}: {error.message[:300]}") from None
-    if uses(schema, ("unevaluatedProperties",)) and uses(schema, ("patternProperties",)):
-        raise InvalidSchema(
-            "unevaluatedProperties and patternProperties in one schema are not supported "
-            "(the validator that judges unevaluatedProperties matches patterns by backtracking)"
-        )
     return CompiledSchema(schema, patterns)
 
 

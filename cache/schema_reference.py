@@ -16,9 +16,9 @@ pairwise. The validator made here differs in exactly that:
   recursion ends with ``TooDeep`` long before Python's limit (under PyPy a
   ``RecursionError`` inside ``rpds``' cpyext killed the worker).
 
-``unevaluatedProperties`` also matches ``patternProperties`` (in
-``jsonschema._utils``, with ``re``); ``cache.schema_bounds`` refuses a
-schema that has both.
+- ``unevaluatedProperties``, whose helper in ``jsonschema._utils`` matches
+  ``patternProperties``' keys with ``re``, is ``cache.schema_unevaluated``'s
+  copy of it matching with ``cache.regex``.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from typing import Any, Callable, Dict, Iterator
 
 from cache.regex import Regex, compile_pattern
 from cache.schema_budget import Meter, TooDeep, unique
+from cache.schema_unevaluated import unevaluated_properties
 
 # Frames a validation may add below where it started before a $ref stops it:
 # PyPy's limit is 1000 and a reactor's stack is ~150 deep when a write is validated.
@@ -127,5 +128,6 @@ def _own_keywords(known: Dict[str, Regex], meter: Meter) -> Dict[str, Callable[.
         "pattern": pattern,
         "patternProperties": pattern_properties,
         "additionalProperties": additional_properties,
+        "unevaluatedProperties": unevaluated_properties(lambda text, name: patterns[text].search(name, meter.charge)),
         "uniqueItems": unique_items,
     }
