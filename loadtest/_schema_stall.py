@@ -6,9 +6,12 @@ keep-alive connection and keeps each answer's latency; the script PUTs a
 fresh ~32 KiB schema as a collection's settings, then PUTs a document into
 that collection (the first write under the new version), and reports the
 longest ``/healthz`` answer during each, cold (the first schema the worker
-ever sees) and warm (the next rounds, each a new schema):
+ever sees) and warm (the next rounds, each a new schema). With
+``--elsewhere`` the settings are written into Redis as another worker's PUT
+writes them, so the first write is this worker's first use of the version
+(its compile):
 
-    PYTHONPATH=. .venv/bin/python -m loadtest._schema_stall [--rounds 6]
+    PYTHONPATH=. .venv/bin/python -m loadtest._schema_stall [--rounds 6] [--elsewhere]
 """
 
 from __future__ import annotations
@@ -20,8 +23,9 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
+from cache.collection_settings import CHANGED_CHANNEL, NAMES_KEY, settings_key
 from cache.schema_bounds import MAX_SCHEMA_BYTES
 from tests.support import JetwayServer, RedisServer
 
@@ -78,10 +82,23 @@ def timed(port: int, method: str, path: str, body: bytes) -> Tuple[float, float,
     return start, time.monotonic(), response.status
 
 
-def one_round(port: int, probe: Probe, seed: int) -> Tuple[float, float, float, float]:
+def stored_elsewhere(redis: RedisServer, collection: str, body: bytes) -> Tuple[float, float, int]:
+    """The settings as another worker's PUT stores them (``cache.collection_settings``), and its message."""
+    client = redis.client()
+    start = time.monotonic()
+    client.hset(settings_key(collection.encode()), mapping={"s": body, "e": f'"x-{collection}"'})
+    client.zadd(NAMES_KEY, {collection: 0})
+    client.publish(CHANGED_CHANNEL, collection)
+    return start, time.monotonic(), 201
+
+
+def one_round(port: int, probe: Probe, seed: int, redis: Optional[RedisServer]) -> Tuple[float, ...]:
     """(settings PUT s, its worst /healthz s, first write s, its worst /healthz s)."""
-    body = json.dumps({"schema": big_schema(seed)}).encode()
-    start, end, status = timed(port, "PUT", f"/v1/_collections/c{seed}", body)
+    body = json.dumps({"schema": big_schema(seed)}, separators=(",", ":")).encode()
+    if redis is None:
+        start, end, status = timed(port, "PUT", f"/v1/_collections/c{seed}", body)
+    else:
+        start, end, status = stored_elsewhere(redis, f"c{seed}", body)
     assert status in (200, 201), status
     time.sleep(0.1)  # let the probe see the end of the stall, and the invalidation arrive
     put = (end - start, probe.worst(start, end + 0.05))
@@ -94,6 +111,7 @@ def one_round(port: int, probe: Probe, seed: int) -> Tuple[float, float, float, 
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--elsewhere", action="store_true", help="settings written into Redis, not PUT here")
     args = parser.parse_args()
     print(f"schema of {len(json.dumps(big_schema(0), separators=(',', ':')))} bytes")
     with tempfile.TemporaryDirectory() as directory:
@@ -106,7 +124,7 @@ def main() -> int:
             time.sleep(0.5)
             print("round     PUT settings  its /healthz   first write  its /healthz")
             for seed in range(args.rounds):
-                figures = one_round(server.port, probe, seed)
+                figures = one_round(server.port, probe, seed, redis if args.elsewhere else None)
                 label = "cold" if seed == 0 else f"warm {seed}"
                 print(f"{label:8}" + "".join(f"{value * 1000:11.1f} ms" for value in figures))
             probe.stopping.set()
