@@ -3,7 +3,7 @@
 import pytest
 import txredisapi
 
-from cache.resp import Incomplete, parse_reply
+from cache.resp import PENDING, Incomplete, ReplyReader, parse_reply
 
 STREAM = (
     b"+OK\r\n"
@@ -56,3 +56,47 @@ def comparable(value):
     if isinstance(value, Exception):
         return (type(value).__name__, str(value))
     return value
+
+
+def read_in_pieces(stream: bytes, cuts: list) -> list:
+    """``ReplyReader`` over ``stream`` arriving in pieces ending at ``cuts``, each read's parsed bytes dropped."""
+    reader, buffer, replies = ReplyReader(), bytearray(), []
+    for start, stop in zip([0, *cuts], [*cuts, len(stream)]):
+        buffer += stream[start:stop]
+        pos = 0
+        while pos < len(buffer):
+            reply, pos = reader.next_reply(buffer, pos, len(buffer))
+            if reply is PENDING:
+                break
+            replies.append(reply)
+        del buffer[:pos]  # as the connection's ReplyBuffer consumes them
+    assert not buffer
+    return replies
+
+
+def test_a_stream_fed_one_byte_at_a_time_parses_the_same():
+    """Every reply type, nested arrays too, one byte per read: the replies of one whole read."""
+    assert comparable(read_in_pieces(STREAM, list(range(1, len(STREAM))))) == comparable(parse_all(STREAM))
+
+
+@pytest.mark.parametrize("cut", range(1, len(STREAM)))
+def test_a_stream_split_at_any_boundary_parses_the_same(cut):
+    assert comparable(read_in_pieces(STREAM, [cut])) == comparable(parse_all(STREAM))
+
+
+def test_an_unfinished_array_keeps_its_finished_elements_and_reads_on_from_the_next():
+    """Linear time: the bytes of finished elements are given up, and not parsed (nor copied) again."""
+    element = b"$5\r\nhello\r\n"
+    stream = b"*3\r\n" + element * 3 + b"+OK\r\n"
+    reader = ReplyReader()
+    reply, pos = reader.next_reply(stream, 0, 4 + 2 * len(element) + 3)
+    assert reply is PENDING and pos == 4 + 2 * len(element)  # the third element's first bytes stay
+    reply, pos = reader.next_reply(stream, pos, len(stream))
+    assert reply == [b"hello"] * 3 and stream[pos:] == b"+OK\r\n"
+
+
+def test_a_large_reply_of_many_strings_in_64_kib_reads_parses_whole():
+    """2,000 strings of 10 KB in 64 KiB reads (quadratic before: 2.4 s; 16 ms now, /tmp parser bench)."""
+    stream = b"*2000\r\n" + b"".join(b"$10000\r\n" + b"y" * 10000 + b"\r\n" for _ in range(2000))
+    replies = read_in_pieces(stream, list(range(65536, len(stream), 65536)))
+    assert len(replies) == 1 and len(replies[0]) == 2000 and replies[0][-1] == b"y" * 10000
