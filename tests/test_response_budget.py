@@ -196,3 +196,43 @@ def test_a_batch_get_counts_a_document_as_an_earlier_write_of_the_batch_leaves_i
     statuses = [result["status"] for result in batch(http, small, operations)]
     # The put's result carries its ~4 KiB document too: it and three gets fill the 16 KiB.
     assert statuses == [200, 200, 200, 200, 413, 413]
+
+
+def test_patches_past_the_budget_are_written_and_answer_without_their_document(http, small, redis_client):
+    """Each patch's merged document counts; past the budget a patch (done) answers its ETag and document_omitted."""
+    for n in range(6):
+        put(http, small, f"/v1/users/p{n}", document(MAX_BODY - 100, n))
+    operations = [{"op": "patch", "collection": "users", "id": f"p{n}", "patch": {"seen": True}} for n in range(6)]
+    operations.append({"op": "get", "collection": "users", "id": "p0"})
+    results = batch(http, small, operations)
+    assert [result["status"] for result in results] == [200, 200, 200, 200, 200, 200, 413]
+    assert all("document" in result for result in results[:4])
+    for result in results[4:6]:
+        assert "document" not in result and result["document_omitted"]["type"] == PROBLEM
+        assert result["document_omitted"]["status"] == 413
+        stored = http.get(small.url(f"/v1/users/{result['id']}"), timeout=10)
+        assert stored.json()["seen"] is True and stored.headers["ETag"].startswith(result["etag"][:-1])  # or -gzip
+    assert results[6]["problem"]["type"] == PROBLEM
+
+
+def test_with_return_minimal_written_documents_do_not_count(http, small, redis_client):
+    put(http, small, "/v1/users/big", document(MAX_BODY))
+    operations = [{"op": "patch", "collection": "users", "id": "big", "patch": {"n": n}} for n in range(6)]
+    operations += [{"op": "get", "collection": "users", "id": "big"}] * 4
+    response = http.post(
+        small.url("/v1/_batch"), json={"operations": operations}, headers={"Prefer": "return=minimal"}, timeout=10
+    )
+    assert [result["status"] for result in response.json()["results"]] == [200] * 10
+
+
+def test_a_batch_of_many_patches_reads_at_most_the_budget_of_documents_per_round(http, small, redis_client):
+    """Segments of budget / JETWAY_MAX_BODY patches: 12 patches of 4 KiB documents are read in 3 rounds of 4."""
+    for n in range(12):
+        put(http, small, f"/v1/users/q{n}", document(MAX_BODY - 100, n))
+    redis_client.execute_command("CONFIG", "RESETSTAT")
+    results = batch(
+        http, small, [{"op": "patch", "collection": "users", "id": f"q{n}", "patch": {"n": -n}} for n in range(12)]
+    )
+    assert [result["status"] for result in results] == [200] * 12
+    assert sum("document" in result for result in results) == 4  # 4 x ~4 KiB fill the 16 KiB
+    assert int(redis_client.info("commandstats")["cmdstat_hmget"]["calls"]) == 12
