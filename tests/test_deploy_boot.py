@@ -158,16 +158,25 @@ def seed(root: Path, script: str) -> None:
 
 def build_release(out: Path, version: str) -> Tuple[Path, str]:
     """``release/build.sh`` for HEAD under ``version``: the file and its sha256."""
-    subprocess.run([str(ROOT / "release" / "build.sh"), "--version", version, "--out", str(out)], check=True)
+    command = [str(ROOT / "release" / "build.sh"), "--version", version, "--out", str(out)]
+    subprocess.run(command, check=True, env=_git_trusts_root())
     tarball = out / f"jetway-{version}.tar.gz"
     sha256 = (out / f"jetway-{version}.tar.gz.sha256").read_text().split()[0]
     return tarball, sha256
 
 
+def _git_trusts_root() -> dict:
+    """The environment, with git told the checkout is safe: make test-deploy runs as root (sudo) in a checkout
+    someone else may own, where git refuses to work otherwise."""
+    safe = {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory", "GIT_CONFIG_VALUE_0": str(ROOT)}
+    return {**os.environ, **safe}
+
+
 @pytest.fixture
 def instance(tmp_path) -> Iterator[tuple]:
     assert (BASE / ".jetway-base-complete").exists(), f"no base root at {BASE}: run make test-deploy"
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True)
+    head = ["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"]
+    commit = subprocess.run(head, capture_output=True, text=True, env=_git_trusts_root())
     label = commit.stdout.strip()
     releases_dir = tmp_path / "releases"
     started = time.monotonic()
