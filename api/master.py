@@ -45,32 +45,14 @@ MAX_BACKOFF = 10.0
 READY_TIMEOUT = 60.0
 KILL_AFTER_GRACE = 5.0
 # PyPy's GC settings for the workers, unless the environment names its own.
-# The nursery: PyPy sizes it from the CPU's cache (1 MB here, other sizes on
-# other CPUs); a document read allocates tens of KB, so with 1 MB a minor
-# collection came every ~10 requests and GC took a third of the worker's
-# CPU. One worker, 60 s of wrk -c64 on a 200 B read (worker CPU per request,
-# RSS after): 1 MB 80 µs, 152 MB; 4 MB 59 µs, 149 MB; 8 MB 52 µs, 158 MB;
-# 16 MB 48 µs, 222 MB. Those figures are from before the read path kept
-# less alive; measured again at 7b646e7 (2 workers, auth and access log on,
-# loadtest/ab_cpu.sh ENV_A/ENV_B, 3 interleaved pairs each, every pair
-# lower): 4 MB against 8 MB, the 200 B read 19.5 -> 15.2 µs (median), a
-# 200 B PUT 41.0 -> 37.1 µs; after 60 s of reads 156 against 158 MB, and
-# 223 MB with 16 MB. Each minor collection copies what the requests in
-# flight hold, about the same whatever the nursery, so fewer collections
-# copy less. The major collection threshold (PyPy's default 1.82
-# times the heap that survived the last one): 1.5 kept the worker at
-# 141-143 MB instead of 153-159 MB with authorization on, at no CPU cost
-# the noise let us see (loadtest/ab_cpu.sh, ENV_A/ENV_B, 3 interleaved
-# rounds). Together they kept a worker within 150 MB before the hot cache;
-# at 7b646e7 one holds 156 MB after 60 s of reads with 4 MB, 158 with 8 MB.
-# The increment step: how much the incremental major collection marks per
-# step, between two minor collections. PyPy's default (twice the nursery)
-# made steps of 14-16 ms at the 99th percentile, and they were the read
-# path's tail: with 4 MB, steps of ~4 ms and a p99 of 8.4-9.4 ms instead of
-# 22-23 ms, at the same CPU per request (one worker, authorization on, 60 s
-# runs, 3 interleaved pairs of loadtest/ab_cpu.sh with ENV_B); RSS after
-# 60 s 141-145 MB against 135-139. 2 MB gave steps of ~2.5 ms but cost CPU
-# and ~10 MB more.
+# The nursery: PyPy sizes it from the CPU's cache (1 MB here), and a read
+# allocates tens of KB, so a small nursery collects every few requests; each
+# minor collection copies what the requests in flight hold, so fewer
+# collections copy less. The major collection threshold (PyPy's default
+# 1.82): 1.5 keeps a worker's heap, and so its resident memory, smaller at
+# no CPU cost seen. The increment step: PyPy's default (twice the nursery)
+# made marking steps long enough to be the read path's p99. The figures
+# behind each: docs/performance.md, "PyPy's garbage collector".
 DEFAULT_GC_ENVIRONMENT = {
     "PYPY_GC_NURSERY": "8MB",
     "PYPY_GC_MAJOR_COLLECT": "1.5",
