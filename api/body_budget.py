@@ -6,7 +6,8 @@ far) and gives it back when its request is finished or the connection is
 lost. A body that does not fit is refused at once with 503 and
 ``Retry-After`` rather than made to wait: a waiting client cannot tell a
 busy server from a dead one, and the bodies that hold the budget may be an
-attacker's, trickling until their body timeout (README, "Hostile clients").
+attacker's, trickling until their body timeout (docs/operations.md,
+"Hostile clients").
 """
 
 from __future__ import annotations

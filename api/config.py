@@ -57,7 +57,7 @@ class Settings:
     # Queued output that a client does not read for this long aborts its
     # connection (nginx's send_timeout is 60 s; a response here is small).
     send_timeout: float = 30.0
-    # Bytes of request bodies a worker holds at once (README, "Hostile clients").
+    # Bytes of request bodies a worker holds at once (docs/operations.md, "Hostile clients").
     body_budget: int = 64 * 1024 * 1024
     max_connections: int = field(default_factory=lambda: _default_max_connections())
     trusted_proxies: Tuple[Network, ...] = ()

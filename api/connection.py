@@ -23,7 +23,7 @@ Cyclone (``HTTPRequest``, handlers, writing responses):
 - the client address comes from ``X-Forwarded-For`` only when the peer is a
   trusted proxy (``api.client_address``).
 
-README, "Hostile clients", states what this bounds a connection's memory to.
+docs/operations.md, "Hostile clients", states what this bounds a connection's memory to.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ PyPy compiles a path of the worker once it has run it a thousand times or
 so, and every compilation stops the worker for 1-20 ms. A fresh worker's
 first second of writes was its compiler's: measured, its first 1 s of
 ``PUT``s at 64 connections had a p99 of 25-98 ms where the seconds after
-had 5-8 ms, and two thirds of the throughput (README, "Processes").
+had 5-8 ms, and two thirds of the throughput (docs/operations.md, "Processes").
 
 So before a worker adopts the listening socket it serves ``requests``
 requests (``JETWAY_WARM_UP``) to a throwaway application built as its

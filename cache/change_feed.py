@@ -23,7 +23,7 @@ collection read the shard on a nudge (``handlers.feed_hub``).
 
 Expiries are not events: Redis reports them only as keyspace notifications,
 fire-and-forget pub/sub that a disconnected subscriber misses for good, and
-on a cluster each node only to its own subscribers (README, "The change feed").
+on a cluster each node only to its own subscribers (docs/api.md, "The change feed").
 """
 
 from __future__ import annotations

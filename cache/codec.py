@@ -93,7 +93,7 @@ def loads(data: bytes) -> Any:
 
 
 def _parse_bytes(data: bytes) -> Tuple[Any, int]:
-    """``loads`` without the I-JSON checks (``loadtest/bench_codec.py`` measures what they add)."""
+    """``loads`` without the I-JSON checks (``loadtest/_bench_codec.py`` measures what they add)."""
     return _parse(data.decode("utf-8"))
 
 

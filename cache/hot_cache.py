@@ -27,7 +27,7 @@ when its key was read at least twice lately and, once the cache is full,
 more often lately than the least recently used entry it would push out, by
 more than one read (``cache.admission``, TinyLFU): a document read once costs what it costs
 without the cache, and more documents read in turn or at random than the
-cache holds do not churn it (README, "The hot cache").
+cache holds do not churn it (docs/operations.md, "The hot cache").
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ HEAP_GROWTH = 2.4
 # The largest entry, as a share of the entries' bytes.
 MAX_ENTRY_SHARE = 64
 # What an entry costs beyond its bytes: the Document and entry objects, the
-# bytes objects' headers and the dict slot (PyPy; README, "The hot cache").
+# bytes objects' headers and the dict slot (PyPy; docs/performance.md, "Memory").
 ENTRY_OVERHEAD = 256
 # The reads after which the admission's sketch is reset (its counts halve),
 # per entry the cache holds (TinyLFU's choice), and at least.

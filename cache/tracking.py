@@ -12,8 +12,8 @@ and hands every key it is told of to the ``HotCache``; a null payload (a
 ``FLUSHALL`` or ``FLUSHDB``) empties it. Broadcasting rather than Redis's
 default mode (which remembers the keys each connection read): no data
 connection needs tracking, none has to be set up again when this one's id
-changes, and Redis does no bookkeeping per read (README, "The hot cache",
-has the measurements behind the choice).
+changes, and Redis does no bookkeeping per read (docs/operations.md, "The hot
+cache"; its measurements in docs/performance.md).
 
 The cache is live only while every tracker the topology needs
 (``InvalidationFeed``) is subscribed. A tracker that loses its connection,

@@ -25,7 +25,7 @@ CODINGS: Tuple[str, ...] = tuple(FIELDS)
 # A variant must be at most this share of the body to be worth storing.
 MIN_SAVING = 0.9
 # zlib level 1: a 10 KB document's gzip is within a few percent of level 6's
-# size at a fraction of the cost (README, "HTTP caching and compression").
+# size at a fraction of the cost (docs/api.md, "HTTP caching and compression").
 GZIP_LEVEL = 1
 _GZIP_WBITS = 31  # a gzip header and trailer around the deflate stream
 

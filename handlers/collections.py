@@ -45,7 +45,7 @@ def send_items(handler: ResourceHandler, bodies: List[Optional[Any]]) -> None:
 
 
 def too_large(error: OverBudget) -> ApiError:
-    """The problem of an answer past its budget: 413, as this API's other "too large" (README's limits)."""
+    """The problem of an answer past its budget: 413, as this API's other "too large" (docs/limits.md)."""
     return ApiError(413, "response-too-large", str(error), extensions={"size": error.size, "limit": error.budget})
 
 

@@ -10,8 +10,8 @@ authorization (a browser never sends credentials with them). The headers
 for each origin are made once, also as the bytes of a response head
 (``response_lines``), which a handler appends as they are: Cyclone's
 ``add_header`` checks every value with a regular expression and encodes
-each line, per response (README, "HTTP caching and compression", has the
-measurements). A request without
+each line, per response (docs/performance.md, "CORS: an allowed `Origin`", has
+the measurements). A request without
 ``Origin`` costs one dictionary lookup, and nothing at all when no
 origin is allowed.
 """

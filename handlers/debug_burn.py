@@ -1,7 +1,7 @@
 """``JETWAY_DEBUG_BURN_US``: CPU burnt on every request, for testing the load-test gate only.
 
 ``make loadtest-check`` must fail on a real slowdown; this makes one on
-demand (README, "The baseline and the gate"). Off (0) by default; never set
+demand (docs/testing.md, "The baseline and the gate"). Off (0) by default; never set
 it in production.
 """
 

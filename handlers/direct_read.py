@@ -4,7 +4,7 @@ A document read through Cyclone makes an ``HTTPRequest``, a handler (its
 headers dictionary, ``clear``, ``initialize``, ``prepare``), and finishes
 through ``finish``, ``flush``, the request's and the connection's
 ``finish`` and the log function: most of a worker's own CPU on a read
-(README, "The read path"). ``DirectRead.answer`` takes such a read from the
+(docs/performance.md, "The read path"). ``DirectRead.answer`` takes such a read from the
 connection and answers it with the same pieces the handler uses (the gate,
 the collection's known settings, the store and its hot cache,
 ``handlers.representation``, the CORS lines):
@@ -20,7 +20,7 @@ scope and no rate, the collection's settings known. Anything else goes the
 full way through ``DocumentHandler``. So does every answer but a 200 or a
 304: a document not found, a Redis error and a coding the client refuses
 are the handler's to answer, and a read already made is handed to it
-(``DirectAnswer.outcome``), not made again. ``tests/test_direct_read.py``
+(``DirectAnswer.outcome``), not made again. ``tests/test_direct_answers.py``
 compares the bytes with the handler's for every kind of request this takes.
 """
 

@@ -15,7 +15,7 @@ through ``DocumentHandler``, which checks it again and says why: no Redis
 was asked. A write that was sent and failed (a Redis error, a write concern
 not met) or that the connection can no longer answer itself is handed to
 the handler with its outcome (``DirectAnswer.outcome``): it answers from
-that, it does not write again. ``tests/test_direct_read.py`` compares the
+that, it does not write again. ``tests/test_direct_answers.py`` compares the
 bytes with the handler's.
 """
 

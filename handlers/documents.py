@@ -25,7 +25,7 @@ class DocumentHandler(ResourceHandler):
         # generator's frame with it, and a document bound to that frame's
         # locals would then be kept through the next minor collection and
         # copied to the old generation, though the response has long been
-        # sent (README, "The read path").
+        # sent (docs/performance.md, "The read path").
         name = validation.collection_name(collection)
         read = self.read_document(name, validation.document_id(doc_id))
         if is_deferred(read):

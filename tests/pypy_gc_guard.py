@@ -13,7 +13,7 @@ incremental major collections off in the test process and calls
 ``gc.collect()`` itself: after collecting the tests, and every few tests so
 memory stays bounded. CPython is left alone. Worker processes the suite
 starts are not covered: they serve with PyPy's normal collector, as in
-production (see the README's known limits).
+production (docs/operations.md, "Operating it": the known runtime bug).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The browser test renders the page in headless Chromium (tests/browser.py),
 checks that every operation of ``/openapi.json`` is shown and that nothing
 came from another origin, authorizes with a token through the Authorize
 button and runs "Try it out" on a stored document. ``SCREENSHOT_DOCS=path``
-also saves its screenshot there (the README's is ``docs/images/docs.png``).
+also saves its screenshot there (docs/api.md shows it: ``docs/images/docs.png``).
 """
 
 from __future__ import annotations
@@ -197,7 +197,7 @@ def test_swagger_ui_shows_every_operation_authorizes_and_reads_a_document(browse
     browser.wait_for(READ)
 
     assert shown_operations(browser) == documented_operations(api)
-    # The page as a visitor first sees it (the README's picture; its curl lines would show the token).
+    # The page as a visitor first sees it (the picture in docs/api.md; its curl lines would show the token).
     screenshot = tmp_path / "docs.png"
     browser.screenshot(screenshot, "#swagger-ui", max_height=1000)
     if os.environ.get("SCREENSHOT_DOCS"):

@@ -3,7 +3,7 @@
 A client that pipelines and never reads, one that reads large responses
 slowly, one that stops reading altogether, and many that send part of a
 body and wait. ``python -m loadtest._hostile`` measures the same attacks at
-full size; README, "Hostile clients", has its figures.
+full size; docs/operations.md, "Hostile clients", has its figures.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from cache.formats import CHECKED
 from cache.schema import MAX_VIOLATIONS, CompiledSchema, InvalidSchema, Violation, compile_schema
 
 SUITE = Path(__file__).resolve().parent / "data" / "json_schema_test_suite"
-# Python's re has no \\p{...}: such a schema is refused with a 422 saying so (README, "Collection settings").
+# Python's re has no \\p{...}: such a schema is refused with a 422 saying so (docs/api.md, "Collection settings").
 UNSUPPORTED = (
     "pattern with Unicode property escape requires unicode mode",
     "patternProperties with Unicode property escape",
