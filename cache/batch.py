@@ -11,7 +11,10 @@ put back in order on a cluster). A merge patch needs the document it merges
 into first, so a batch with patches reads their documents in one pipeline
 before; and a patch of a document that an earlier operation of the same
 batch writes starts a new segment (read, then write), so that it merges
-into what that operation left. A patch is a compare-and-set on the
+into what that operation left. A segment's patches read a bounded number
+of bytes, measured in the same read (``cache.batch_segments``): 100
+patches of small documents are one segment, 1 MiB documents go a few to
+a segment, and a large merge has a reactor turn of its own. A patch is a compare-and-set on the
 document it read: a writer outside the batch that changes it in between
 makes that patch a ``WriteConflict``, to be retried.
 
@@ -49,6 +52,7 @@ from twisted.internet import defer, reactor
 from cache import codec, keys, scripts
 from cache.batch_budget import AnswerBudget, admitted_gets
 from cache.batch_operations import CREATE, DELETE, GET, PATCH, PUT, WRITES, Operation, OperationResult
+from cache.batch_segments import PatchReads, segment_bytes, segments
 from cache.bounded_reads import DEFAULT_BUDGET, OverBudget
 from cache.errors import DocumentNotFound, DocumentTooLarge, NotReplicated, PreconditionFailed, WriteConflict
 from cache.link import Link
@@ -67,6 +71,9 @@ from cache.store import (
 )
 from cache.turns import in_turns
 from cache.write_concern import WriteConcern
+
+# A merge of a document this large (~1.5 ms of CPU here, more under load) gets a reactor turn of its own.
+HEAVY_MERGE = 256 * 1024
 
 
 @dataclass
@@ -122,9 +129,12 @@ class BatchRunner:
         results: List[OperationResult] = [OperationResult(operation) for operation in operations]
         caps = yield self._budget_gets(results, budget, minimal)
         answer = AnswerBudget(budget, minimal)
-        for start, end in segments(operations, max(1, budget // _largest_patch(operations))):
-            yield self._run_segment(results[start:end], concern, fresh, caps)
-            answer.spend(results[start:end])
+        reads = PatchReads(segment_bytes(budget))
+        for start, end in segments(operations):
+            while start < end:
+                done = yield self._run_segment(results, start, end, concern, fresh, caps, reads)
+                answer.spend(results[start:done])
+                start = done
         return results
 
     def _budget_gets(self, results: List[OperationResult], budget: int, minimal: bool) -> defer.Deferred:
@@ -159,15 +169,32 @@ class BatchRunner:
 
     @defer.inlineCallbacks
     def _run_segment(
-        self, results: List[OperationResult], concern: WriteConcern, fresh: bool, caps: Dict[int, int]
+        self,
+        batch: List[OperationResult],
+        start: int,
+        end: int,
+        concern: WriteConcern,
+        fresh: bool,
+        caps: Dict[int, int],
+        reads: PatchReads,
     ) -> Any:
-        bases = yield self._read_bases([result for result in results if result.operation.op == PATCH])
+        """Runs ``batch[start:end]``, or the first part of it that its patches' documents fit; fires with its end."""
+        window = batch[start:end]
+        bases, cut = yield self._read_bases([result for result in window if result.operation.op == PATCH], reads)
+        if cut is not None:
+            end = start + next(index for index, result in enumerate(window) if result is cut)
+        results = batch[start:end]
         plan = _SegmentPlan()
-        # A patch merges a document of up to JETWAY_MAX_BODY: in slices (cache.turns).
-        yield in_turns(self._clock, results, lambda result: self._plan(plan, result, bases, caps, fresh))
+        # A patch merges a document of up to JETWAY_MAX_BODY: in slices (cache.turns), and a large one alone.
+        yield in_turns(
+            self._clock,
+            results,
+            lambda result: self._plan(plan, result, bases, caps, fresh),
+            pause_after=lambda result: _heavy(result, reads),
+        )
         if not plan.commands:
             self._forget(plan.written)  # patches found done by an earlier attempt
-            return
+            return end
         wait = concern.wait_command() if concern.waits else None
         link = self._write_link if wait is not None else self._link
         assert link is not None
@@ -181,6 +208,7 @@ class BatchRunner:
             result.document, result.error = read.document, read.error
         if wait is not None:
             _check_replicated(results, outcomes[-1], concern, self._concern.replicas)
+        return end
 
     def _plan(
         self, plan: _SegmentPlan, result: OperationResult, bases: Dict[int, Any], caps: Dict[int, int], fresh: bool
@@ -210,16 +238,22 @@ class BatchRunner:
         for target in written:
             self._store.forget(*target)
 
-    def _read_bases(self, patches: List[OperationResult]) -> defer.Deferred:
-        """The stored fields of each patched document, by ``id`` of its result."""
+    def _read_bases(self, patches: List[OperationResult], reads: PatchReads) -> defer.Deferred:
+        """The stored fields of the patched documents that fit one segment, by ``id`` of their result.
+
+        Fires with ``(bases, cut)``: ``cut`` is the first patch whose
+        document did not come (over its cap, or past the segment's bytes):
+        the segment ends before it. None: every patch has its document.
+        """
         if not patches:
-            return defer.succeed({})
-        reads = [
-            (b"HMGET", keys.document_key(r.operation.collection, r.operation.doc_id), b"b", b"e", b"m") for r in patches
+            return defer.succeed(({}, None))
+        caps = reads.caps(patches)
+        commands = [
+            scripts.READ_ONE_WITHIN.call([keys.document_key(r.operation.collection, r.operation.doc_id)], [cap])
+            for r, cap in zip(patches, caps)
         ]
-        return self._link.pipeline_outcomes(reads, []).addCallback(
-            lambda outcomes: {id(result): outcome for result, outcome in zip(patches, outcomes)}
-        )
+        reading = self._link.pipeline_outcomes(commands, [scripts.READ_ONE_WITHIN])
+        return reading.addCallback(_bases_read, patches, len(caps), reads)
 
     def _prepare(self, result: OperationResult, base: Any, cap: Optional[int] = None) -> Any:
         """The command of ``result``'s operation (a tuple, or a prepared write); None if it is settled already.
@@ -278,35 +312,24 @@ class BatchRunner:
         )
 
 
-def segments(operations: Sequence[Operation], patches_at_most: int = 1 << 30) -> List[Tuple[int, int]]:
-    """Runs of operations that can go in one pipeline.
-
-    A patch of a document written earlier in the run starts a new one, and
-    so does a patch past ``patches_at_most`` in the run: a run reads the
-    documents its patches merge into all at once, so that bounds what one
-    read brings (``run`` gives the budget over the largest document a patch
-    may merge: 16 at the defaults).
-    """
-    bounds: List[Tuple[int, int]] = []
-    start = 0
-    patches = 0
-    written: Set[Tuple[bytes, bytes]] = set()
-    for index, operation in enumerate(operations):
-        target = (operation.collection, operation.doc_id)
-        if operation.op == PATCH and (target in written or patches == patches_at_most):
-            bounds.append((start, index))
-            start, written, patches = index, set(), 0
-        if operation.op == PATCH:
-            patches += 1
-        if operation.op in WRITES:
-            written.add(target)
-    bounds.append((start, len(operations)))
-    return [bound for bound in bounds if bound[0] < bound[1]]
+def _bases_read(
+    outcomes: List[Tuple[bool, Any]], patches: List[OperationResult], asked: int, reads: PatchReads
+) -> Tuple[Dict[int, Any], Optional[OperationResult]]:
+    """``_read_bases``' answer from the outcomes of the first ``asked`` patches' reads."""
+    bases: Dict[int, Any] = {}
+    for result, (ok, reply) in zip(patches, outcomes):
+        if ok and not reads.learn(result, reply):
+            if result is not patches[0] or not reads.first_missed(result):
+                return bases, result  # read again in the next segment, its size known
+            reply, ok = WriteConflict(), False  # it kept growing past what it measured
+        bases[id(result)] = (ok, reply)
+    return bases, patches[asked] if asked < len(patches) else None
 
 
-def _largest_patch(operations: Sequence[Operation]) -> int:
-    """The most bytes the document of any patch of the batch may have (1: no patch)."""
-    return max((operation.max_size for operation in operations if operation.op == PATCH), default=1)
+def _heavy(result: OperationResult, reads: PatchReads) -> bool:
+    """Whether ``result`` is a patch of a large document: its merge takes a reactor turn of its own."""
+    operation = result.operation
+    return operation.op == PATCH and reads.sizes.get((operation.collection, operation.doc_id), 0) >= HEAVY_MERGE
 
 
 def _check_replicated(

@@ -226,13 +226,31 @@ def test_with_return_minimal_written_documents_do_not_count(http, small, redis_c
 
 
 def test_a_batch_of_many_patches_reads_at_most_the_budget_of_documents_per_round(http, small, redis_client):
-    """Segments of budget / JETWAY_MAX_BODY patches: 12 patches of 4 KiB documents are read in 3 rounds of 4."""
+    """Segments by bytes: 12 patches of ~4 KiB documents read 16 KiB at most per round (3 a round), all written."""
     for n in range(12):
         put(http, small, f"/v1/users/q{n}", document(MAX_BODY - 100, n))
-    redis_client.execute_command("CONFIG", "RESETSTAT")
-    results = batch(
-        http, small, [{"op": "patch", "collection": "users", "id": f"q{n}", "patch": {"n": -n}} for n in range(12)]
+    sent, results = sent_by_redis(
+        redis_client,
+        lambda: batch(
+            http, small, [{"op": "patch", "collection": "users", "id": f"q{n}", "patch": {"n": -n}} for n in range(12)]
+        ),
     )
     assert [result["status"] for result in results] == [200] * 12
     assert sum("document" in result for result in results) == 4  # 4 x ~4 KiB fill the 16 KiB
-    assert int(redis_client.info("commandstats")["cmdstat_hmget"]["calls"]) == 12
+    # Each document left Redis once: rounds that measured sizes sent no body over its cap.
+    assert 12 * (MAX_BODY - 100) < sent < 13 * (MAX_BODY - 100)
+    for n in range(12):
+        assert http.get(small.url(f"/v1/users/q{n}"), timeout=10).json()["n"] == -n
+
+
+def test_a_batch_of_many_patches_of_small_documents_reads_them_in_one_round(http, small, redis_client):
+    """The segment follows the documents' real sizes: 12 patches of 200 B documents are one read, one write."""
+    for n in range(12):
+        put(http, small, f"/v1/users/s{n}", document(200, n))
+    redis_client.execute_command("CONFIG", "RESETSTAT")
+    results = batch(
+        http, small, [{"op": "patch", "collection": "users", "id": f"s{n}", "patch": {"n": -n}} for n in range(12)]
+    )
+    assert [result["status"] for result in results] == [200] * 12
+    stats = redis_client.info("commandstats")
+    assert int(stats["cmdstat_hstrlen"]["calls"]) == 12 and int(stats["cmdstat_evalsha"]["calls"]) == 24

@@ -45,3 +45,12 @@ def test_an_error_fails_the_deferred_and_stops_the_work():
     failures = []
     done.addErrback(failures.append)
     assert seen == [0, 1, 2, 3, 4] and failures[0].check(ValueError)
+
+
+def test_an_item_known_to_be_long_ends_its_slice_at_once():
+    """pause_after: a large merge is followed by a turn given back, however fast the timer says it was."""
+    clock, seen = task.Clock(), []
+    done = in_turns(clock, range(5), seen.append, slice_seconds=1.0, timer=Ticks(0.001), pause_after=lambda n: n == 1)
+    assert seen == [0, 1] and not done.called
+    clock.advance(0)
+    assert seen == [0, 1, 2, 3, 4] and done.called
