@@ -136,7 +136,7 @@ test: setup setup-cpython setup-clients browser-packages lint
 clean:
 	rm -rf $(VENV) $(CPY_VENV) $(LINT_VENV) $(CLIENTS_VENV) $(NODE_CLIENTS)/node_modules $(VAR) .pytest_cache
 
-# --- Load testing: loadtest/, see README "Load testing" -----------------------
+# --- Load testing: loadtest/, see docs/testing.md, "Load testing" ---------
 LT_VENV := .venv-loadtest
 LT_PY := $(LT_VENV)/bin/python
 
@@ -166,7 +166,7 @@ loadtest: setup setup-loadtest
 	$(LT_PY) -m loadtest._run run
 
 # The baseline's scenario again; fails naming request and figure on a regression.
-loadtest-check: setup setup-loadtest
+loadtest-check: setup setup-loadtest loadtest-packages
 	$(LT_PY) -m loadtest._run check
 
 loadtest-record: setup setup-loadtest
@@ -194,7 +194,7 @@ clean-loadtest:
 # gate, the schema fuzzer, the feed's heartbeat), so `make test` stays near ten
 # minutes; about three and a half minutes here. CI runs it after `make test`.
 .PHONY: test-slow
-test-slow: setup setup-clients setup-loadtest
+test-slow: setup setup-clients setup-loadtest loadtest-packages
 	JETWAY_TEST_SLOW=1 $(PY) -m pytest -rP -m slow
 
 # --- Releases: what a server installs (docs/deploy.md) ------------------------
@@ -230,13 +230,13 @@ $(DEPLOY_BASE)/.jetway-base-complete: | deploy-packages
 test-deploy: setup $(DEPLOY_BASE)/.jetway-base-complete
 	$(SUDO) env JETWAY_TEST_DEPLOY=1 JETWAY_DEPLOY_BASE=$(DEPLOY_BASE) $(PY) -m pytest -rP tests/test_deploy_boot.py
 
-# --- Multi-node Redis: tests/multinode.py, see README "Scaling Redis" ---------
+# --- Multi-node Redis: tests/multinode.py, see docs/operations.md, "Scaling Redis"
 # The API tests on a 3-master Redis Cluster and on a Sentinel group (1 master,
 # 1 replica, 3 sentinels), slots resharded under load, a master killed under
 # load, a TLS-only cluster, the change feed on a cluster and across a Sentinel
 # failover. Under eight minutes here (2 cores); CI runs it after `make test`.
 .PHONY: test-cluster
-API_TESTS := tests/test_documents.py tests/test_collections.py tests/test_multi_get.py tests/test_errors.py tests/test_auth.py tests/test_hot_cache_api.py
+API_TESTS := tests/test_documents.py tests/test_collections.py tests/test_multi_get.py tests/test_response_budget.py tests/test_errors.py tests/test_auth.py tests/test_hot_cache_api.py
 
 test-cluster: setup
 	JETWAY_TEST_TOPOLOGY=cluster $(PY) -m pytest -rP $(API_TESTS) tests/test_changes.py tests/test_cluster.py tests/test_cluster_failover.py tests/test_sentinel.py tests/test_write_concern_failover.py

@@ -30,6 +30,10 @@ BODY = b'{"name":"Ada Lovelace","email":"ada@example.com","tags":["math","engine
 CONNECTIONS = 16
 # wrk past this has not ended by itself: give up on the round rather than hang.
 WRK_SLACK_SECONDS = 30
+# The warm-up's slices: until two in a row agree within SETTLED on every side, at most WARM_SLICES.
+WARM_SLICE_SECONDS = 2.0
+WARM_SLICES = 10
+SETTLED = 0.15
 
 
 def wrk_path() -> str:
@@ -48,6 +52,22 @@ def seed(side: Side) -> None:
             request.add_header("Authorization", f"Bearer {side.token}")
         with urllib.request.urlopen(request, timeout=10) as response:
             response.read()
+
+
+def warm_up(sides: Sequence[Side]) -> List[List[float]]:
+    """Busy load, not counted, until every side's figure has settled; the figures seen, slice by slice.
+
+    A fresh worker spends its first seconds of this mix compiling it (its own warm-up stops at 5 s,
+    and on a loaded machine that is before it has compiled everything): one worker measured
+    308, 99, 27, 31, 25 µs per request in its first five 4 s slices, its twin 191, 116, 42, 31, 26.
+    Whichever side compiles later looks dearer, so no round starts before both are flat.
+    """
+    seen: List[List[float]] = []
+    for _ in range(WARM_SLICES):
+        seen.append(measure_busy(sides, WARM_SLICE_SECONDS, slices=1))
+        if len(seen) >= 2 and all(abs(now - then) <= SETTLED * then for then, now in zip(seen[-2], seen[-1])):
+            break
+    return seen
 
 
 def measure_busy(sides: Sequence[Side], seconds: float, slices: int = 2) -> List[float]:

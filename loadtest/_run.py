@@ -205,7 +205,10 @@ def _check(args: argparse.Namespace, baseline: Dict[str, Any]) -> int:
         if busy:
             for side in sides:
                 _busy.seed(side)
-            _busy.measure_busy(sides, busy)  # the busy mix compiled too; not counted
+            warm = _busy.warm_up(sides)  # the busy mix compiled too; not counted
+            slices = ", ".join("/".join(f"{figure:.0f}" for figure in figures) for figures in warm)
+            names = "/".join(side.name for side in sides)
+            print(f"loadtest-check: busy warm-up, µs per request by slice ({names}): {slices}")
         for number in range(gate["rounds"]):
             order = sides if number % 2 == 0 else sides[::-1]
             window = {**scenario, "warmup": 1.0, "duration": gate["round_seconds"]}

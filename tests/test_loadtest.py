@@ -294,6 +294,7 @@ def short_check(tmp_path: Path, name: str, burn_us: int = 0) -> subprocess.Compl
     command = [str(python), "-m", "loadtest._run", "check", "--baseline", str(baseline), "--name", name]
     command += ["--results", str(tmp_path / "results"), "--rounds", "3", "--round-seconds", "4"]
     command += ["--warmup-seconds", "3", "--cpu-tolerance", "0.5", "--latency-tolerance", "4"]
+    command += ["--busy-seconds", "4", "--busy-tolerance", "0.5", "--stale-tolerance", "0.5"]
     command += ["--", *SHORT_LOCUST_ARGS]
     env = {**os.environ, "JETWAY_DEBUG_BURN_US": str(burn_us)} if burn_us else dict(os.environ)
     return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
@@ -312,7 +313,7 @@ def test_loadtest_check_fails_on_a_real_slowdown_and_passes_without_it(tmp_path)
     naming the figure; the same build against itself must pass (bounds wide enough for a short run)."""
     slowed = short_check(tmp_path, "slowed", burn_us=2000)
     assert slowed.returncode == 1, slowed.stdout[-3000:] + slowed.stderr[-3000:]
-    assert "Aggregated: worker CPU per request rose to" in slowed.stderr
+    assert "Aggregated: busy worker CPU per request rose to" in slowed.stderr
     assert "JETWAY_DEBUG_BURN_US=2000 on this tree" in slowed.stdout
     report = (tmp_path / "results" / "slowed.txt").read_text()
     assert "worker CPU per request" in report and "REGRESSION" in report

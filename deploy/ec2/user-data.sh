@@ -29,7 +29,7 @@ JETWAY_HOST="${JETWAY_HOST:-0.0.0.0}"
 JETWAY_PORT="${JETWAY_PORT:-8080}"
 JETWAY_WORKERS="${JETWAY_WORKERS:-$(nproc)}"
 JETWAY_TRUSTED_PROXIES="${JETWAY_TRUSTED_PROXIES:-}"
-# Replicas that must have a write before it is answered (README, "Acknowledged writes").
+# Replicas that must have a write before it is answered (docs/operations.md, "Acknowledged writes").
 JETWAY_WRITE_REPLICAS="${JETWAY_WRITE_REPLICAS:-0}"
 JETWAY_DIR="${JETWAY_DIR:-/opt/jetway}"
 JETWAY_USER="${JETWAY_USER:-jetway}"
