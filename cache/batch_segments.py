@@ -12,8 +12,8 @@ patch reads its document through ``scripts.READ_ONE_WITHIN`` with a cap,
 and a document over its cap answers its size instead of its fields. The
 caps of one read add up to the segment's bytes: a document whose size is
 known is capped at that size (and a little room to grow), one not yet
-known at an equal share of the segment (4 MiB over 100 patches: 40 KiB
-each, so 100 patches of small documents are one segment, read at once).
+known at an equal share of the rest of the segment (3 MiB over 99 patches:
+31 KiB each, so 100 patches of small documents are one segment, one read).
 The segment ends before the first patch whose document answered its size;
 the next segment starts there, the sizes now known. The first patch of a
 segment may always read a whole document (``JETWAY_MAX_BODY``), so every
@@ -70,7 +70,9 @@ class PatchReads:
 
     def caps(self, patches: Sequence[OperationResult]) -> List[int]:
         """The caps of the first patches of ``patches`` that fit the segment (at least the first one)."""
-        share = max(self.limit // max(len(patches), 1), 1)
+        first = patches[0].operation if patches else None
+        room = self.limit - (first.max_size if first is not None else 0)
+        share = max(room // max(len(patches) - 1, 1), 1)  # the first patch's room apart
         caps: List[int] = []
         total = 0
         for result in patches:

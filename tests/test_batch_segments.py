@@ -21,11 +21,11 @@ def test_any_number_of_patches_of_distinct_documents_is_one_run():
 
 
 def test_unknown_sizes_share_the_segment_and_the_first_patch_may_read_a_whole_document():
-    """100 patches, 4 MiB: the first reads up to JETWAY_MAX_BODY, the others ~40 KiB each, as many as fit."""
+    """100 patches, 4 MiB: the first reads up to JETWAY_MAX_BODY, the 99 others share the 3 MiB left (31 KiB)."""
     reads = PatchReads(4 * MIB)
     caps = reads.caps([patch(f"d{n}") for n in range(100)])
-    assert caps[0] == MIB and set(caps[1:]) == {4 * MIB // 100}
-    assert sum(caps) <= 4 * MIB + MIB and len(caps) == 1 + (3 * MIB) // (4 * MIB // 100)
+    assert caps[0] == MIB and set(caps[1:]) == {3 * MIB // 99} and len(caps) == 100
+    assert sum(caps) <= 4 * MIB
 
 
 def test_small_documents_all_fit_one_segment():
