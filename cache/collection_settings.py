@@ -15,7 +15,11 @@ without settings behaves exactly as before settings existed.
 A stored schema that this version refuses (stored by an earlier one,
 before ``cache.schema_bounds``) leaves its collection's settings readable
 and its reads working; each write to it is a ``StoredSchemaRefused`` that
-says why and what an admin does about it.
+says why and what an admin does about it. So are stored settings that fail
+the other checks (a ``ttl`` or ``max_bytes`` out of range, a bad
+``cache_control``, an unknown member, bytes that are not a JSON object,
+written by hand or by an earlier version): ``StoredSettingsRefused`` on
+each write (``parse_stored``), reads going on with the members that pass.
 """
 
 from __future__ import annotations
@@ -54,16 +58,24 @@ class OverCollectionLimit(StoreError):
         super().__init__(f"the document is {size} bytes; collection {collection} takes at most {limit} (max_bytes)")
 
 
-class StoredSchemaRefused(StoreError):
-    """A write to a collection whose stored schema this version refuses (maps to 409): the setting must be replaced."""
+class StoredSettingsRefused(StoreError):
+    """A write to a collection whose stored settings this version refuses (maps to 409): they must be replaced."""
+
+    what = "settings"
 
     def __init__(self, collection: str, reason: str) -> None:
         super().__init__(
-            f"collection {collection}'s stored schema is no longer accepted: {reason}. No write to it is "
-            f"taken until an admin stores settings this version accepts (PUT /v1/_collections/{collection}) "
-            "or removes them (DELETE); reads are unaffected"
+            f"collection {collection}'s stored {self.what} {'is' if self.what == 'schema' else 'are'} no longer"
+            f" accepted: {reason}. No write to it is taken until an admin stores settings this version accepts"
+            f" (PUT /v1/_collections/{collection}) or removes them (DELETE); reads are unaffected"
         )
         self.reason = reason
+
+
+class StoredSchemaRefused(StoredSettingsRefused):
+    """A write to a collection whose stored schema this version refuses (maps to 409): the setting must be replaced."""
+
+    what = "schema"
 
 
 def settings_key(collection: bytes) -> bytes:
@@ -122,13 +134,16 @@ class CollectionSettings:
     cache_control: Optional[str] = None
     write_replicas: Optional[int] = None
     schema_refused: Optional[str] = None  # why this version refuses the stored schema: no write is taken
+    settings_refused: Optional[str] = None  # why this version refuses the other stored settings: no write either
 
     def check(self, document: Any, size: int) -> None:
-        """Raise ``OverCollectionLimit``, ``DocumentInvalid`` or ``StoredSchemaRefused`` for a document refused.
+        """Raise ``OverCollectionLimit``, ``DocumentInvalid`` or ``StoredSettingsRefused`` for a document refused.
 
         Plain values in (the parsed document and its size in bytes), so a
         handler, the store's merge patch or a batch can call it alike.
         """
+        if self.settings_refused is not None:
+            raise StoredSettingsRefused(self.name, self.settings_refused)
         if self.schema_refused is not None:
             raise StoredSchemaRefused(self.name, self.schema_refused)
         if self.max_bytes is not None and size > self.max_bytes:
@@ -176,6 +191,41 @@ def parse_settings(name: str, body: bytes, etag: bytes, compiled: Optional[Compi
         cache_control=values.get("cache_control"),
         write_replicas=values.get("write_replicas"),
     )
+
+
+def parse_stored(name: str, body: bytes, etag: bytes, compiled: Optional[Compiled] = None) -> CollectionSettings:
+    """Stored settings (``compiled``: their schema's outcome, if they have one); refused ones refuse writes.
+
+    Settings that fail ``checked_values`` (stored by hand, or by a version
+    with other bounds) are not an error here: their writes are each a
+    ``StoredSettingsRefused`` saying why, and their reads keep the members
+    that pass their own checks (a good ``cache_control`` still applies).
+    """
+    try:
+        return parse_settings(name, body, etag, compiled)
+    except (SettingsError, codec.JsonError) as error:
+        reason = str(error)
+    try:  # what a read uses; a write is refused whatever the rest says
+        policy = checked_values({"cache_control": _loaded(body).get("cache_control")}).get("cache_control")
+    except SettingsError:
+        policy = None
+    return CollectionSettings(name=name, body=body, etag=etag, cache_control=policy, settings_refused=reason)
+
+
+def stored_schema_or_none(body: bytes) -> Optional[Any]:
+    """``stored_schema``, or None for settings this version refuses anyway (``parse_stored`` says why)."""
+    try:
+        return stored_schema(body)
+    except (SettingsError, codec.JsonError):
+        return None
+
+
+def _loaded(body: bytes) -> Dict[str, Any]:
+    try:
+        values = codec.loads(body)
+    except codec.JsonError:
+        return {}
+    return values if isinstance(values, dict) else {}
 
 
 def checked_values(values: Any) -> Dict[str, Any]:
@@ -271,7 +321,10 @@ __all__ = [
     "OverCollectionLimit",
     "SettingsError",
     "StoredSchemaRefused",
+    "StoredSettingsRefused",
     "checked_values",
     "parse_settings",
+    "parse_stored",
     "stored_schema",
+    "stored_schema_or_none",
 ]

@@ -14,7 +14,9 @@ under way when an invalidation came is not cached (its answer may predate
 the change). A schema is compiled once per version (its ETag), however
 often it is read again, off the reactor thread (``cache.schema_versions``);
 a stored schema this version refuses is refused once per version too, and
-its collection's writes answer why (``StoredSchemaRefused``).
+its collection's writes answer why (``StoredSchemaRefused``); so do stored
+settings that fail the other checks (``StoredSettingsRefused``), kept as
+any entry is, until their collection's next change.
 """
 
 from __future__ import annotations
@@ -30,8 +32,8 @@ from cache.collection_settings import (
     CollectionSettings,
     CollectionSettingsStore,
     checked_values,
-    parse_settings,
-    stored_schema,
+    parse_stored,
+    stored_schema_or_none,
 )
 from cache.fill_guard import FillGuard
 from cache.schema_versions import SchemaVersions
@@ -128,11 +130,11 @@ class SettingsCache:
         if row is None:
             return None
         body, etag = row
-        schema = stored_schema(body)
+        schema = stored_schema_or_none(body)
         if schema is None:
-            return parse_settings(name, body, etag)
+            return parse_stored(name, body, etag)
         return self.schemas.outcome(name, etag, schema).addCallback(
-            lambda compiled: parse_settings(name, body, etag, compiled)
+            lambda compiled: parse_stored(name, body, etag, compiled)
         )
 
     def _remember(self, settings: Optional[CollectionSettings], name: str, ticket: int) -> Optional[CollectionSettings]:

@@ -19,7 +19,13 @@ from twisted.python import log
 from twisted.python.failure import Failure
 
 from cache import codec
-from cache.collection_settings import NO_SETTINGS, CollectionSettings, OverCollectionLimit, StoredSchemaRefused
+from cache.collection_settings import (
+    NO_SETTINGS,
+    CollectionSettings,
+    OverCollectionLimit,
+    StoredSchemaRefused,
+    StoredSettingsRefused,
+)
 from cache.errors import (
     DocumentNotFound,
     DocumentTooLarge,
@@ -88,6 +94,7 @@ _STORE_ERRORS: Dict[Type[Exception], Any] = {
     OverCollectionLimit: lambda e: ApiError(413, "body-too-large", str(e)),
     # The request is fine; the collection's state refuses it until an admin replaces the setting.
     StoredSchemaRefused: lambda e: ApiError(409, "stored-schema-refused", str(e)),
+    StoredSettingsRefused: lambda e: ApiError(409, "stored-settings-refused", str(e)),
     DocumentInvalid: lambda e: ApiError(
         422, "schema-violation", str(e), extensions={"errors": [v.as_json() for v in e.violations]}
     ),

@@ -25,7 +25,7 @@ from typing import Any, Optional, Tuple
 
 from twisted.internet import defer
 
-from cache.collection_settings import OverCollectionLimit, StoredSchemaRefused
+from cache.collection_settings import OverCollectionLimit, StoredSettingsRefused
 from cache.schema import DocumentInvalid
 from cache.store import Document
 from handlers import validation
@@ -45,7 +45,7 @@ _STATUS_LINES = {200: "HTTP/1.1 200 OK\r\n", 201: "HTTP/1.1 201 Created\r\n"}
 # A write with any of these is the handler's: conditions it evaluates in Redis.
 _CONDITIONS = ("If-Match", "If-None-Match", "If-Unmodified-Since")
 # What a body the handler would refuse raises here: the handler says why.
-_REFUSED = (ApiError, OverCollectionLimit, DocumentInvalid, StoredSchemaRefused)
+_REFUSED = (ApiError, OverCollectionLimit, DocumentInvalid, StoredSettingsRefused)  # a schema's too
 
 
 class DirectWrite(DirectResponder):

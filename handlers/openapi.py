@@ -75,6 +75,11 @@ PROBLEM_TYPES: Tuple[Tuple[str, str], ...] = (
         "409: a write to a collection whose stored schema (stored by an earlier version) this version refuses;"
         " `detail` says why; an admin PUTs new settings",
     ),
+    (
+        "stored-settings-refused",
+        "409: a write to a collection whose stored settings (a `ttl`, `max_bytes`, `cache_control`… out of range,"
+        " written by hand or by an earlier version) this version refuses; `detail` says why; an admin PUTs new ones",
+    ),
     ("invalid-settings", "422: collection settings with an unknown member or a value out of range"),
     ("internal", "500: a bug; the server failed to handle the request"),
     ("rate-limited", "429: over the token's rate"),

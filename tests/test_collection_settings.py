@@ -19,7 +19,7 @@ import uuid
 
 import requests
 
-from cache.collection_settings import settings_key
+from cache.collection_settings import CHANGED_CHANNEL, NAMES_KEY, settings_key
 from cache.keys import document_key
 from tests.conftest import document_keys
 from tests.support import ROOT
@@ -346,3 +346,64 @@ def test_the_cli_sets_shows_lists_and_deletes(api, redis_server, tmp_path):
     assert cli(redis_server.url, "delete", "users").returncode == 0
     assert cli(redis_server.url, "show", "users").returncode == 1
     assert cli(redis_server.url, "set", "Bad").returncode == 2
+
+
+def store_raw_settings(redis_client, collection: str, body: bytes) -> None:
+    """Settings written straight into Redis as cache.collection_settings lays them out, no check (by hand)."""
+    redis_client.hset(settings_key(collection.encode()), mapping={"s": body, "e": f'"raw-{uuid.uuid4().hex}"'})
+    redis_client.zadd(NAMES_KEY, {collection: 0})
+    redis_client.publish(CHANGED_CHANNEL, collection)
+    time.sleep(0.1)  # the message reaches each worker's subscription within a round trip; a request may overtake it
+
+
+REFUSED_SETTINGS = [
+    (b'{"ttl":0,"cache_control":"max-age=7"}', "ttl must be a whole number from 1"),
+    (b'{"max_bytes":1,"cache_control":"max-age=7"}', "max_bytes must be a whole number of at least 2"),
+    (b'{"write_replicas":99,"cache_control":"max-age=7"}', "write_replicas must be"),
+    (b'{"cache_control":"a\\nb"}', "cache_control must be"),
+    (b'{"colour":"red","cache_control":"max-age=7"}', "unknown member 'colour'"),
+    (b"[1,2]", "must be a JSON object"),
+    (b"{not json", ""),
+]
+
+
+def test_stored_settings_that_fail_their_checks_refuse_writes_with_a_409_and_reads_carry_on(api, redis_client):
+    """Each write (direct PUT, handler PUT, POST, PATCH, a batch's put) is a 409 stored-settings-refused; reads 200."""
+    for body, words in REFUSED_SETTINGS:
+        name = fresh_name("raw")
+        assert api.put_json(f"/v1/{name}/kept", b'{"a":1}').status_code == 201
+        store_raw_settings(redis_client, name, body)
+        probe = f"/v1/{name}/probe"
+        assert settled(lambda: api.put_json(probe, b"{}"), 409).status_code == 409  # noqa: B023 (called here)
+        writes = [api.put_json(f"/v1/{name}/d", b'{"a":2}') for _ in range(4)]  # both workers, the direct path
+        writes += [api.post_json(f"/v1/{name}", b'{"a":3}'), api.patch_merge(f"/v1/{name}/kept", b'{"a":4}')]
+        for response in writes:
+            refused = problem(response, 409, "stored-settings-refused")
+            assert words in refused["detail"] and f"PUT /v1/_collections/{name}" in refused["detail"], refused
+        operations = [{"op": "put", "collection": name, "id": "b", "document": {}}]
+        operations.append({"op": "get", "collection": name, "id": "kept"})
+        first, second = api.post_json("/v1/_batch", json.dumps({"operations": operations}).encode()).json()["results"]
+        assert first["status"] == 409 and first["problem"]["type"] == PROBLEM + "stored-settings-refused", first
+        assert second["status"] == 200 and second["document"] == {"a": 1}
+        for _ in range(4):
+            read = api.get(f"/v1/{name}/kept")
+            assert read.status_code == 200 and read.json() == {"a": 1}
+            if b"max-age=7" in body:
+                assert read.headers["Cache-Control"] == "max-age=7", "a member that passes its check still applies"
+        assert api.get(f"/v1/{name}").status_code == 200
+        assert api.get(f"/v1/_collections/{name}").status_code == 200
+        assert not redis_client.exists(document_key(name.encode(), b"d"))
+
+
+def test_refused_stored_settings_are_read_once_per_version_and_new_settings_end_the_refusal(api, redis_client):
+    name = fresh_name("raw")
+    store_raw_settings(redis_client, name, b'{"ttl":-5}')
+    assert settled(lambda: api.put_json(f"/v1/{name}/d", b"{}"), 409).status_code == 409
+    for _ in range(4):
+        problem(api.put_json(f"/v1/{name}/d", b"{}"), 409, "stored-settings-refused")
+    redis_client.execute_command("CONFIG", "RESETSTAT")
+    for _ in range(10):
+        problem(api.put_json(f"/v1/{name}/d", b"{}"), 409, "stored-settings-refused")
+    assert "cmdstat_hmget" not in redis_client.info("commandstats"), "the refusal is kept, not read again"
+    assert settings(api, name, {"ttl": 60}).status_code == 200
+    assert settled(lambda: api.put_json(f"/v1/{name}/d", b"{}"), 201).status_code == 201
