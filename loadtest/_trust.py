@@ -62,6 +62,7 @@ class Row:
     gap_ms: float
     net_gap_ms: float
     long_gaps: int
+    slowest_s: float
     rss: Dict[int, List[float]]  # pid -> [start, peak, after]
     initial: List[int]
     crashed: int
@@ -148,9 +149,9 @@ def _short(value: object) -> str:
 
 def table(rows: Sequence[Row]) -> List[str]:
     lines = [
-        "| attack | tree | statuses | longest /healthz gap ms | net of CPU waits ms | gaps > 100 ms"
+        "| attack | tree | statuses | slowest request s | longest /healthz gap ms | net of CPU waits ms | gaps > 100 ms"
         " | worker RSS MB start/peak/after | crashes | connections out | workers probed | other figures | verdict |",
-        "|---|---|---|---:|---:|---:|---|---|---:|---|---|---|",
+        "|---|---|---|---:|---:|---:|---:|---|---|---:|---|---|---|",
     ]
     idle = {row.tree: row.net_gap_ms for row in rows if row.attack == "idle"}
     for row in rows:
@@ -158,7 +159,8 @@ def table(rows: Sequence[Row]) -> List[str]:
         if row.expect_reload:
             crashes += " (reload expected)"
         lines.append(
-            f"| {row.attack} | {row.tree} | {status_summary(row.statuses)} | {row.gap_ms:.0f} | {row.net_gap_ms:.0f}"
+            f"| {row.attack} | {row.tree} | {status_summary(row.statuses)} | {row.slowest_s:.2f} | {row.gap_ms:.0f}"
+            f" | {row.net_gap_ms:.0f}"
             f" | {row.long_gaps} | {rss_cell(row)}"
             f" | {crashes} | {row.connections} | {row.probed} | {figures_cell(row.figures)}"
             f" | {verdict(row, idle.get(row.tree))} |"
@@ -256,6 +258,7 @@ def measure(server: Server, target: Target, listener: Listener, attack: Optional
     with Monitor(server.port, server.process.pid) as monitor:
         time.sleep(1.0)  # the probes connected and answered before the attack starts
         deadline = time.monotonic() + ATTACK_DEADLINE
+        target.slowest = 0.0
         for number in range((attack.rounds or rounds) if attack else 0):
             if time.monotonic() > deadline:
                 break
@@ -278,6 +281,7 @@ def measure(server: Server, target: Target, listener: Listener, attack: Optional
         gap_ms=found["longest_gap"] * 1000,
         net_gap_ms=found["net_gap"] * 1000,
         long_gaps=found["gaps_over_100ms"],
+        slowest_s=target.slowest,
         rss={int(pid): sizes for pid, sizes in rss.items()},
         initial=initial,
         crashed=len(set(initial) - alive),

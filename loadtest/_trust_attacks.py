@@ -41,6 +41,7 @@ class Target:
     python: Path
     redis_url: str
     listener_port: int
+    slowest: float = 0.0  # seconds, the longest request ``call`` made since it was last reset
 
     def headers(self, content_type: str = "application/json") -> Dict[str, str]:
         return {"Authorization": f"Bearer {self.token}", "Content-Type": content_type}
@@ -69,6 +70,7 @@ def call(
 ) -> Tuple[str, bytes]:
     """One request on a fresh connection: its status (or timeout/error) and at most 64 KB of its body."""
     connection = http.client.HTTPConnection("127.0.0.1", target.port, timeout=CLIENT_TIMEOUT)
+    started = time.monotonic()
     try:
         connection.request(method, path, body, target.headers(content_type))
         response = connection.getresponse()
@@ -82,6 +84,7 @@ def call(
         return "error", b""
     finally:
         connection.close()
+        target.slowest = max(target.slowest, time.monotonic() - started)
 
 
 def fresh(prefix: str) -> str:

@@ -111,7 +111,7 @@ class _Probe:
         self.sock: Optional[socket.socket] = None
         self.buffer = b""
         self.sent_at: Optional[float] = None
-        self.last_answer = time.monotonic()
+        self.last_answer: Optional[float] = None  # gaps are counted from a probe's first answer on
         self.longest = 0.0
         self.answers = 0
         self.bad = 0
@@ -139,7 +139,9 @@ class _Probe:
     def due(self, now: float) -> bool:
         if self.sock is None:
             self.connect()
-        return self.sock is not None and self.sent_at is None and now - self.last_answer >= PROBE_EVERY
+        if self.sock is None or self.sent_at is not None:
+            return False
+        return self.last_answer is None or now - self.last_answer >= PROBE_EVERY
 
     def send(self, now: float) -> None:
         try:
@@ -167,9 +169,10 @@ class _Probe:
             return False
         self.buffer = b""
         self.sent_at = None
-        self.longest = max(self.longest, now - self.last_answer)
-        if now - self.last_answer > KEEP_GAPS_OVER:
-            self.gaps.append((self.last_answer, now, self.worker))
+        if self.last_answer is not None:
+            self.longest = max(self.longest, now - self.last_answer)
+            if now - self.last_answer > KEEP_GAPS_OVER:
+                self.gaps.append((self.last_answer, now, self.worker))
         self.last_answer = now
         self.answers += 1
         if not head.startswith(b"HTTP/1.1 200"):
@@ -177,7 +180,7 @@ class _Probe:
         return self.worker is None and self.answers <= 5
 
     def finish(self, now: float) -> float:
-        if self.sent_at is not None:
+        if self.sent_at is not None and self.last_answer is not None:
             self.longest = max(self.longest, now - self.last_answer)
             self.gaps.append((self.last_answer, now, self.worker))
         if self.sock is not None:

@@ -14,6 +14,7 @@ def row(**changes: object) -> Row:
         gap_ms=180.0,
         net_gap_ms=40.0,
         long_gaps=2,
+        slowest_s=0.3,
         rss={11: [150.0, 170.0, 155.0], 12: [148.0, 149.0, 149.0]},
         initial=[11, 12],
         crashed=0,
