@@ -19,14 +19,13 @@ figures to the baseline's taken beside them, and judges the median ratio:
   says so with the command that moves it;
 - worker CPU per request under the locust scenario: the workers' user+system
   time (``/proc``) over the requests the server itself counted
-  (``/metrics``). At the scenario's rate idle costs dominate it, so it is
-  held to a looser bound and catches gross regressions of the paths the
-  busy load does not take (pages, multi-gets, batches, the feed);
+  (``/metrics``). At the scenario's rate idle costs dominate it (~250-900
+  µs against a request's 30), so beside a busy figure it is shown, not
+  judged: it failed an unchanged check at 1.25x at a load average of 11;
 - each request's p50 latency: a regression that waits rather than computes
   (a lock, a timer, a round trip), held to 2x and an absolute slack, since
-  loopback latencies are a few milliseconds and a CPU-heavy request's p50
-  follows the machine's load (a 500-id multi-get's rose 1.52x in a round of
-  an unchanged check at a load average of 10);
+  loopback latencies are a few milliseconds, in 4 of 5 rounds, since a
+  request's p50 follows the machine's load (``LATENCY_ROUNDS_SHARE``);
 - failures: any failed request fails the check.
 
 ``verdict`` is the pure part (and what the tests hold to its rules).
@@ -34,6 +33,7 @@ figures to the baseline's taken beside them, and judges the median ratio:
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import subprocess
@@ -54,6 +54,10 @@ DEFAULT_STALE_TOLERANCE = 0.20
 RECORD_COMMAND = "make loadtest-record && git commit loadtest/baseline.json"
 DEFAULT_LATENCY_TOLERANCE = 1.0
 DEFAULT_LATENCY_SLACK_MS = 2.0
+# A p50 fails only when it rose in this share of the rounds: a wait added to a request (a timer, a
+# lock, a round trip) shows in every round, a loaded machine's spike in one or two (an unchanged
+# check at a load average of 11 saw one request's median ratio at 2.31x, 16 -> 37 ms).
+LATENCY_ROUNDS_SHARE = 0.8
 # Requests seen fewer times than this in a round have too noisy a p50 to judge.
 MIN_REQUESTS = 50
 # The workers flush their counts to /metrics once a second (api/worker.py).
@@ -85,11 +89,13 @@ def verdict(baseline: Sequence[Round], current: Sequence[Round], limits: Limits)
     """The report's lines and the failures (each naming the request and the figure); no failure: pass."""
     lines = [f"{'figure':44} {'baseline':>10} {'this tree':>10} {'ratio':>7} {'bound':>7}  verdict"]
     failures: List[str] = []
-    if all(side.busy_cpu_us_per_request > 0 for side in (*baseline, *current)):
+    busy_measured = all(side.busy_cpu_us_per_request > 0 for side in (*baseline, *current))
+    if busy_measured:
         busy = [(then.busy_cpu_us_per_request, now.busy_cpu_us_per_request) for then, now in zip(baseline, current)]
         _cpu(BUSY_LABEL, busy, limits.busy_tolerance, limits.stale_tolerance, lines, failures)
     cpu = [(then.cpu_us_per_request, now.cpu_us_per_request) for then, now in zip(baseline, current)]
-    _cpu(CPU_LABEL, cpu, limits.cpu_tolerance, None, lines, failures)
+    # Without a busy phase this is the only CPU figure, and judged; beside one, shown only (idle costs).
+    _cpu(CPU_LABEL, cpu, limits.cpu_tolerance, None, lines, failures if not busy_measured else [])
     for request in sorted({name for side in (*baseline, *current) for name in side.requests}):
         line, failure = _latency(request, baseline, current, limits)
         if line:
@@ -153,13 +159,22 @@ def _latency(
     then_ms = statistics.median(then["p50_ms"] for then, _ in pairs)
     now_ms = statistics.median(now["p50_ms"] for _, now in pairs)
     bound = 1 + limits.latency_tolerance
-    within_slack = now_ms - then_ms <= limits.latency_slack_ms
-    ok = ratio <= bound or within_slack
-    why = "ok" if ratio <= bound else f"ok (within {limits.latency_slack_ms:g} ms)" if ok else "REGRESSION"
+    risen = sum(1 for then, now in pairs if _risen(then["p50_ms"], now["p50_ms"], bound, limits.latency_slack_ms))
+    needed = math.ceil(LATENCY_ROUNDS_SHARE * len(pairs))
+    ok = risen < needed
+    why = "ok" if ok else "REGRESSION"
     line = f"{request + ' p50 ms':44} {then_ms:10.2f} {now_ms:10.2f} {ratio:7.2f} {bound:7.2f}  {why}"
+    line += f" (risen in {risen} of {len(pairs)} rounds)"
     if ok:
         return line, None
-    return line, f"{request}: p50 rose to {ratio:.2f}x the baseline's ({now_ms:.2f} against {then_ms:.2f} ms)"
+    return line, (
+        f"{request}: p50 rose to {ratio:.2f}x the baseline's ({now_ms:.2f} against {then_ms:.2f} ms; "
+        f"past {bound:.2f}x and {limits.latency_slack_ms:g} ms in {risen} of {len(pairs)} rounds)"
+    )
+
+
+def _risen(then_ms: float, now_ms: float, bound: float, slack_ms: float) -> bool:
+    return now_ms > bound * then_ms and now_ms - then_ms > slack_ms
 
 
 # --- running the two sides -------------------------------------------------------

@@ -87,7 +87,25 @@ def test_a_p50_rise_fails_beyond_the_bound_and_the_slack_naming_the_request():
     assert verdict([side(400, 10.0)] * 3, [side(400, 14.0)] * 3) == []  # 1.4x: within 1.5x
     assert verdict([side(400, 1.0)] * 3, [side(400, 2.5)] * 3) == []  # 2.5x, but 1.5 ms: loopback noise
     (failure,) = verdict([side(400, 10.0)] * 3, [side(400, 16.0)] * 3)
-    assert failure == "GET doc: p50 rose to 1.60x the baseline's (16.00 against 10.00 ms)"
+    assert failure == (
+        "GET doc: p50 rose to 1.60x the baseline's (16.00 against 10.00 ms; past 1.50x and 2 ms in 3 of 3 rounds)"
+    )
+
+
+def test_a_p50_that_rose_in_fewer_than_four_rounds_of_five_passes():
+    """A loaded machine's spike lands in a round or two; a wait added to a request shows in every one."""
+    baseline = [side(400, 10.0)] * 5
+    spiky = [side(400, 30.0), side(400, 25.0), side(400, 10.5), side(400, 30.0), side(400, 9.0)]
+    assert verdict(baseline, spiky) == []  # the median ratio is 2.5x, but it rose in 3 rounds
+    (failure,) = verdict(baseline, [*spiky[:4], side(400, 20.0)])
+    assert failure.endswith("in 4 of 5 rounds)")
+
+
+def test_beside_a_busy_figure_the_locust_cpu_figure_is_shown_not_judged():
+    limits = _gate.Limits(0.25, 1.0, 2.0, 50, busy_tolerance=0.20, stale_tolerance=0.20)
+    lines, failures = _gate.verdict([busy(300, 30.0)] * 3, [busy(600, 30.0)] * 3, limits)
+    assert failures == []
+    assert any(line.startswith("worker CPU per request (µs)") and "REGRESSION" in line for line in lines)
 
 
 def test_any_failed_request_fails_and_rare_requests_are_not_judged_by_latency():
