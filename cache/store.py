@@ -413,7 +413,8 @@ class DocumentStore:
     ) -> defer.Deferred:
         """Up to ``limit`` bodies in id order, starting after the id ``after``; fewer when ``budget`` bytes are met."""
         # Plain callbacks, as the document reads: bodies bound to a generator
-        # frame that waited for Redis would be kept by it (README, "The read path").
+        # frame that waited for Redis would be kept by it
+        # (docs/performance.md, "The read path: what made it faster").
         start = b"(" + after if after else b"-"
         ranges = self._link.pipeline(
             [

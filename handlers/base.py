@@ -496,8 +496,8 @@ class ResourceHandler(JsonHandler):
 
         Only bodies of at least ``compress_min_bytes``, as for documents: a
         page of 100 documents of 200 B (20 KB) gzips in ~16 µs on PyPy, a
-        few percent of its request, to about a fifth of its size (README,
-        "HTTP caching and compression").
+        few percent of its request, to about a fifth of its size
+        (docs/api.md, "HTTP caching and compression").
         """
         self.set_header("Cache-Control", self.cache_control)
         if self.request.method in ("GET", "HEAD") and self._not_modified_page(body):
