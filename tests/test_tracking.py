@@ -178,7 +178,11 @@ def test_an_unanswered_ping_takes_the_cache_down_and_a_flush_empties_it(own_redi
             store = DocumentStore(link, hot=hot)
             await until(reactor, lambda: hot.live, "the feed")
             for doc_id in (b"a", b"b"):
+                seen = hot.invalidations
                 await store.put(b"things", doc_id, b'{"v":1}')
+                # The write's own invalidation comes back through the relay some 40 ms later:
+                # heard after the reads below, it would rightly drop what they cached.
+                await until(reactor, lambda: hot.invalidations > seen, "the write's invalidation")
                 for _ in range(2):
                     await store.get(b"things", doc_id)
             before_flush = len(hot)
