@@ -14,8 +14,9 @@ connections and samples each worker's RSS every 20 ms, and a loopback
 listener records any connection. 10 s after an attack's last request its
 monitor stops: one row per attack and tree, judged against the issue's
 targets (no /healthz gap over 100 ms, no 5xx, no crash, no connection out,
-each worker's RSS back within 50 MB of its start). A server whose worker died
-or stopped answering is replaced before the next attack. An ``idle`` row (no
+each worker's RSS back within 50 MB of its start). A server whose worker died,
+that answered a 5xx (or nothing) or that stopped answering is replaced before
+the next attack, so that no row inherits an earlier attack's damage. An ``idle`` row (no
 attack) shows what this machine's load alone does to the gaps.
 
 Writes ``loadtest/results/trust.md`` and prints it. Traffic goes to
@@ -117,9 +118,13 @@ def _figure_misses(figures: Dict[str, object]) -> List[str]:
     accepted = sum(figures.get("invalid bodies accepted (2xx)", []))  # type: ignore[arg-type]
     if accepted:
         found.append(f"{accepted} invalid bodies stored")
-    late = [end for end in figures.get("stream end after the CLI returned (s)", []) if end is None or end > 1.0]  # type: ignore[union-attr]
+    ends = figures.get("stream end after the CLI returned (s)", [])
+    late = [end for end in ends if end is None or (isinstance(end, float) and end > 1.0)]  # type: ignore[union-attr]
     if late:
         found.append(f"{len(late)} stream(s) open > 1 s after revocation")
+    unopened = [end for end in ends if isinstance(end, str)]  # type: ignore[union-attr]
+    if unopened:
+        found.append(f"{len(unopened)} stream(s) not opened")
     failed = [one for one in figures.get("failed requests", []) if not str(one).startswith("0 ")]  # type: ignore[union-attr]
     if failed:
         found.append(f"failed requests ({', '.join(map(str, failed))})")
@@ -313,7 +318,7 @@ def run_tree(tree: Path, attacks: Sequence[Attack], rounds: int, log: Callable[[
             row.tree = label
             rows.append(row)
             log(table([row])[-1])
-            if row.expect_reload or not server.healthy(set(row.initial)):
+            if row.expect_reload or damaged(row) or not server.healthy(set(row.initial)):
                 log(f"  {label}: replacing the server after {row.attack}")
                 server.stop()
                 server.start()
@@ -322,6 +327,11 @@ def run_tree(tree: Path, attacks: Sequence[Attack], rounds: int, log: Callable[[
         server.stop()
     listener.close()
     return rows
+
+
+def damaged(row: Row) -> bool:
+    """Whether the server answered a 5xx, or none, to this attack: the next one gets a new server."""
+    return any(status.startswith("5") or status in ("timeout", "error") for status in row.statuses)
 
 
 def _label(tree: Path) -> str:

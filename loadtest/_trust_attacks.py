@@ -242,6 +242,8 @@ def stream_revoked(target: Target, round_number: int) -> Outcome:
         sock.sendall((request + f"Authorization: Bearer {token}\r\n\r\n").encode())
         seen = _read_until(sock, b"event: ready", CLIENT_TIMEOUT)
         status = seen[9:12].decode() if seen.startswith(b"HTTP/1.1 ") else "error"
+        if status != "200":
+            return Outcome([status], {"stream end after the CLI returned (s)": f"not opened ({status})"})
         started = time.monotonic()
         target.cli("keys", "revoke", name)
         revoked = time.monotonic()

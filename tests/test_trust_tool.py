@@ -53,13 +53,14 @@ def test_each_target_missed_is_named_with_its_figure():
 def test_an_attacks_own_figures_are_judged_each_round():
     figures = {
         "invalid bodies accepted (2xx)": [0, 12],
-        "stream end after the CLI returned (s)": [0.02, None, 1.5],
+        "stream end after the CLI returned (s)": [0.02, None, 1.5, "not opened (503)"],
         "failed requests": ["0 of 300", "7 of 290"],
         "batch operations": [[201, 201, 200], "none (not per operation)"],
     }
     assert misses(row(figures=figures)) == [
         "12 invalid bodies stored",
         "2 stream(s) open > 1 s after revocation",
+        "1 stream(s) not opened",
         "failed requests (7 of 290)",
         "a batch not answered per operation (none (not per operation))",
     ]
