@@ -20,7 +20,7 @@ import pytest
 import requests
 
 from tests.sse_client import SseClient
-from tests.support import JetwayServer, wait_until
+from tests.support import JetwayServer, wait_until, worker_pids
 from tests.test_changes import Writer
 
 JSON = {"Content-Type": "application/json"}
@@ -166,8 +166,21 @@ def test_draining_ends_each_stream_with_reconnect_at_once(redis_server, tmp_path
         server.stop()
 
 
+def reload(server: JetwayServer, ends: List[str]) -> None:
+    """SIGHUP, then wait until every worker is replaced and the stream ended with reconnect once more.
+
+    The master ignores a SIGHUP while it reloads, and a worker took 2 to 10 s to start at a load
+    average of 10: a next SIGHUP sent after a fixed time was lost, or came before this one ended the stream.
+    """
+    before, ended = set(worker_pids(server)), ends.count("reconnect")
+    server.process.send_signal(signal.SIGHUP)
+    wait_until(lambda: not before & set(worker_pids(server)), 60, "every worker to be replaced")
+    wait_until(lambda: ends.count("reconnect") > ended, 30, "the stream to end with reconnect")
+
+
 def test_reloads_under_writes_lose_and_repeat_nothing_for_a_client_that_reconnects(redis_server, tmp_path):
-    """SIGHUP twice while writes go on; the client resumes with Last-Event-ID after each end, as EventSource does."""
+    """SIGHUP twice while writes go on; each reload ends the stream with reconnect, and the client
+    resumes with Last-Event-ID after each end, as EventSource does."""
     server = JetwayServer(redis_server.url, tmp_path / "jetway.log")
     server.start(["--workers", "2"])
     api = Open(server)
@@ -208,10 +221,11 @@ def test_reloads_under_writes_lose_and_repeat_nothing_for_a_client_that_reconnec
     following.start()
     writer.start()
     try:
+        wait_until(lambda: len(worker_pids(server)) == 2, 30, "both workers")
         for _ in range(2):
-            time.sleep(2)
-            server.process.send_signal(signal.SIGHUP)
-            time.sleep(4)
+            time.sleep(1.5)  # writes before each reload, and after the last one below
+            reload(server, ends)
+        time.sleep(1.5)
     finally:
         writer.stopping.set()
         writer.join(30)
