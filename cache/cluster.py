@@ -126,6 +126,7 @@ class ClusterLink:
         self._owners: List[Optional[Node]] = [None] * SLOTS
         self._loaded_owners: List[Optional[Node]] = []
         self._mapped = False
+        self._scripts: Dict[Node, set] = {}  # the shas each node is known to hold
         self._waiting: List[defer.Deferred] = []
         self._closed = False
         # Told of every change of the slot map, and of every redirection (the hot cache's feed).
@@ -165,8 +166,40 @@ class ClusterLink:
         With ``wait``, a ``WAIT`` follows each command on its connection, and
         the last outcome is the fewest replicas any of them reached.
         """
-        resolved = self._resolve(commands, scripts, wait=wait, each=True)
+        loaded = self._scripts_loaded(commands, scripts)
+        resolved = loaded.addCallback(lambda _: self._resolve(commands, scripts, wait=wait, each=True))
         return resolved if wait is None else resolved.addCallback(_split_waits)
+
+    def _scripts_loaded(self, commands: Sequence[Command], scripts: Sequence[Script]) -> defer.Deferred:
+        """The ``scripts`` that ``commands`` call loaded on the nodes they go to, before they are sent.
+
+        A node loads a script when a call of it meets NOSCRIPT, that script
+        alone, and the call is sent again after the pipeline's other commands
+        on that node have run: a batch's get resent after its delete of the
+        same document answered 404. Loaded first, a NOSCRIPT is left to a node
+        that restarted. A load that fails is the commands' own to meet.
+        """
+        if not self._mapped:
+            return self.refresh().addCallback(lambda _: self._scripts_loaded(commands, scripts))
+        sources = {script.sha: script.source for script in scripts}
+        missing: Dict[Node, List[bytes]] = {}
+        for command in commands:
+            sha = _bytes(command[1]) if _bytes(command[0]).upper() == b"EVALSHA" else None
+            key = command_key(command) if sha in sources else None
+            owner = None if key is None else self._owners[key_slot(key)]
+            if owner is not None and sha not in self._scripts.get(owner, ()) and sha not in missing.get(owner, []):
+                missing.setdefault(owner, []).append(sha)  # type: ignore[arg-type]
+        sent = [
+            self._link(node)
+            .send_each([(b"SCRIPT", b"LOAD", sources[sha]) for sha in shas])
+            .addCallback(self._held, node, shas)
+            .addErrback(lambda _: None)
+            for node, shas in missing.items()
+        ]
+        return defer.gatherResults(sent) if sent else defer.succeed(None)
+
+    def _held(self, outcomes: List[Tuple[bool, Any]], node: Node, shas: List[bytes]) -> None:
+        self._scripts.setdefault(node, set()).update(sha for sha, (ok, _) in zip(shas, outcomes) if ok)
 
     def close(self) -> defer.Deferred:
         self._closed = True
@@ -311,6 +344,8 @@ class ClusterLink:
             return replace(attempt, node=target, asking=True, pause=False)
         if kind in ("TRYAGAIN", "CLUSTERDOWN"):
             return replace(attempt, node=None, asking=False, pause=True)
+        if kind == "NOSCRIPT":
+            self._scripts.pop(node, None)  # restarted or flushed: load them all again before the next pipeline
         if kind == "NOSCRIPT" and attempt.load is None:
             source = sources.get(_bytes(attempt.command[1]))
             return replace(attempt, load=source, pause=False) if source else None
