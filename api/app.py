@@ -13,6 +13,7 @@ from api.logs import AccessLog, Lines
 from api.observe import Metrics, Observer, render_metrics
 from cache.batch import BatchRunner
 from cache.idempotency import IdempotencyRecords
+from cache.memory_return import MemoryReturn
 from cache.settings_cache import SettingsCache
 from cache.store import DocumentStore
 from cache.tickets import TicketStore
@@ -73,8 +74,9 @@ def make_app(
         "idempotency": idempotency,
         "collections": collections,
     }
-    # The handlers whose answers are composed from many stored documents.
-    budgeted = {**documents, "response_budget": settings.max_response_bytes}
+    # The handlers whose answers are composed from many stored documents: one budget, one memory pass.
+    memory = batches.memory if batches is not None else MemoryReturn(reactor)
+    budgeted = {**documents, "response_budget": settings.max_response_bytes, "memory": memory}
     changes = {**documents, "feed": feed, "ticket_gate": TicketGate(tickets, gate) if tickets and feed else None}
     docs = {"site": packaged_site} if settings.docs else None
     readiness = ReadinessProbe(store, reactor, min(PING_TIMEOUT, settings.redis_timeout))

@@ -16,7 +16,7 @@ picks one from the URL).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Set, Tuple, Union
 
 import txredisapi
 from twisted.internet import defer
@@ -99,6 +99,7 @@ class RedisLink:
         self._timeout = timeout
         self._spread = spread
         self._factory = self._start(address, reactor, timeout, poolsize)
+        self._scripts_held: Set[bytes] = set()  # shas this Redis is known to hold (pipeline_outcomes)
 
     def _start(self, address: RedisAddress, reactor: Any, timeout: float, poolsize: int) -> txredisapi.RedisFactory:
         """Make the pool and start connecting it (``SentinelLink`` finds its server another way)."""
@@ -212,7 +213,28 @@ class RedisLink:
         scripts are loaded: they did not run.
         """
         sent = [*commands, wait] if wait is not None else list(commands)
-        return self.send_each(sent).addCallback(self._resend_without_scripts, sent, scripts, wait is not None)
+        loaded = self._scripts_loaded(scripts)
+        return loaded.addCallback(lambda _: self.send_each(sent)).addCallback(
+            self._resend_without_scripts, sent, scripts, wait is not None
+        )
+
+    def _scripts_loaded(self, scripts: Sequence[Script]) -> defer.Deferred:
+        """``scripts`` loaded before a pipeline of outcomes calls them (once per Redis, until a NOSCRIPT).
+
+        The resend below relies on a NOSCRIPT refusing every script call after
+        it, which holds when Redis lost all its scripts (a restart, a flush),
+        not when only some were ever loaded: a batch's get whose script was
+        new to Redis was refused and resent after the same batch's delete of
+        its document had run, and answered 404 (tests/test_response_budget.py
+        after tests/test_collections.py). So a pipeline's scripts are all there
+        before it is sent; a NOSCRIPT then means Redis lost them all.
+        """
+        if all(script.sha in self._scripts_held for script in scripts):
+            return defer.succeed(None)
+        return self._load(scripts).addCallback(self._held, scripts).addErrback(lambda _: None)
+
+    def _held(self, _: Any, scripts: Sequence[Script]) -> None:
+        self._scripts_held.update(script.sha for script in scripts)
 
     def _resend_without_scripts(
         self, outcomes: List[Outcome], sent: List[Command], scripts: Sequence[Script], waits: bool
@@ -220,6 +242,7 @@ class RedisLink:
         refused = [index for index, (ok, value) in enumerate(outcomes) if not ok and _no_script(value)]
         if not refused:
             return outcomes
+        self._scripts_held.clear()  # Redis lost them (restarted, flushed): loaded below, and all again next time
         # From the first refused command on, the refused ones run now, and
         # the reads among the others run again after them, so each read still
         # sees the writes sent before it. (Scripts are loaded and flushed all
@@ -229,7 +252,8 @@ class RedisLink:
         ]
         if waits:
             missing.append(len(sent) - 1)  # wait for what the resent writes did too
-        again = self._load(scripts).addCallback(lambda _: self.send_each([sent[index] for index in missing]))
+        loaded = self._load(scripts).addCallback(self._held, scripts)
+        again = loaded.addCallback(lambda _: self.send_each([sent[index] for index in missing]))
 
         def merged(results: List[Outcome]) -> List[Outcome]:
             for index, outcome in zip(missing, results):

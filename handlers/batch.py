@@ -38,6 +38,7 @@ from cache.batch import CREATE, DELETE, GET, PATCH, PUT, WRITES, BatchRunner, Op
 from cache.bounded_reads import OverBudget
 from cache.collection_settings import CollectionSettings
 from cache.idempotency import StoredResponse
+from cache.memory_return import MemoryReturn
 from cache.store import Conditions
 from cache.turns import in_turns
 from cache.variants import base_tag
@@ -66,11 +67,14 @@ class BatchHandler(ResourceHandler):
     ROUTE = "batch"
     SUPPORTED_METHODS = ("POST", "OPTIONS")
 
-    def initialize(self, batches: BatchRunner, max_operations: int, response_budget: int, **documents: Any) -> None:
+    def initialize(
+        self, batches: BatchRunner, max_operations: int, response_budget: int, memory: MemoryReturn, **documents: Any
+    ) -> None:
         super().initialize(**documents)
         self.batches = batches
         self.max_operations = max_operations
         self.response_budget = response_budget
+        self.memory = memory
 
     def prepare(self) -> Optional[defer.Deferred]:
         if self.request.method == "OPTIONS":
@@ -139,7 +143,7 @@ class BatchHandler(ResourceHandler):
         parts = yield in_turns(clock, ready, lambda item: _rendered(item, answers, minimal))
         # One join of every piece, the documents among them as Redis gave them: no copy of each result first.
         body = b"".join(_framed(parts, b'{"results":[', b",", b"]}"))
-        self.batches.memory.after_answer(len(body))
+        self.memory.after_answer(len(body))
         return StoredResponse(200, (("Content-Type", JSON_TYPE),), body)
 
     def _settings_of(self, collections: Any) -> defer.Deferred:

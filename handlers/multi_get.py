@@ -14,17 +14,12 @@ from typing import Any, List, Optional
 from twisted.internet import defer
 
 from handlers import validation
-from handlers.base import ResourceHandler
-from handlers.collections import budget_problem, send_items
+from handlers.collections import ComposedHandler, budget_problem
 
 
-class MultiGetHandler(ResourceHandler):
+class MultiGetHandler(ComposedHandler):
     ROUTE = "multi_get"
     SUPPORTED_METHODS = ("POST", "OPTIONS")
-
-    def initialize(self, response_budget: int, **documents: Any) -> None:
-        super().initialize(**documents)
-        self.response_budget = response_budget
 
     def writes(self) -> bool:
         return False
@@ -39,4 +34,4 @@ class MultiGetHandler(ResourceHandler):
         return self.with_collection_policy(name, reading).addCallback(self._send)
 
     def _send(self, bodies: List[Optional[Any]]) -> None:
-        send_items(self, bodies)
+        self.send_items(bodies)
