@@ -13,12 +13,13 @@ import select
 import socket
 import threading
 import time
-from typing import Dict, Iterator, List, Optional, Tuple
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import pytest
 
 from api.client_address import client_address
-from tests.support import JetwayServer
+from tests.support import JetwayServer, worker_pids
 
 MAX_BODY = 1000
 HEADER_TIMEOUT = 2.0
@@ -324,8 +325,15 @@ def _ended(sock: socket.socket) -> bool:
     return True
 
 
+def _cpu_wait(schedstat: str) -> float:
+    """Seconds the thread waited for a CPU while runnable (its /proc schedstat's second figure)."""
+    return int(Path(schedstat).read_text().split()[1]) / 1e9
+
+
 def test_slowloris_does_not_starve_ordinary_clients(front, redis_client):
-    """500 connections trickling a header byte per second; others still get answers within a second."""
+    """500 connections trickling a header byte per second; others still get answers within a second
+    of the server's own time (less what the worker and this client waited for a CPU), and the
+    header timeout ends the trickling connections though their bytes keep coming."""
     slow: List[socket.socket] = []
     try:
         for _ in range(500):
@@ -343,25 +351,37 @@ def test_slowloris_does_not_starve_ordinary_clients(front, redis_client):
 
         trickler = threading.Thread(target=trickle)
         trickler.start()
+        # On a loaded 2-core machine the worker waited up to 5.5 s for a CPU during one request (the
+        # commit that added this has the figures): that is the machine, not the attack. A worker the
+        # attack starves is busy or not accepting, which is no CPU wait, so that stays counted.
+        worker = f"/proc/{worker_pids(front)[0]}/schedstat"
+        client = f"/proc/self/task/{threading.get_native_id()}/schedstat"
         try:
-            worst = 0.0
+            worst, worst_raw = 0.0, 0.0
             deadline = time.monotonic() + HEADER_TIMEOUT + 1
             while time.monotonic() < deadline:
+                waits = _cpu_wait(worker) + _cpu_wait(client)
                 started = time.monotonic()
-                client = Conn(front.port)
-                client.send(request("GET", "/healthz"))
-                assert client.response()[0] == 200
-                client.close()
-                worst = max(worst, time.monotonic() - started)
+                conn = Conn(front.port, timeout=30)  # a raw wait of 5 s was the machine, as above
+                conn.send(request("GET", "/healthz"))
+                assert conn.response()[0] == 200
+                conn.close()
+                took = time.monotonic() - started
+                worst = max(worst, took - (_cpu_wait(worker) + _cpu_wait(client) - waits))
+                worst_raw = max(worst_raw, took)
                 time.sleep(0.1)
+            assert worst < 1.0, f"an ordinary request took {worst:.2f}s less its CPU waits (longest: {worst_raw:.2f}s)"
+            # Still trickling: a clock that each byte reset would never end them. Waited for, not
+            # timed: how soon the worker gets to them after their timeout is the machine's load.
+            ended: Set[int] = set()
+            waited_until = time.monotonic() + 30
+            while len(ended) < 495 and time.monotonic() < waited_until:
+                ended.update(n for n, sock in enumerate(slow) if n not in ended and _ended(sock))
+                time.sleep(0.2)
         finally:
             stop.set()
             trickler.join()
-        assert worst < 1.0, f"an ordinary request took {worst:.2f}s"
-        time.sleep(1.0)
-        ended = sum(_ended(sock) for sock in slow)
-        # The header timeout ended the trickling connections.
-        assert ended >= 495, f"only {ended} of 500 slowloris connections were ended by the header timeout"
+        assert len(ended) >= 495, f"only {len(ended)} of 500 slowloris connections were ended by the header timeout"
     finally:
         for sock in slow:
             sock.close()
