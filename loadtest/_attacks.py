@@ -132,12 +132,13 @@ def answered(sock: socket.socket, wait: float) -> bytes:
         received += chunk
         if b"\r\n\r\n" in received:
             head, _, body = received.partition(b"\r\n\r\n")
-            if len(body) >= _content_length(head):
+            if len(body) >= content_length(head):
                 break
     return received
 
 
-def _content_length(head: bytes) -> int:
+def content_length(head: bytes) -> int:
+    """The ``Content-Length`` of a response head (0 without one)."""
     for line in head.split(b"\r\n"):
         name, _, value = line.partition(b":")
         if name.strip().lower() == b"content-length":

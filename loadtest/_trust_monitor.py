@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Set, Tuple
 
+from loadtest._attacks import content_length
+
 PROBE_EVERY = 0.02
 SAMPLE_EVERY = 0.02
 KEEP_GAPS_OVER = 0.05  # seconds; shorter gaps are never the longest that matters
@@ -165,7 +167,7 @@ class _Probe:
             return False
         self.buffer += chunk
         head, found, body = self.buffer.partition(b"\r\n\r\n")
-        if not found or len(body) < _content_length(head):
+        if not found or len(body) < content_length(head):
             return False
         self.buffer = b""
         self.sent_at = None
@@ -186,14 +188,6 @@ class _Probe:
         if self.sock is not None:
             self.sock.close()
         return self.longest
-
-
-def _content_length(head: bytes) -> int:
-    for line in head.split(b"\r\n"):
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            return int(value)
-    return 0
 
 
 def watch(port: int, master: int, connections: int, stop: Any, results: Any) -> None:
