@@ -283,12 +283,7 @@ class _Compiler:
 
     def _array(self, schema: Dict[str, Any]) -> List[Check]:
         checks: List[Check] = []
-        if "minItems" in schema:
-            fewest = schema["minItems"]
-            checks.append(lambda value: len(value) >= fewest)
-        if "maxItems" in schema:
-            most = schema["maxItems"]
-            checks.append(lambda value: len(value) <= most)
+        checks += _length_bounds(schema, "minItems", "maxItems")
         if schema.get("uniqueItems") is True:
             charge = self.meter.charge
             checks.append(lambda value: unique(value, charge))
@@ -324,12 +319,7 @@ class _Compiler:
         if "required" in schema:
             names = tuple(schema["required"])
             checks.append(lambda value: all(name in value for name in names))
-        if "minProperties" in schema:
-            fewest = schema["minProperties"]
-            checks.append(lambda value: len(value) >= fewest)
-        if "maxProperties" in schema:
-            most = schema["maxProperties"]
-            checks.append(lambda value: len(value) <= most)
+        checks += _length_bounds(schema, "minProperties", "maxProperties")
         for name, dependents in schema.get("dependentRequired", {}).items():
             checks.append(
                 lambda value, name=name, needs=tuple(dependents): name not in value or all(n in value for n in needs)
@@ -398,6 +388,18 @@ class _Compiler:
         then = self.compile(schema.get("then", True))
         otherwise = self.compile(schema.get("else", True))
         return lambda value: then(value) if condition(value) else otherwise(value)
+
+
+def _length_bounds(schema: Dict[str, Any], low: str, high: str) -> List[Check]:
+    """The checks of a ``min*``/``max*`` pair of keywords on ``len(value)`` (items, properties)."""
+    checks: List[Check] = []
+    if low in schema:
+        fewest = schema[low]
+        checks.append(lambda value: len(value) >= fewest)
+    if high in schema:
+        most = schema[high]
+        checks.append(lambda value: len(value) <= most)
+    return checks
 
 
 def _multiple_of(divisor: Any) -> Check:
