@@ -148,6 +148,10 @@ _KEY_IN_USE = (
     "A request with this `Idempotency-Key` is still being carried out (`idempotency-key-in-use`);"
     " retry after `Retry-After` seconds."
 )
+_STORED_REFUSED = (
+    "The collection's stored settings or schema, stored by an earlier version, are refused by this one"
+    " (`stored-settings-refused`, `stored-schema-refused`): an admin replaces or deletes them."
+)
 _KEY_REUSED = "This `Idempotency-Key` was used for a different request (`idempotency-key-reused`)."
 
 
@@ -401,9 +405,10 @@ def _document_operations() -> Json:
             "200": _stored("Replaced; the body is the document as stored."),
             "201": _stored("Created; the body is the document as stored."),
             **_write_errors(
-                (400, 412, 413, 415, 422, 507, *_REDIS),
+                (400, 409, 412, 413, 415, 422, 507, *_REDIS),
                 "ETag",
                 e400="Invalid collection name, document id or `ttl`; malformed JSON; or not an object.",
+                e409=_STORED_REFUSED,
                 e412="`If-Match` does not match, or `If-None-Match` matches (`*`: the document exists).",
             ),
         },
@@ -428,7 +433,10 @@ def _document_operations() -> Json:
                 e412="`If-Match` does not match the current ETag.",
                 e413="The patch, or the merged document, is larger than `JETWAY_MAX_BODY` bytes (default 1 MiB).",
                 e415="The body is not labelled `application/merge-patch+json` (`charset=utf-8` allowed).",
-                e409="The merge patch lost the race to concurrent writers too many times; retry. Or: " + _KEY_IN_USE,
+                e409="The merge patch lost the race to concurrent writers too many times; retry. Or: "
+                + _KEY_IN_USE
+                + " Or: "
+                + _STORED_REFUSED,
                 e422="The merged document breaks its collection's JSON Schema (`schema-violation`, with `errors`),"
                 " or cannot be serialized as JSON (e.g. a number beyond the range of a double; `unrepresentable`)."
                 " Or: " + _KEY_REUSED,
@@ -492,7 +500,7 @@ def _collection_operations() -> Json:
                 "ETag",
                 "Location",
                 e400="Invalid collection name, `ttl` or `Idempotency-Key`; malformed JSON; or not an object.",
-                e409=_KEY_IN_USE,
+                e409=_KEY_IN_USE + " Or: " + _STORED_REFUSED,
                 e422="The document breaks its collection's JSON Schema (`schema-violation`, with `errors`). Or: "
                 + _KEY_REUSED,
             ),
