@@ -248,10 +248,7 @@ class BatchRunner:
         if not patches:
             return defer.succeed(({}, None))
         caps = reads.caps(patches)
-        commands = [
-            scripts.READ_ONE_WITHIN.call([keys.document_key(r.operation.collection, r.operation.doc_id)], [cap])
-            for r, cap in zip(patches, caps)
-        ]
+        commands = [_read_within(r.operation, cap) for r, cap in zip(patches, caps)]
         reading = self._link.pipeline_outcomes(commands, [scripts.READ_ONE_WITHIN])
         return reading.addCallback(_bases_read, patches, len(caps), reads)
 
@@ -263,7 +260,7 @@ class BatchRunner:
         operation = result.operation
         if operation.op == GET:
             if cap is not None:
-                return scripts.READ_ONE_WITHIN.call([keys.document_key(operation.collection, operation.doc_id)], [cap])
+                return _read_within(operation, cap)
             return read_command(operation.collection, operation.doc_id)
         if operation.op == DELETE:
             return self._store.prepare_delete(operation.collection, operation.doc_id, operation.conditions.if_match)
@@ -324,6 +321,11 @@ def _bases_read(
             reply, ok = WriteConflict(), False  # it kept growing past what it measured
         bases[id(result)] = (ok, reply)
     return bases, patches[asked] if asked < len(patches) else None
+
+
+def _read_within(operation: Operation, cap: int) -> Tuple[Any, ...]:
+    """The read of ``operation``'s document through ``READ_ONE_WITHIN``: its fields, or its size if over ``cap``."""
+    return scripts.READ_ONE_WITHIN.call([keys.document_key(operation.collection, operation.doc_id)], [cap])
 
 
 def _heavy(result: OperationResult, reads: PatchReads) -> bool:
