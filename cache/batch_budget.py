@@ -78,6 +78,7 @@ def admitted_gets(
     for result in results:
         operation = result.operation
         target = (operation.collection, operation.doc_id)
+        size = sizes.get(target, 0)  # a get's document, as measured or as an earlier write leaves it
         if operation.op in (PUT, CREATE):
             sizes[target] = len(operation.body or b"")
             spent += 0 if minimal else sizes[target]  # its result carries it (AnswerBudget)
@@ -85,8 +86,8 @@ def admitted_gets(
             sizes[target] = operation.max_size
         elif operation.op == DELETE:
             sizes[target] = 0
-        elif spent + sizes.get(target, 0) > budget:
-            total = spent + sizes.get(target, 0)
+        elif spent + size > budget:
+            total = spent + size
             result.error = OverBudget(
                 total,
                 budget,
@@ -94,7 +95,7 @@ def admitted_gets(
                 f" carries at most {budget} (JETWAY_MAX_RESPONSE_BYTES): split the batch",
             )
         else:
-            spent += sizes.get(target, 0)
-            admitted.append((result, sizes.get(target, 0)))
+            spent += size
+            admitted.append((result, size))
     share = (budget - spent) // max(len(admitted), 1)
     return {id(result): size + share for result, size in admitted}
