@@ -80,6 +80,7 @@ class CredentialWatch:
         self._holds.setdefault(record.digest, set()).add(hold)
         if self._tokens.cached(record.digest) is None:
             self._look_up([record.digest])
+            self._recheck_while_down()  # this watch may be made (lazily) after the subscription went down
         return hold
 
     def release(self, hold: Hold) -> None:
@@ -109,6 +110,9 @@ class CredentialWatch:
             return
         # Subscribed again, or not any more: a revocation may have gone unheard.
         self._look_up(list(self._holds))
+        self._recheck_while_down()
+
+    def _recheck_while_down(self) -> None:
         if not self._tokens.subscribed and self._recheck is None:
             self._recheck = self._reactor.callLater(RECHECK_SECONDS, self._rechecking)
 

@@ -137,3 +137,15 @@ def test_a_lookup_that_fails_ends_nothing():
     tokens.tell(None)
     clock.pump([RECHECK_SECONDS] * 3)
     assert ended == [] and len(tokens.lookups) == 4
+
+
+def test_a_watch_made_while_unsubscribed_rechecks_its_holds_until_subscribed():
+    alice = record("alice")
+    clock, tokens, _ = setup(alice)
+    tokens.subscribed = False  # went down before the first stream made the watch (Gate makes it lazily)
+    watch = CredentialWatch(tokens, clock.seconds)  # type: ignore[arg-type]
+    ended: List[str] = []
+    watch.hold(alice, ended.append)
+    del tokens.records[alice.digest]  # revoked; the message goes unheard
+    clock.advance(RECHECK_SECONDS)
+    assert ended == ["token-revoked"]
