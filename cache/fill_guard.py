@@ -39,10 +39,6 @@ class FillGuard:
         self.generation = 0
         self.source: Optional[Any] = None
 
-    @property
-    def live(self) -> bool:
-        return self.source is not None
-
     def ticket(self) -> int:
         """Taken when a read is sent; ``may_keep`` its reply only with it."""
         return self.generation

@@ -108,7 +108,7 @@ class TokenCache:
         record = self._records.get(digest)
         if record is not None and self._guard.source is not None:
             return defer.succeed(record)  # every authorized request: no generator, no Redis
-        return self.tokens.lookup(digest).addCallback(self._remember, digest, self._guard.generation)
+        return self.tokens.lookup(digest).addCallback(self._remember, digest, self._guard.ticket())
 
     def _remember(self, record: Optional[TokenRecord], digest: bytes, ticket: int) -> Optional[TokenRecord]:
         if record is not None and self._guard.may_keep(ticket):
