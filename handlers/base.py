@@ -19,6 +19,7 @@ from twisted.python import log
 from twisted.python.failure import Failure
 
 from cache import codec
+from cache.bounded_reads import OverBudget
 from cache.collection_settings import (
     NO_SETTINGS,
     CollectionSettings,
@@ -92,6 +93,7 @@ _STORE_ERRORS: Dict[Type[Exception], Any] = {
     WriteConflict: lambda e: ApiError(409, "write-conflict", "too many concurrent writers; retry"),
     DocumentTooLarge: lambda e: ApiError(413, "body-too-large", str(e)),
     OverCollectionLimit: lambda e: ApiError(413, "body-too-large", str(e)),
+    OverBudget: lambda e: too_large(e),
     # The request is fine; the collection's state refuses it until an admin replaces the setting.
     StoredSchemaRefused: lambda e: ApiError(409, "stored-schema-refused", str(e)),
     StoredSettingsRefused: lambda e: ApiError(409, "stored-settings-refused", str(e)),
@@ -100,6 +102,11 @@ _STORE_ERRORS: Dict[Type[Exception], Any] = {
     ),
     codec.JsonError: lambda e: ApiError(422, "unrepresentable", str(e)),
 }
+
+
+def too_large(error: OverBudget) -> ApiError:
+    """The problem of an answer past its budget: 413, as this API's other "too large" (docs/limits.md)."""
+    return ApiError(413, "response-too-large", str(error), extensions={"size": error.size, "limit": error.budget})
 
 
 def as_api_error(error: BaseException) -> Optional[ApiError]:

@@ -15,13 +15,12 @@ from typing import Any, List, Optional
 
 from twisted.internet import defer
 
-from cache.bounded_reads import OverBudget
 from cache.errors import NotReplicated, PreconditionFailed
 from cache.memory_return import MemoryReturn
 from cache.store import Page
 from handlers import validation
-from handlers.base import ResourceHandler, as_api_error, document_response
-from handlers.errors import ApiError, bad_request
+from handlers.base import ResourceHandler, as_api_error, document_response, too_large  # noqa: F401 (handlers.batch)
+from handlers.errors import bad_request
 from handlers.idempotency import respond_once
 
 
@@ -57,17 +56,6 @@ class ComposedHandler(ResourceHandler):
         self.memory.after_answer(len(body))
 
 
-def too_large(error: OverBudget) -> ApiError:
-    """The problem of an answer past its budget: 413, as this API's other "too large" (docs/limits.md)."""
-    return ApiError(413, "response-too-large", str(error), extensions={"size": error.size, "limit": error.budget})
-
-
-def budget_problem(failure: Any) -> Any:
-    """An errback: ``OverBudget`` as its 413 problem; anything else goes on."""
-    failure.trap(OverBudget)
-    raise too_large(failure.value)
-
-
 class CollectionHandler(ComposedHandler):
     ROUTE = "collection"
     SUPPORTED_METHODS = ("GET", "HEAD", "POST", "OPTIONS")
@@ -81,7 +69,7 @@ class CollectionHandler(ComposedHandler):
                 raise bad_request("ids cannot be combined with cursor", "invalid-ids")
             wanted = validation.id_list(ids, self.max_ids)
             validation.limit_beside_ids(self.query_argument("limit"), len(wanted))
-            reading = self.store.get_many(name, wanted, self.response_budget).addErrback(budget_problem)
+            reading = self.store.get_many(name, wanted, self.response_budget)
             return self.with_collection_policy(name, reading).addCallback(self._send_many)
         limit = validation.limit(self.query_argument("limit"))
         after = validation.decode_cursor(self.query_argument("cursor"))

@@ -14,7 +14,7 @@ from typing import Any, List, Optional
 from twisted.internet import defer
 
 from handlers import validation
-from handlers.collections import ComposedHandler, budget_problem
+from handlers.collections import ComposedHandler
 
 
 class MultiGetHandler(ComposedHandler):
@@ -30,7 +30,7 @@ class MultiGetHandler(ComposedHandler):
             self.request.body, self.request.headers.get("Content-Type"), validation.JSON, self.max_body
         )
         ids = validation.id_array(body, self.max_ids)
-        reading = self.store.get_many(name, ids, self.response_budget).addErrback(budget_problem)
+        reading = self.store.get_many(name, ids, self.response_budget)
         return self.with_collection_policy(name, reading).addCallback(self._send)
 
     def _send(self, bodies: List[Optional[Any]]) -> None:
