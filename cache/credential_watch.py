@@ -128,7 +128,7 @@ class CredentialWatch:
             self._tokens.lookup(digest).addCallbacks(self._found, lambda _: None, callbackArgs=(digest,))
 
     def _found(self, record: Optional[TokenRecord], digest: bytes) -> None:
-        if record is None or record.digest != digest:
+        if record is None:  # TokenStore.lookup builds the record with the digest asked
             self._end_all(digest, TOKEN_REVOKED)
         elif record.expired(self._clock()):
             self._end_all(digest, TOKEN_EXPIRED)
