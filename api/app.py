@@ -75,7 +75,7 @@ def make_app(
         "collections": collections,
     }
     # The handlers whose answers are composed from many stored documents: one budget, one memory pass.
-    memory = batches.memory if batches is not None else MemoryReturn(reactor)
+    memory = MemoryReturn(reactor)
     budgeted = {**documents, "response_budget": settings.max_response_bytes, "memory": memory}
     changes = {**documents, "feed": feed, "ticket_gate": TicketGate(tickets, gate) if tickets and feed else None}
     docs = {"site": packaged_site} if settings.docs else None

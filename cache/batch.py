@@ -56,7 +56,6 @@ from cache.batch_segments import PatchReads, segment_bytes, segments
 from cache.bounded_reads import DEFAULT_BUDGET, OverBudget
 from cache.errors import DocumentNotFound, DocumentTooLarge, NotReplicated, PreconditionFailed, WriteConflict
 from cache.link import Link
-from cache.memory_return import MemoryReturn
 from cache.merge_patch import merge_patch
 from cache.store import (
     Conditions,
@@ -107,8 +106,6 @@ class BatchRunner:
         if concern.waits and write_link is None:
             raise ValueError("a write concern that waits for replicas needs a write link")
         self._clock = reactor if clock is None else clock  # the worker's reactor, as cache.resp's timers
-        # A batch's answer may be of JETWAY_MAX_RESPONSE_BYTES: its memory goes back soon after.
-        self.memory = MemoryReturn(self._clock)
         self._store = store
         self._link = link
         self._write_link = write_link
