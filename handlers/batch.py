@@ -44,8 +44,7 @@ from cache.turns import in_turns
 from cache.variants import base_tag
 from handlers import validation
 from handlers.auth import may
-from handlers.base import JSON_TYPE, ResourceHandler, as_api_error
-from handlers.collections import too_large
+from handlers.base import JSON_TYPE, ResourceHandler, as_api_error, too_large
 from handlers.errors import ApiError, bad_request
 from handlers.idempotency import respond_once
 
