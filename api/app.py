@@ -17,23 +17,23 @@ from cache.memory_return import MemoryReturn
 from cache.settings_cache import SettingsCache
 from cache.store import DocumentStore
 from cache.tickets import TicketStore
-from handlers.auth import Gate
 from handlers.base import NoRouteHandler
 from handlers.batch import BatchHandler
 from handlers.changes import ChangesHandler
 from handlers.collection_settings import CollectionSettingsHandler, CollectionSettingsListHandler
 from handlers.collections import CollectionHandler
-from handlers.cors import CorsPolicy
 from handlers.direct_answer import DirectResponder
 from handlers.direct_read import DirectRead
 from handlers.direct_write import DirectWrite
 from handlers.docs import DocsAssetHandler, DocsPageHandler, packaged_site
 from handlers.documents import DocumentHandler
-from handlers.feed import Feed
+from handlers.feed.feed import Feed
 from handlers.health import PING_TIMEOUT, LivenessHandler, ReadinessHandler, ReadinessProbe
+from handlers.http.auth import Gate
+from handlers.http.cors import CorsPolicy
+from handlers.http.negotiation import Negotiator
 from handlers.metrics import MetricsHandler
 from handlers.multi_get import MultiGetHandler
-from handlers.negotiation import Negotiator
 from handlers.openapi import OpenApiHandler
 from handlers.openapi_collections import OpenApiSource
 from handlers.tickets import TicketGate, TicketHandler

@@ -20,9 +20,9 @@ from twisted.logger import Logger
 from api.body_budget import BodyBudget
 from api.connection import HttpLimits, JetwayConnection
 from api.observe import Observer
-from handlers.cors import NO_CORS, CorsPolicy
 from handlers.direct_read import DirectRead
 from handlers.direct_write import DirectWrite
+from handlers.http.cors import NO_CORS, CorsPolicy
 
 # How often the application looks for connections past their deadline, so a
 # timeout fires at most this late. One sweep replaces a Twisted timer made
@@ -41,7 +41,7 @@ class JetwayApplication(cyclone.web.Application):
     """
 
     protocol = JetwayConnection
-    # JETWAY_DEBUG_BURN_US in seconds (handlers/debug_burn.py); 0 in production.
+    # JETWAY_DEBUG_BURN_US in seconds (api/debug_burn.py); 0 in production.
     debug_burn_seconds = 0.0
     # Answer document reads and writes without Cyclone (handlers/direct_*.py); make_app sets them.
     direct_read: Optional[DirectRead] = None

@@ -22,7 +22,7 @@ from cache import codec
 from cache.collection_settings import CollectionSettingsStore, SettingsError
 from cache.link import Link
 from cache.schema import InvalidSchema
-from handlers.validation import COLLECTION_PATTERN
+from handlers.http.validation import COLLECTION_PATTERN
 
 
 def add_parser(commands: Any) -> None:

@@ -15,7 +15,7 @@ from typing import Callable, Mapping, Optional, Tuple, TypeVar, Union
 
 from cache.address import RedisAddress, parse_redis_url
 from cache.write_concern import PRIMARY_ONLY, WriteConcern
-from handlers.cache_policy import DEFAULT_POLICY, cache_policy
+from handlers.http.cache_policy import DEFAULT_POLICY, cache_policy
 
 T = TypeVar("T")
 Network = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
@@ -73,13 +73,13 @@ class Settings:
     # Requests a worker serves itself before it takes a client's, so that PyPy has
     # compiled them (api/warm_up.py); 0: none.
     warm_up: int = 12000
-    # CPU burnt per request, for testing the load-test gate only (handlers/debug_burn.py).
+    # CPU burnt per request, for testing the load-test gate only (api/debug_burn.py).
     debug_burn_us: int = 0
-    # Cache-Control of document and list responses (handlers/cache_policy.py).
+    # Cache-Control of document and list responses (handlers/http/cache_policy.py).
     cache_control: str = DEFAULT_POLICY
     # Documents of at least this many bytes are stored with compressed variants (cache/variants.py); 0: none.
     compress_min_bytes: int = 1024
-    # Browser origins allowed to call the API (handlers/cors.py); "*" for any.
+    # Browser origins allowed to call the API (handlers/http/cors.py); "*" for any.
     cors_origins: Tuple[str, ...] = ()
     # The change feed (cache/change_feed.py): on, how many events a collection
     # keeps and for how long (0: no age cap), what a subscriber may leave

@@ -44,13 +44,13 @@ from twisted.python.failure import Failure
 
 from api.chunked import ChunkedDecoder
 from api.client_address import Network, client_address
+from api.debug_burn import burn_cpu
 from api.request_head import MAX_HEADER_BYTES, MAX_REQUEST_LINE, ProtocolError, RequestHead, parse_head
 from cache import codec
-from handlers.cache_policy import ERROR_POLICY
-from handlers.debug_burn import burn_cpu
-from handlers.deferreds import is_deferred
 from handlers.direct_answer import DirectAnswer, handed_over
-from handlers.errors import ApiError
+from handlers.http.cache_policy import ERROR_POLICY
+from handlers.http.deferreds import is_deferred
+from handlers.http.errors import ApiError
 
 if TYPE_CHECKING:  # the application imports this module
     from api.application import JetwayApplication

@@ -20,7 +20,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from api.logs import AccessLog
 from api.metrics_dir import MULTIPROC_ENV
 from handlers.direct_read import ROUTE as DIRECT_ROUTE
-from handlers.event_stream import FeedStats
+from handlers.feed.event_stream import FeedStats
 
 _TOKEN = re.compile(r"jw_[A-Za-z0-9_-]{20,}")
 _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -90,7 +90,7 @@ class Metrics:
         self.open_connections = 0
         self.hot_cache: Optional[HotCacheMetrics] = None
         self._dropped_lines = 0
-        # The change feed's counters (handlers/event_stream.py), copied out at each flush.
+        # The change feed's counters (handlers/feed/event_stream.py), copied out at each flush.
         self.feed_subscribers = Gauge(
             "jetway_feed_subscribers", "Open change-feed streams", multiprocess_mode="livesum", registry=None
         )

@@ -47,8 +47,8 @@ from cache.token_cache import TokenCache
 from cache.tokens import TokenStore
 from cache.topology import connect, invalidation_feed
 from cache.variants import Variants
-from handlers.auth import Gate
-from handlers.feed import Feed, FeedLimits
+from handlers.feed.feed import Feed, FeedLimits
+from handlers.http.auth import Gate
 
 # A keep-alive connection idle this long during a drain is closed: long
 # enough that a client is not mid-send, short enough to keep drains quick.

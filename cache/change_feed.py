@@ -19,7 +19,7 @@ resume past a gap (``READ`` says exactly when).
 
 The write scripts also PUBLISH a nudge on the collection's channel
 (``channel``): the shard and the new id. Workers that follow the
-collection read the shard on a nudge (``handlers.feed_hub``).
+collection read the shard on a nudge (``handlers.feed.hub``).
 
 Expiries are not events: Redis reports them only as keyspace notifications,
 fire-and-forget pub/sub that a disconnected subscriber misses for good, and

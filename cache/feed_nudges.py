@@ -11,7 +11,7 @@ fire-and-forget; a dropped connection loses what was sent meanwhile; a
 cluster forwards PUBLISH over its bus, where order across nodes is not
 kept) delays an event but cannot lose it. So the owner is told when the
 subscription is (re)established, and reads every followed collection from
-where it was then (``handlers.feed``), and it sweeps them anyway. A PING
+where it was then (``handlers.feed.feed``), and it sweeps them anyway. A PING
 every ``PING_SECONDS`` that goes unanswered by the next one drops a
 connection that died silently.
 

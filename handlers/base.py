@@ -45,13 +45,13 @@ from cache.schema import DocumentInvalid
 from cache.settings_cache import SettingsCache
 from cache.store import Document, DocumentStore
 from cache.variants import gzip_of
-from handlers import validation
-from handlers.auth import RATE_SCRIPTS, Gate, Grant
-from handlers.cache_policy import ERROR_POLICY
-from handlers.deferreds import is_deferred
-from handlers.errors import ApiError, bad_request, not_found, precondition_failed
-from handlers.negotiation import IDENTITY, Negotiator, Preference
-from handlers.representation import negotiate, represent
+from handlers.http import validation
+from handlers.http.auth import RATE_SCRIPTS, Gate, Grant
+from handlers.http.cache_policy import ERROR_POLICY
+from handlers.http.deferreds import is_deferred
+from handlers.http.errors import ApiError, bad_request, not_found, precondition_failed
+from handlers.http.negotiation import IDENTITY, Negotiator, Preference
+from handlers.http.representation import negotiate, represent
 
 JSON_TYPE = "application/json"
 PROBLEM_TYPE = "application/problem+json"
@@ -129,7 +129,7 @@ class JsonHandler(cyclone.web.RequestHandler):
     SUPPORTED_METHODS: Tuple[str, ...] = ("GET", "HEAD", "OPTIONS")
     ROUTE = "unknown"  # the metrics label of the handler's route
     request_id = ""
-    _cors_lines = b""  # this response's CORS header lines (handlers/cors.py)
+    _cors_lines = b""  # this response's CORS header lines (handlers/http/cors.py)
 
     def __init__(self, application: Any, request: Any, **kwargs: Any) -> None:
         # Cyclone's own __init__ also builds the template helpers (ui
@@ -205,7 +205,7 @@ class JsonHandler(cyclone.web.RequestHandler):
         self._headers["X-Request-ID"] = self.request_id
         cors = self.application.cors
         if cors.enabled:
-            # Made once per origin, appended to the head as bytes (handlers/cors.py says why).
+            # Made once per origin, appended to the head as bytes (handlers/http/cors.py says why).
             self._cors_lines = cors.response_lines(self.request.headers.get("Origin"))
 
     def options(self, *path_args: str) -> None:
@@ -484,7 +484,7 @@ class ResourceHandler(JsonHandler):
         return self.request.method not in ("GET", "HEAD")
 
     def send_representation(self, document: Document) -> None:
-        """Answer a read of ``document``: the variant the client accepts best, or a 304 (handlers.representation)."""
+        """Answer a read of ``document``: the form the client accepts best, or a 304 (handlers.http.representation)."""
         self.set_header("Cache-Control", self.cache_control)
         chosen = represent(document, self.request.headers, self._accepted())
         if chosen.vary:

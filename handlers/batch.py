@@ -42,10 +42,10 @@ from cache.memory_return import MemoryReturn
 from cache.store import Conditions
 from cache.turns import in_turns
 from cache.variants import base_tag
-from handlers import validation
-from handlers.auth import may
 from handlers.base import JSON_TYPE, ResourceHandler, as_api_error, too_large
-from handlers.errors import ApiError, bad_request
+from handlers.http import validation
+from handlers.http.auth import may
+from handlers.http.errors import ApiError, bad_request
 from handlers.idempotency import respond_once
 
 _FIELDS: Dict[str, Tuple[str, ...]] = {

@@ -6,7 +6,7 @@
   starting position as its ``id:``, then every change as ``id:`` (the
   position after it) and ``data:`` ``{"op","id","etag","time"}``, plus
   ``"doc"`` with ``?include_docs=true``; the stream itself is
-  ``handlers.event_stream`` and ``handlers.feed``.
+  ``handlers.feed.event_stream`` and ``handlers.feed.feed``.
 - Otherwise a long poll: ``{"events": [...], "next": "<position>"}``, up to
   ``limit`` events after ``since`` (or now), waiting up to ``wait`` seconds
   for the first.
@@ -30,13 +30,13 @@ from cache import feed_position
 from cache.change_feed import Page
 from cache.credential_watch import TICKET_EXPIRED, TOKEN_EXPIRED, TOKEN_REVOKED, Hold
 from cache.feed_position import Position, PositionError
-from handlers import validation
-from handlers.auth import unauthorized
 from handlers.base import ResourceHandler
-from handlers.errors import ApiError, bad_request
-from handlers.event_stream import LOST_DETAIL, EventStream, ready_event
-from handlers.feed import Feed
-from handlers.feed_subscriber import Subscription
+from handlers.feed.event_stream import LOST_DETAIL, EventStream, ready_event
+from handlers.feed.feed import Feed
+from handlers.feed.subscriber import Subscription
+from handlers.http import validation
+from handlers.http.auth import unauthorized
+from handlers.http.errors import ApiError, bad_request
 from handlers.tickets import TicketGate, feed_off
 
 EVENT_STREAM = "text/event-stream"

@@ -18,11 +18,11 @@ from twisted.internet import defer
 from cache import codec
 from cache.collection_settings import CollectionSettings, SettingsError
 from cache.schema import InvalidSchema
-from handlers import validation
-from handlers.auth import Grant
 from handlers.base import ResourceHandler
-from handlers.cache_policy import cache_policy
-from handlers.errors import ApiError, not_found, precondition_failed
+from handlers.http import validation
+from handlers.http.auth import Grant
+from handlers.http.cache_policy import cache_policy
+from handlers.http.errors import ApiError, not_found, precondition_failed
 
 ADMIN = "admin"
 
@@ -69,7 +69,7 @@ class CollectionSettingsHandler(_AdminHandler):
             self.request.body, self.request.headers.get("Content-Type"), validation.JSON, self.max_body
         )
         if isinstance(values.get("cache_control"), str):
-            # Checked as JETWAY_CACHE_CONTROL is (handlers/cache_policy.py), and kept normalized.
+            # Checked as JETWAY_CACHE_CONTROL is (handlers/http/cache_policy.py), and kept normalized.
             try:
                 values["cache_control"] = cache_policy(values["cache_control"])
             except ValueError as error:

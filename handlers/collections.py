@@ -18,9 +18,9 @@ from twisted.internet import defer
 from cache.errors import NotReplicated, PreconditionFailed
 from cache.memory_return import MemoryReturn
 from cache.store import Page
-from handlers import validation
 from handlers.base import ResourceHandler, as_api_error, document_response
-from handlers.errors import bad_request
+from handlers.http import validation
+from handlers.http.errors import bad_request
 from handlers.idempotency import respond_once
 
 

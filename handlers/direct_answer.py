@@ -18,9 +18,9 @@ from twisted.python.failure import Failure
 from cache.collection_settings import NO_SETTINGS, CollectionSettings
 from cache.settings_cache import SettingsCache
 from cache.store import DocumentStore
-from handlers.auth import Gate
 from handlers.base import JSON_TYPE, SERVER
-from handlers.cors import CorsPolicy
+from handlers.http.auth import Gate
+from handlers.http.cors import CorsPolicy
 
 _PREFIX = "/v1/"
 # What the metrics count a direct answer as (``jetway_direct_answers_total``'s kind).

@@ -7,7 +7,7 @@ through ``finish``, ``flush``, the request's and the connection's
 (docs/performance.md, "The read path"). ``DirectRead.answer`` takes such a read from the
 connection and answers it with the same pieces the handler uses (the gate,
 the collection's known settings, the store and its hot cache,
-``handlers.representation``, the CORS lines):
+``handlers.http.representation``, the CORS lines):
 
 - a document the hot cache holds (a *hot read*) is answered at once;
 - any other is read from Redis as the handler would (``get_or_wait``: one
@@ -32,9 +32,7 @@ from twisted.internet import defer
 
 from cache.collection_settings import CollectionSettings
 from cache.store import Document
-from handlers import validation
 from handlers.base import request_id_of
-from handlers.deferreds import is_deferred
 from handlers.direct_answer import (
     HOT_READ,
     REDIS_READ,
@@ -46,9 +44,11 @@ from handlers.direct_answer import (
     head_start,
 )
 from handlers.documents import DocumentHandler
-from handlers.errors import ApiError
-from handlers.negotiation import IDENTITY, Negotiator
-from handlers.representation import Representation, represent
+from handlers.http import validation
+from handlers.http.deferreds import is_deferred
+from handlers.http.errors import ApiError
+from handlers.http.negotiation import IDENTITY, Negotiator
+from handlers.http.representation import Representation, represent
 
 ROUTE = DocumentHandler.ROUTE
 _STATUS_LINES = {200: "HTTP/1.1 200 OK\r\n", 304: "HTTP/1.1 304 Not Modified\r\n"}

@@ -28,7 +28,6 @@ from twisted.internet import defer
 from cache.collection_settings import OverCollectionLimit, StoredSettingsRefused
 from cache.schema import DocumentInvalid
 from cache.store import Document
-from handlers import validation
 from handlers.base import request_id_of
 from handlers.direct_answer import (
     WRITE,
@@ -39,7 +38,8 @@ from handlers.direct_answer import (
     head_end,
     head_start,
 )
-from handlers.errors import ApiError
+from handlers.http import validation
+from handlers.http.errors import ApiError
 
 _STATUS_LINES = {200: "HTTP/1.1 200 OK\r\n", 201: "HTTP/1.1 201 Created\r\n"}
 # A write with any of these is the handler's: conditions it evaluates in Redis.

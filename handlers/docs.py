@@ -21,9 +21,9 @@ from typing import Callable, Dict, Optional
 
 from swagger_ui_bundle import swagger_ui_path
 
-from handlers import validation
 from handlers.base import JsonHandler
-from handlers.errors import ApiError
+from handlers.http import validation
+from handlers.http.errors import ApiError
 
 PAGE_PATH = "/docs"
 ASSETS_PATH = "/docs/assets/"

@@ -8,10 +8,10 @@ from twisted.internet import defer
 
 from cache.store import Conditions, Document
 from cache.variants import base_tag
-from handlers import conditional, validation
 from handlers.base import ResourceHandler, document_response
-from handlers.deferreds import is_deferred
-from handlers.errors import not_found
+from handlers.http import conditional, validation
+from handlers.http.deferreds import is_deferred
+from handlers.http.errors import not_found
 from handlers.idempotency import respond_once
 
 

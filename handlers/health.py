@@ -17,7 +17,7 @@ from twisted.internet import defer
 
 from cache.store import DocumentStore
 from handlers.base import RETRY_AFTER_SECONDS, JsonHandler
-from handlers.errors import ApiError
+from handlers.http.errors import ApiError
 
 # The release this code is (`make release` writes RELEASE beside the packages;
 # a checkout has none). /healthz names it, so a rolling upgrade can be seen

@@ -30,7 +30,7 @@ from twisted.internet import defer
 from cache import codec
 from cache.idempotency import DONE, MISMATCH, RUNNING, IdempotencyRecords, StoredResponse, fingerprint
 from handlers.base import as_api_error
-from handlers.errors import ApiError, bad_request
+from handlers.http.errors import ApiError, bad_request
 
 HEADER = "Idempotency-Key"
 REPLAYED = "Idempotency-Replayed"

@@ -13,8 +13,8 @@ from typing import Any, List, Optional
 
 from twisted.internet import defer
 
-from handlers import validation
 from handlers.collections import ComposedHandler
+from handlers.http import validation
 
 
 class MultiGetHandler(ComposedHandler):

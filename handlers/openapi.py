@@ -1,7 +1,7 @@
 """``/openapi.json``: the OpenAPI 3.1 description of the API.
 
 The document is assembled from small builders rather than written out as one
-literal, and its limits and patterns are imported from ``handlers.validation``
+literal, and its limits and patterns are imported from ``handlers.http.validation``
 so that the description cannot drift from the checks. ``tests/test_openapi.py``
 holds it to the route table of ``api/app.py`` and to the OpenAPI 3.1 schema.
 """
@@ -13,9 +13,10 @@ from typing import Any, Dict, Iterable, List, Optional, Pattern, Tuple
 
 from twisted.internet import defer
 
-from handlers import docs, validation
+from handlers import docs
 from handlers.base import JSON_TYPE, PROBLEM_TYPE, RETRY_AFTER_SECONDS, JsonHandler
-from handlers.errors import PROBLEM_TYPE_PREFIX
+from handlers.http import validation
+from handlers.http.errors import PROBLEM_TYPE_PREFIX
 from handlers.metrics import METRICS_TYPE
 
 Json = Dict[str, Any]

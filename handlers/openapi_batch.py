@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import List
 
-from handlers import validation
 from handlers.base import JSON_TYPE
+from handlers.http import validation
 from handlers.openapi import (
     _KEY_IN_USE,
     _KEY_REUSED,

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
-from handlers import validation
 from handlers.base import JSON_TYPE
 from handlers.changes import EVENT_STREAM
-from handlers.event_stream import HEARTBEAT_SECONDS, RETRY_MS
+from handlers.feed.event_stream import HEARTBEAT_SECONDS, RETRY_MS
+from handlers.http import validation
 from handlers.openapi import (
     _REDIS,
     _errors,

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from cache.collection_settings import MAX_REPLICAS, MAX_TTL
 from cache.schema import DRAFT
-from handlers import validation
 from handlers.base import JSON_TYPE
+from handlers.http import validation
 from handlers.openapi import (
     _REDIS,
     Json,

@@ -23,11 +23,11 @@ from cache import codec
 from cache.ratelimit import decision, gcra_command
 from cache.tickets import TicketRecord, TicketStore
 from cache.tokens import TokenRecord
-from handlers import validation
-from handlers.auth import RATE_SCRIPTS, Gate, Grant, may, unauthorized
 from handlers.base import ResourceHandler
-from handlers.cache_policy import ERROR_POLICY
-from handlers.errors import ApiError
+from handlers.http import validation
+from handlers.http.auth import RATE_SCRIPTS, Gate, Grant, may, unauthorized
+from handlers.http.cache_policy import ERROR_POLICY
+from handlers.http.errors import ApiError
 
 _TICKET = re.compile(r"jw_[A-Za-z0-9_-]{43}\Z")
 

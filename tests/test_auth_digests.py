@@ -1,4 +1,4 @@
-"""handlers.auth.Gate keeps the digests of valid tokens, and only theirs, within a bound.
+"""handlers.http.auth.Gate keeps the digests of valid tokens, and only theirs, within a bound.
 
 A unit test of the gate alone: the token cache in front of it is a table
 of records, because what is checked here is which tokens get hashed, not
@@ -13,8 +13,8 @@ import pytest
 from twisted.internet import defer
 
 from cache.tokens import TokenRecord, digest_of
-from handlers import auth
-from handlers.errors import ApiError
+from handlers.http import auth
+from handlers.http.errors import ApiError
 
 
 class RecordTable:

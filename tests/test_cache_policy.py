@@ -1,9 +1,9 @@
-"""handlers.cache_policy: the operator's Cache-Control, checked when set and sent on reads."""
+"""handlers.http.cache_policy: the operator's Cache-Control, checked when set and sent on reads."""
 
 import pytest
 
 from api.config import ConfigError, from_environment
-from handlers.cache_policy import cache_policy
+from handlers.http.cache_policy import cache_policy
 
 
 @pytest.mark.parametrize(

@@ -1,11 +1,11 @@
-"""handlers.conditional: If-Modified-Since and If-Unmodified-Since from the stored Last-Modified."""
+"""handlers.http.conditional: If-Modified-Since and If-Unmodified-Since from the stored Last-Modified."""
 
 import email.utils
 import time
 
 import pytest
 
-from handlers.conditional import http_date
+from handlers.http.conditional import http_date
 
 NOV_6_1994 = 784111777
 

@@ -1,4 +1,4 @@
-"""handlers.cors: browser origins allowed by the operator get CORS headers on every response."""
+"""handlers.http.cors: browser origins allowed by the operator get CORS headers on every response."""
 
 from typing import Iterator
 
@@ -6,7 +6,7 @@ import pytest
 import requests
 
 from api.config import ConfigError, from_environment
-from handlers.cors import CorsPolicy
+from handlers.http.cors import CorsPolicy
 from tests.support import JetwayServer
 
 ALLOWED = "http://app.example:3000"

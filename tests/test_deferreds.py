@@ -1,10 +1,10 @@
-"""handlers.deferreds: is_deferred agrees with isinstance, without asking the ABC."""
+"""handlers.http.deferreds: is_deferred agrees with isinstance, without asking the ABC."""
 
 from __future__ import annotations
 
 from twisted.internet import defer
 
-from handlers.deferreds import is_deferred
+from handlers.http.deferreds import is_deferred
 
 
 class OwnDeferred(defer.Deferred):

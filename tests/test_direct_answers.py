@@ -29,12 +29,12 @@ from cache import keys
 from cache.hot_cache import HotCache
 from cache.store import Document, DocumentStore
 from cache.tokens import TokenRecord, digest_of
-from handlers.auth import Gate
-from handlers.cors import CorsPolicy
-from handlers.deferreds import is_deferred
 from handlers.direct_answer import HOT_READ, REDIS_READ, WRITE, DirectAnswer, DirectResponder
 from handlers.direct_read import DirectRead
-from handlers.negotiation import Negotiator
+from handlers.http.auth import Gate
+from handlers.http.cors import CorsPolicy
+from handlers.http.deferreds import is_deferred
+from handlers.http.negotiation import Negotiator
 from tests.support import JetwayServer
 from tests.test_auth_digests import RecordTable
 

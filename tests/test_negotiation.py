@@ -1,8 +1,8 @@
-"""handlers.negotiation: Accept-Encoding weighed as RFC 9110 12.5.3 says."""
+"""handlers.http.negotiation: Accept-Encoding weighed as RFC 9110 12.5.3 says."""
 
 import pytest
 
-from handlers.negotiation import AS_STORED, IDENTITY, Negotiator, choose
+from handlers.http.negotiation import AS_STORED, IDENTITY, Negotiator, choose
 
 GZIP = (("gzip", b"..."),)
 

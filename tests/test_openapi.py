@@ -19,9 +19,9 @@ from api.app import make_app
 from api.config import Settings
 from cache import codec
 from cache.errors import DocumentTooLarge, RedisReplyError, RedisTimeout, RedisUnavailable, WriteConflict
-from handlers import validation
 from handlers.base import as_api_error
-from handlers.errors import PROBLEM_TYPE_PREFIX
+from handlers.http import validation
+from handlers.http.errors import PROBLEM_TYPE_PREFIX
 from handlers.openapi import COLLECTION, DOCS, DOCS_ASSET, DOCUMENT, HEALTHZ, OPENAPI, READYZ
 from handlers.openapi_batch import BATCH
 from handlers.openapi_settings import SETTINGS, SETTINGS_LIST, api_document

@@ -2,7 +2,7 @@
 
 Every other response of the API has a ``Content-Length``; a stream has no
 end known in advance, so it is sent as HTTP/1.1 chunks written here (each
-batch one chunk, made once per lane and shared, ``handlers.feed_hub.Chunk``),
+batch one chunk, made once per lane and shared, ``handlers.feed.hub.Chunk``),
 or, to an HTTP/1.0 client, delimited by closing the connection.
 
 The connection's own back-pressure (``api.connection``) bounds what a
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from cache import codec
-from handlers.feed_hub import Chunk
+from handlers.feed.hub import Chunk
 
 # What a browser's EventSource waits before reconnecting (its own default is
 # ~3 s): a graceful restart should cost a client less than a second.
@@ -114,7 +114,7 @@ class EventStream:
         return queued_bytes(self.transport)
 
     def tick(self, now: float) -> None:
-        """Each second (``handlers.feed``): a heartbeat when quiet, and the end when stalled."""
+        """Each second (``handlers.feed.feed``): a heartbeat when quiet, and the end when stalled."""
         if self.closed:
             return
         queued = self.queued()

@@ -22,8 +22,8 @@ from cache.link import Link
 from cache.ratelimit import GCRA, RateDecision, decision, gcra_command
 from cache.token_cache import TokenCache, keep_bounded
 from cache.tokens import TokenRecord, digest_of
-from handlers.deferreds import is_deferred
-from handlers.errors import ApiError
+from handlers.http.deferreds import is_deferred
+from handlers.http.errors import ApiError
 
 _BEARER = re.compile(r"Bearer +([A-Za-z0-9._~+/-]+=*) *\Z", re.IGNORECASE)
 CHALLENGE = 'Bearer realm="jetway"'

@@ -12,7 +12,7 @@ import re
 from typing import Any, List, Optional, Tuple
 
 from cache import codec
-from handlers.errors import ApiError, bad_request
+from handlers.http.errors import ApiError, bad_request
 
 COLLECTION_PATTERN = re.compile(r"[a-z][a-z0-9_-]{0,63}\Z")
 ID_PATTERN = re.compile(r"[A-Za-z0-9._~-]{1,128}\Z")

@@ -14,9 +14,9 @@ from typing import Any, Optional, Sequence, Tuple
 
 from cache.store import Document
 from cache.variants import variant_tag
-from handlers import conditional, validation
-from handlers.errors import ApiError
-from handlers.negotiation import IDENTITY, Preference, choose
+from handlers.http import conditional, validation
+from handlers.http.errors import ApiError
+from handlers.http.negotiation import IDENTITY, Preference, choose
 
 
 class Representation:

@@ -1,7 +1,7 @@
 """This worker's change feed: the collections it follows, the streams it serves.
 
 One ``Hub`` per collection that has subscribers or long polls here
-(``handlers.feed_hub``), all fed by one nudge subscription
+(``handlers.feed.hub``), all fed by one nudge subscription
 (``cache.feed_nudges``). Every second the streams get their heartbeat and
 stall check; every ``SWEEP_TICKS`` seconds each hub looks at its shards'
 tails in case a nudge was lost, and a hub idle for ``IDLE_SECONDS`` stops
@@ -9,7 +9,7 @@ following its collection. ``drain`` ends every stream with ``reconnect``
 and answers every long poll, so clients go to another worker at once.
 
 What a worker holds for the feed, whatever its clients do: per stream at
-most ``buffer`` bytes of output it did not take (``handlers.event_stream``),
+most ``buffer`` bytes of output it did not take (``handlers.feed.event_stream``),
 per catching-up stream one page, per hub one read (``READ_BATCH`` events
 per shard) and, for ``include_docs``, ``DOCS_PER_FETCH`` documents.
 """
@@ -25,9 +25,9 @@ from cache.address import RedisAddress
 from cache.change_feed import FeedReader
 from cache.feed_nudges import FeedNudges
 from cache.feed_position import Position, StreamId
-from handlers.event_stream import EventStream, FeedStats
-from handlers.feed_hub import Hub
-from handlers.feed_subscriber import Subscription
+from handlers.feed.event_stream import EventStream, FeedStats
+from handlers.feed.hub import Hub
+from handlers.feed.subscriber import Subscription
 
 TICK_SECONDS = 1.0
 SWEEP_TICKS = 2

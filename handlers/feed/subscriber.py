@@ -26,7 +26,7 @@ from twisted.internet import defer
 
 from cache.change_feed import Event, Page
 from cache.feed_position import Position, advanced, ahead, encode
-from handlers.feed_hub import DOCS_PER_FETCH, Chunk, Hub, Lane, sse_frame
+from handlers.feed.hub import DOCS_PER_FETCH, Chunk, Hub, Lane, sse_frame
 
 # Events per shard per page while catching up.
 PAGE_SIZE = 200
@@ -37,7 +37,7 @@ AHEAD_RETRY_SECONDS = 0.1
 
 
 class Sink(Protocol):
-    """Where a subscription's frames go (``handlers.event_stream.EventStream``)."""
+    """Where a subscription's frames go (``handlers.feed.event_stream.EventStream``)."""
 
     closed: bool
 

@@ -13,7 +13,7 @@ Two lanes: ``plain`` (op, id, etag, time) and ``docs`` (the same with the
 document's bytes as they are now, fetched once per batch for all the
 ``include_docs`` subscribers, ``DOCS_PER_FETCH`` at a time, in order). A
 lane's ``position`` is where its last chunk ended; a subscriber catching
-up joins a lane exactly there (``handlers.feed_subscriber``).
+up joins a lane exactly there (``handlers.feed.subscriber``).
 
 Consistency: a lane delivers each shard's events in stream order, once,
 and a chunk's events in stream-id order. If a read finds that events after
@@ -79,7 +79,7 @@ class Chunk:
 
 
 class Member(Protocol):
-    """What a lane delivers to (``handlers.feed_subscriber.Subscription``)."""
+    """What a lane delivers to (``handlers.feed.subscriber.Subscription``)."""
 
     def deliver(self, chunk: Chunk) -> None: ...
 
