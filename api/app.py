@@ -1,4 +1,4 @@
-"""The route table: every route of the API, in one literal list."""
+"""The application assembled: each handler's dependencies, routed by the operation table (handlers.operations)."""
 
 from __future__ import annotations
 
@@ -28,19 +28,17 @@ from handlers.direct_write import DirectWrite
 from handlers.docs import DocsAssetHandler, DocsPageHandler, packaged_site
 from handlers.documents import DocumentHandler
 from handlers.feed.feed import Feed
-from handlers.health import PING_TIMEOUT, LivenessHandler, ReadinessHandler, ReadinessProbe
+from handlers.health import PING_TIMEOUT, ReadinessHandler, ReadinessProbe
 from handlers.http.auth import Gate
 from handlers.http.cors import CorsPolicy
 from handlers.http.negotiation import Negotiator
 from handlers.metrics import MetricsHandler
 from handlers.multi_get import MultiGetHandler
-from handlers.openapi import OpenApiHandler
-from handlers.openapi_collections import OpenApiSource
+from handlers.openapi.collections import OpenApiSource
+from handlers.openapi.handler import OpenApiHandler
+from handlers.operations import OPERATIONS
+from handlers.operations import routes as operation_routes
 from handlers.tickets import TicketGate, TicketHandler
-
-# Path segments are matched loosely and checked by the handlers, so that a
-# bad collection name or id is a 400 that says why, not a 404.
-SEGMENT = r"([^/]+)"
 
 
 def make_app(
@@ -78,35 +76,27 @@ def make_app(
     memory = MemoryReturn(reactor)
     budgeted = {**documents, "response_budget": settings.max_response_bytes, "memory": memory}
     changes = {**documents, "feed": feed, "ticket_gate": TicketGate(tickets, gate) if tickets and feed else None}
-    docs = {"site": packaged_site} if settings.docs else None
+    docs = {"site": packaged_site}
     readiness = ReadinessProbe(store, reactor, min(PING_TIMEOUT, settings.redis_timeout))
-    # Cyclone tries the routes in order and no two overlap: the API's come
-    # first, so a document request does not try the operational ones.
-    routes = [
-        # Jetway's own /v1/_… before the document route, which would take "_get" for a collection.
-        (rf"/v1/_get/{SEGMENT}", MultiGetHandler, budgeted),
-        (rf"/v1/_changes/{SEGMENT}/tickets", TicketHandler, {**documents, "tickets": tickets if feed else None}),
-        (rf"/v1/_changes/{SEGMENT}", ChangesHandler, changes),
-        (r"/v1/_batch", BatchHandler, {**budgeted, "batches": batches, "max_operations": settings.max_batch_ops}),
-        (rf"/v1/_collections/{SEGMENT}", CollectionSettingsHandler, documents),
-        (r"/v1/_collections/?", CollectionSettingsListHandler, documents),
-        (rf"/v1/{SEGMENT}/{SEGMENT}", DocumentHandler, documents),
-        (rf"/v1/{SEGMENT}/?", CollectionHandler, budgeted),
-        (r"/healthz", LivenessHandler),
-        (r"/readyz", ReadinessHandler, {"probe": readiness}),
-        (r"/metrics", MetricsHandler, {"render": render_metrics(metrics)}),
-        (
-            r"/openapi\.json",
-            OpenApiHandler,
-            {"source": OpenApiSource(settings.max_ids, collections, settings.docs, settings.feed_max_wait)},
-        ),
-        # Swagger UI over /openapi.json, unless JETWAY_DOCS=off.
-        *(
-            [(r"/docs/?", DocsPageHandler, docs), (rf"/docs/assets/{SEGMENT}", DocsAssetHandler, docs)]
-            if docs is not None
-            else []
-        ),
-    ]
+    # Each handler's dependencies; the routes themselves come from the operation table.
+    dependencies = {
+        MultiGetHandler: budgeted,
+        TicketHandler: {**documents, "tickets": tickets if feed else None},
+        ChangesHandler: changes,
+        BatchHandler: {**budgeted, "batches": batches, "max_operations": settings.max_batch_ops},
+        CollectionSettingsHandler: documents,
+        CollectionSettingsListHandler: documents,
+        DocumentHandler: documents,
+        CollectionHandler: budgeted,
+        ReadinessHandler: {"probe": readiness},
+        MetricsHandler: {"render": render_metrics(metrics)},
+        OpenApiHandler: {
+            "source": OpenApiSource(OPERATIONS, settings.max_ids, collections, settings.docs, settings.feed_max_wait)
+        },
+        DocsPageHandler: docs,
+        DocsAssetHandler: docs,
+    }
+    routes = operation_routes(OPERATIONS, dependencies, settings.docs)
     limits = HttpLimits(
         max_body=settings.max_body,
         max_batch_body=settings.max_batch_bytes,

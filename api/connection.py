@@ -51,6 +51,7 @@ from handlers.direct_answer import DirectAnswer, handed_over
 from handlers.http.cache_policy import ERROR_POLICY
 from handlers.http.deferreds import is_deferred
 from handlers.http.errors import ApiError
+from handlers.paths import BATCH as BATCH_PATH  # the one path whose bodies may be larger than a document
 
 if TYPE_CHECKING:  # the application imports this module
     from api.application import JetwayApplication
@@ -79,9 +80,6 @@ BUSY_RETRY_AFTER = "1"
 # What the connection's request is while a direct read or write waits for
 # Redis (``handlers.direct_answer``): no Cyclone request, but one being answered.
 _AWAITING_REDIS: Any = object()
-
-# The one path whose bodies may be larger than a document (handlers/batch.py).
-BATCH_PATH = "/v1/_batch"
 
 
 @dataclass(frozen=True)

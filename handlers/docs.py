@@ -24,9 +24,8 @@ from swagger_ui_bundle import swagger_ui_path
 from handlers.base import JsonHandler
 from handlers.http import validation
 from handlers.http.errors import ApiError
+from handlers.paths import DOCS_ASSETS, OPENAPI
 
-PAGE_PATH = "/docs"
-ASSETS_PATH = "/docs/assets/"
 HTML_TYPE = "text/html; charset=utf-8"
 
 # Every part is there for something the page does; everything else is refused.
@@ -55,7 +54,7 @@ REVALIDATE = "no-cache"
 START_SCRIPT = b"""\
 "use strict";
 window.ui = SwaggerUIBundle({
-  url: "/openapi.json",
+  url: "%s",
   dom_id: "#swagger-ui",
   deepLinking: true,
   // Never send the document to validator.swagger.io for a badge.
@@ -68,7 +67,7 @@ window.ui = SwaggerUIBundle({
   presets: [SwaggerUIBundle.presets.apis],
   layout: "BaseLayout",
 });
-"""
+""" % OPENAPI.encode("ascii")
 
 _PAGE = """\
 <!DOCTYPE html>
@@ -121,7 +120,7 @@ class DocsSite:
 
     def __init__(self, assets: Dict[str, Asset]) -> None:
         self.assets = assets
-        urls = {name: f"{ASSETS_PATH}{name}?v={asset.version}" for name, asset in assets.items()}
+        urls = {name: f"{DOCS_ASSETS}{name}?v={asset.version}" for name, asset in assets.items()}
         page = _PAGE.format(css=urls["swagger-ui.css"], bundle=urls["swagger-ui-bundle.js"], start=urls[START])
         self.page = Asset.of(page.encode(), HTML_TYPE)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Dict, Optional, Set
+from typing import Any, Dict, Optional, Set, Tuple
 
 import jsonschema
 import pytest
@@ -22,11 +22,22 @@ from cache.errors import DocumentTooLarge, RedisReplyError, RedisTimeout, RedisU
 from handlers.base import as_api_error
 from handlers.http import validation
 from handlers.http.errors import PROBLEM_TYPE_PREFIX
-from handlers.openapi import COLLECTION, DOCS, DOCS_ASSET, DOCUMENT, HEALTHZ, OPENAPI, READYZ
-from handlers.openapi_batch import BATCH
-from handlers.openapi_settings import SETTINGS, SETTINGS_LIST, api_document
+from handlers.openapi.build import openapi_document
+from handlers.operations import OPERATIONS
+from handlers.paths import (
+    BATCH,
+    COLLECTION,
+    DOCS,
+    DOCS_ASSET,
+    DOCUMENT,
+    HEALTHZ,
+    OPENAPI,
+    READYZ,
+    SETTINGS,
+    SETTINGS_LIST,
+)
 
-SPEC = api_document()
+SPEC = openapi_document(OPERATIONS)
 PATHS: Dict[str, Any] = SPEC["paths"]
 HTTP_METHODS = ("get", "head", "put", "patch", "delete", "post", "options", "trace")
 JSON_TYPE = "application/json"
@@ -102,9 +113,47 @@ def test_every_route_is_documented_and_every_documented_path_is_routed():
 
 
 def test_without_the_docs_neither_the_routes_nor_the_document_have_them():
-    paths = api_document(with_docs=False)["paths"]
+    paths = openapi_document(OPERATIONS, with_docs=False)["paths"]
     assert {unnamed(path) for path in paths} == set(route_table(docs=False))
     assert DOCS not in paths and DOCS in PATHS
+
+
+def table_operations(with_docs: bool = True) -> Set[Tuple[str, str]]:
+    """(method, path) of every operation of the table, with the HEAD and OPTIONS the document derives."""
+    declared = {(op.method.lower(), op.path) for op in OPERATIONS if with_docs or not op.resource.with_docs}
+    heads = {("head", op.path) for op in OPERATIONS if op.head and (with_docs or not op.resource.with_docs)}
+    return declared | heads | {("options", path) for _, path in declared}
+
+
+@pytest.mark.parametrize("with_docs", [True, False])
+def test_the_documents_operations_are_exactly_the_tables(with_docs):
+    document = openapi_document(OPERATIONS, with_docs=with_docs)
+    documented = {
+        (method, path) for path, item in document["paths"].items() for method in item if method in HTTP_METHODS
+    }
+    assert documented == table_operations(with_docs)
+
+
+def test_every_route_is_a_path_of_the_table_in_the_tables_order():
+    app = make_app(Settings(access_log=False), store=object(), gate=None, reactor=None)
+    routed = [spec.regex.pattern for _, specs in app.handlers for spec in specs]
+    paths = list(dict.fromkeys(op.resource for op in OPERATIONS))
+    assert routed == [resource.pattern + "$" for resource in paths]
+
+
+def sample_url(path: str) -> str:
+    return path.replace("{collection}", "users").replace("{id}", "u1").replace("{asset}", "start.js")
+
+
+@pytest.mark.parametrize("method,path", sorted(table_operations()), ids=" ".join)
+def test_every_operation_of_the_table_is_routed(stored, method, path):
+    """No operation of the table (nor its derived HEAD or OPTIONS) is a 404 ``no-route`` or a 405."""
+    url = sample_url(path)
+    response = stored.request(method.upper(), url, headers={"Accept": JSON_TYPE})
+    assert response.status_code != 405, (method, url)
+    if response.status_code == 404:
+        body = response.json() if method != "head" else stored.get(url).json()
+        assert body["type"] != PROBLEM_TYPE_PREFIX + "no-route", (method, url)
 
 
 def test_path_templates_name_exactly_their_path_parameters():

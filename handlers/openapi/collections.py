@@ -17,16 +17,20 @@ from __future__ import annotations
 
 import copy
 import re
-from typing import Any, List, Optional, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 from twisted.internet import defer
 
 from cache import codec
 from cache.settings_cache import SettingsCache
-from handlers.openapi import COLLECTION, DOCUMENT, Json
-from handlers.openapi_settings import api_document
+from handlers.openapi.build import openapi_document
+from handlers.openapi.parts import Json
+from handlers.operation import Operation
+from handlers.paths import COLLECTION
 
 _SCHEMA_ONLY_KEYS = ("$schema", "$id")
+# The body a collection's schema replaces (PUT, POST; a merge patch stays one).
+_GENERIC_BODY = {"$ref": "#/components/schemas/Document"}
 
 
 def camel(name: str) -> str:
@@ -35,8 +39,9 @@ def camel(name: str) -> str:
 
 
 def with_collections(base: Json, schemas: List[Tuple[str, Any]]) -> Json:
-    """``base`` plus, for each ``(collection, schema)``, its own typed paths."""
+    """``base`` plus, for each ``(collection, schema)``, its own typed copy of the paths under ``/v1/{collection}``."""
     spec = copy.deepcopy(base)
+    generic = [path for path in spec["paths"] if path.startswith(COLLECTION)]
     taken = {name for name in spec["components"]["schemas"]}
     for collection, schema in schemas:
         component = _unique(camel(collection) + "Document", taken)
@@ -44,12 +49,9 @@ def with_collections(base: Json, schemas: List[Tuple[str, Any]]) -> Json:
         spec["components"]["schemas"][component] = _as_component(schema, component, collection)
         ref = {"$ref": f"#/components/schemas/{component}"}
         operation_part = component[: -len("Document")]
-        spec["paths"][f"/v1/{collection}/{{id}}"] = _typed(
-            spec["paths"][DOCUMENT], collection, ref, operation_part, ("put",)
-        )
-        spec["paths"][f"/v1/{collection}"] = _typed(
-            spec["paths"][COLLECTION], collection, ref, operation_part, ("post",)
-        )
+        for path in generic:
+            typed = path.replace("{collection}", collection, 1)
+            spec["paths"][typed] = _typed(spec["paths"][path], collection, ref, operation_part)
     return spec
 
 
@@ -83,18 +85,19 @@ def _reroot(node: Any, root: str) -> Any:
     return moved
 
 
-def _typed(generic: Json, collection: str, body_ref: Json, part: str, bodies: Tuple[str, ...]) -> Json:
-    """A copy of a generic path item for one collection: no ``collection`` parameter, typed write bodies."""
+def _typed(generic: Json, collection: str, body_ref: Json, part: str) -> Json:
+    """A copy of a generic path item for one collection: no ``collection`` parameter, typed document bodies."""
     item = copy.deepcopy(generic)
     item["description"] = f"Collection `{collection}` (its settings give it a schema). " + item["description"]
     item["parameters"] = [p for p in item.get("parameters", []) if not p["$ref"].endswith("/collection")]
-    for method, operation in item.items():
+    for operation in item.values():
         if not isinstance(operation, dict) or "operationId" not in operation:
             continue
         operation["operationId"] = _named(operation["operationId"], part)
         operation["tags"] = [collection]
-        if method in bodies:
-            operation["requestBody"]["content"]["application/json"]["schema"] = body_ref
+        body = operation.get("requestBody", {}).get("content", {}).get("application/json")
+        if body is not None and body["schema"] == _GENERIC_BODY:
+            body["schema"] = body_ref
             operation["requestBody"]["description"] += f" It must match the schema of `{collection}`."
     return item
 
@@ -110,9 +113,14 @@ class OpenApiSource:
     """The served document's bytes: kept per settings generation, rebuilt after a change."""
 
     def __init__(
-        self, max_ids: int, collections: Optional[SettingsCache], with_docs: bool = True, max_wait: int = 60
+        self,
+        operations: Sequence[Operation],
+        max_ids: int,
+        collections: Optional[SettingsCache],
+        with_docs: bool = True,
+        max_wait: int = 60,
     ) -> None:
-        self._base = api_document(max_ids, with_docs, max_wait)
+        self._base = openapi_document(operations, max_ids, with_docs, max_wait)
         self._collections = collections
         self._kept: Optional[Tuple[int, bytes]] = None
         if collections is None:

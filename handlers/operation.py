@@ -1,0 +1,94 @@
+"""What an operation of the API is: the records the operation table is written in.
+
+``handlers.operations`` declares every operation once with these; Cyclone's
+routes and ``/openapi.json`` (``handlers.openapi``) are derived from them.
+This module imports no handler, so the document's generator can read the
+records without importing the table (which imports every handler, the
+OpenAPI one included).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
+
+Json = Dict[str, Any]
+JSON_TYPE = "application/json"
+
+# The segment a template's ``{name}`` matches: loosely, so that the handler
+# checks it and a bad collection name or id is a 400 that says why, not a 404.
+SEGMENT = r"([^/]+)"
+
+
+@dataclass(frozen=True)
+class Response:
+    """One documented answer: a component schema's name or an inline schema, the headers it carries."""
+
+    description: str
+    schema: Union[None, str, Json] = None
+    headers: Tuple[str, ...] = ()
+    media: str = JSON_TYPE
+    content: Optional[Json] = None  # several media types at once: the whole ``content`` member
+
+
+@dataclass(frozen=True)
+class Body:
+    """A request body: its media type, and the component schema it must match."""
+
+    media: str
+    description: str
+    schema: str
+
+
+@dataclass(frozen=True)
+class Resource:
+    """A path: its template, the handler Cyclone routes it to, what the document says of it."""
+
+    template: str
+    handler: type
+    description: str
+    name: str  # the OPTIONS operation's id is ``options<name>``
+    parameters: Tuple[str, ...] = ()  # component parameters shared by its operations (its path's)
+    slash: bool = False  # a trailing slash is accepted
+    with_docs: bool = False  # routed and documented only while /docs is on (JETWAY_DOCS)
+
+    @property
+    def pattern(self) -> str:
+        """The route's regex: each ``{name}`` a loose segment, the rest literal."""
+        parts = re.split(r"\{[^}/]+\}", self.template)
+        return SEGMENT.join(re.escape(part).replace(r"\/", "/") for part in parts) + ("/?" if self.slash else "")
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One method on one path, declared once: how it is routed, admitted and documented.
+
+    ``scope`` is what a token needs: ``None`` (no token), ``"token"`` (any valid
+    token; a batch checks each of its operations' scope), ``"read"``,
+    ``"write"`` or ``"admin"``. ``errors`` are the problem statuses it may
+    answer (``details`` rewords the shared description of one), and
+    ``replicated`` the headers of a write's 503 ``not-replicated``. A ``GET``
+    with ``head`` has a ``HEAD`` of that id derived from it.
+    """
+
+    resource: Resource
+    method: str
+    operation_id: str
+    summary: str
+    tag: str
+    scope: Optional[str]
+    responses: Mapping[int, Response]
+    errors: Tuple[int, ...] = ()
+    details: Mapping[int, str] = field(default_factory=dict)
+    replicated: Optional[Tuple[str, ...]] = None
+    parameters: Tuple[Union[str, Json], ...] = ()  # component names, or a parameter written out
+    body: Optional[Body] = None
+    head: Optional[str] = None
+    security: Tuple[str, ...] = ("bearer",)
+    # Reserved for the connection's direct answer of this operation (the lead's part of issue #45).
+    direct: Optional[Callable[..., Any]] = None
+
+    @property
+    def path(self) -> str:
+        return self.resource.template

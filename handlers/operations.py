@@ -1,0 +1,528 @@
+"""The operation table: every operation of the API, declared once.
+
+Each entry says how an operation is routed (its path and the Cyclone handler),
+what a token needs (``scope``) and how it is documented (summary, parameters,
+body, answers). ``routes`` derives Cyclone's route list from it and
+``handlers.openapi.build`` the ``/openapi.json`` document (``api/app.py`` hands
+it the table). A new operation is one more entry here. Path templates come
+from ``handlers.paths``; the shared error texts and components from
+``handlers.openapi``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
+
+from handlers import paths
+from handlers.batch import BatchHandler
+from handlers.changes import EVENT_STREAM, ChangesHandler
+from handlers.collection_settings import CollectionSettingsHandler, CollectionSettingsListHandler
+from handlers.collections import CollectionHandler
+from handlers.docs import ASSET_NAMES, ASSET_TYPES, HTML_TYPE, DocsAssetHandler, DocsPageHandler
+from handlers.documents import DocumentHandler
+from handlers.feed.event_stream import HEARTBEAT_SECONDS, RETRY_MS
+from handlers.health import LivenessHandler, ReadinessHandler
+from handlers.http.validation import JSON, MERGE_PATCH_JSON
+from handlers.metrics import METRICS_TYPE, MetricsHandler
+from handlers.multi_get import MultiGetHandler
+from handlers.openapi.handler import OpenApiHandler
+from handlers.openapi.parts import closed, parameter
+from handlers.openapi.problems import FEED_OFF, KEY_IN_USE, KEY_REUSED, LOST, REDIS, RESPONSE_TOO_LARGE, STORED_REFUSED
+from handlers.operation import Body, Operation, Resource, Response
+from handlers.tickets import TicketHandler
+
+R = Response
+STORED = ("ETag", "Last-Modified")
+FEED = ("bearer", "ticket")  # a feed is followed with a token, or a browser's ticket
+
+# The paths, in Cyclone's order: Jetway's own /v1/_… before the document path,
+# which would take "_get" for a collection; the API before the operational ones.
+MULTI_GET = Resource(paths.MULTI_GET, MultiGetHandler, "A multi-get by POST.", "MultiGet", ("collection",))
+TICKETS = Resource(
+    paths.TICKETS,
+    TicketHandler,
+    "Tickets for a browser's `EventSource`, which cannot send `Authorization`.",
+    "ChangesTicket",
+    ("collection",),
+)
+CHANGES = Resource(
+    paths.CHANGES,
+    ChangesHandler,
+    "A collection's change feed: every write (put, create, patch, delete) in order per document.",
+    "Changes",
+    ("collection",),
+)
+BATCH = Resource(paths.BATCH, BatchHandler, "Many operations in one request.", "Batch")
+SETTINGS = Resource(
+    paths.SETTINGS,
+    CollectionSettingsHandler,
+    "A collection's settings (admin scope).",
+    "CollectionSettings",
+    ("collection",),
+)
+SETTINGS_LIST = Resource(
+    paths.SETTINGS_LIST,
+    CollectionSettingsListHandler,
+    "Every collection's settings (admin scope; a trailing slash is accepted).",
+    "CollectionSettingsList",
+    slash=True,
+)
+DOCUMENT = Resource(paths.DOCUMENT, DocumentHandler, "One document.", "Document", ("collection", "id"))
+COLLECTION = Resource(
+    paths.COLLECTION,
+    CollectionHandler,
+    "A collection (a trailing slash is accepted).",
+    "Collection",
+    ("collection",),
+    slash=True,
+)
+HEALTHZ = Resource(paths.HEALTHZ, LivenessHandler, "Liveness: answers without touching Redis.", "Health")
+READYZ = Resource(
+    paths.READYZ,
+    ReadinessHandler,
+    "Readiness: answers once Redis answers a PING, within at most a second.",
+    "Readiness",
+)
+METRICS = Resource(
+    paths.METRICS, MetricsHandler, "Prometheus metrics, aggregated over every worker of this instance.", "Metrics"
+)
+OPENAPI = Resource(paths.OPENAPI, OpenApiHandler, "The OpenAPI 3.1 description of the API.", "OpenApi")
+DOCS = Resource(
+    paths.DOCS, DocsPageHandler, "Swagger UI (off with `JETWAY_DOCS=off`).", "Docs", slash=True, with_docs=True
+)
+DOCS_ASSET = Resource(
+    paths.DOCS_ASSET,
+    DocsAssetHandler,
+    "The page's assets, from a packaged Swagger UI.",
+    "DocsAsset",
+    ("asset",),
+    with_docs=True,
+)
+
+_STREAM = (
+    "With `Accept: text/event-stream`: Server-Sent Events, chunked, until the server ends them. First"
+    f' `retry: {RETRY_MS}`, `id:` (the starting position) and `event: ready` with `{{"position": ...}}`;'
+    " then each change as `id:` (the position after it, what `Last-Event-ID` resumes from) and `data:`"
+    " (a `ChangeEvent`); a comment line every"
+    f" {HEARTBEAT_SECONDS:g} s. Named events that end the stream: `fell-behind` (the client did not read its"
+    " buffer in time: reconnect), `lost` (as the 410), `reconnect` (the server is shutting down, or could not"
+    " read the feed: reconnect). Otherwise a long poll: a `ChangesPage`."
+)
+_REPLAYED = "(with an `Idempotency-Key`, perhaps the first attempt's answer again, marked `Idempotency-Replayed`)."
+_ADMIN = "The token lacks the `admin` scope."
+_SETTINGS_STORED = R("The settings as stored.", "CollectionSettings", ("ETag",))
+_CACHED = ("ETag", "Cache-Control")
+_ASSET_NOT_MODIFIED = R("`If-None-Match` matches the current ETag.", headers=_CACHED)
+_DOCUMENT_BODY = Body(JSON, "The document, stored verbatim once validated.", "Document")
+_STATE = {"ok": "The process is up.", "ready": "Redis answers."}
+
+
+def _status_schema(state: str) -> Dict[str, Any]:
+    return closed({"status": {"const": state}}, ["status"], _STATE[state])
+
+
+OPERATIONS: Tuple[Operation, ...] = (
+    Operation(
+        MULTI_GET,
+        "POST",
+        "getDocuments",
+        "Many documents by id, the ids in the body: any list the GET form's request line cannot hold",
+        "collections",
+        "read",
+        {
+            200: R(
+                "The documents in the order asked, null where missing; gzipped as they are sent when"
+                " `Accept-Encoding` prefers gzip and they are at least `JETWAY_COMPRESS_MIN_BYTES`.",
+                "Items",
+                ("Cache-Control", "Vary", "Content-Encoding"),
+            )
+        },
+        (400, 406, 413, 415, *REDIS),
+        {
+            400: 'Invalid collection name or id (named), too many ids, malformed JSON, or not `{"ids": [...]}`.',
+            413: "The body is larger than `JETWAY_MAX_BODY`; or " + RESPONSE_TOO_LARGE,
+        },
+        parameters=("Accept-Encoding",),
+        body=Body(JSON, "The ids to fetch; duplicates are answered in place.", "IdList"),
+    ),
+    Operation(
+        TICKETS,
+        "POST",
+        "createChangesTicket",
+        "A ticket to follow this collection's feed by `?ticket=` (for `EventSource`)",
+        "changes",
+        "read",
+        {
+            201: R(
+                "Issued: good for `GET` of this collection's feed only, until `expires_at`"
+                " (`JETWAY_FEED_TICKET_TTL`, default an hour), and only while the token that asked for it is"
+                " valid (revoking or rotating the token ends its tickets). `Cache-Control: no-store`.",
+                "Ticket",
+                ("Cache-Control",),
+            )
+        },
+        (400, 404, *REDIS),
+        {400: "Invalid collection name.", 403: "The token lacks read scope on the collection.", 404: FEED_OFF},
+        security=FEED,
+    ),
+    Operation(
+        CHANGES,
+        "GET",
+        "getChanges",
+        "Follow a collection's changes: Server-Sent Events (`Accept: text/event-stream`) or a long poll",
+        "changes",
+        "read",
+        {
+            200: R(
+                _STREAM,
+                headers=("Cache-Control",),
+                content={
+                    JSON: {"schema": {"$ref": "#/components/schemas/ChangesPage"}},
+                    EVENT_STREAM: {"schema": {"type": "string", "description": "A stream of Server-Sent Events."}},
+                },
+            )
+        },
+        (400, 404, 410, *REDIS),
+        {
+            400: "Invalid collection name, `since`, `Last-Event-ID`, `wait`, `limit` or `include_docs`.",
+            401: "No valid bearer token or ticket: missing, unknown, revoked, rotated or expired (never said which).",
+            403: "The token (or the ticket's token) lacks read scope on the collection, or the ticket is for"
+            " another collection.",
+            404: FEED_OFF,
+            410: LOST,
+        },
+        parameters=("since", "wait", "changesLimit", "include_docs", "Last-Event-ID"),
+        security=FEED,
+    ),
+    Operation(
+        BATCH,
+        "POST",
+        "runBatch",
+        "Many document operations in one request, each answered as it would be alone (not atomic)",
+        "batch",
+        "token",
+        {
+            200: R(
+                "Every operation was carried out or refused on its own; see each result's `status`. A write"
+                " whose replicas did not confirm it has a 503 `not-replicated` result. A get whose document would"
+                " take the gets' documents past `JETWAY_MAX_RESPONSE_BYTES` has a 413 `response-too-large` result"
+                " (the others go on). With an `Idempotency-Key`,"
+                " perhaps the first attempt's answer again, marked `Idempotency-Replayed`.",
+                "BatchResults",
+                ("Idempotency-Replayed",),
+            )
+        },
+        # No 403: each operation's scope is checked in its own result.
+        (400, 401, 409, 413, 415, 422, 429, 500, 502, 503, 504),
+        {
+            400: 'Malformed JSON, not `{"operations": [...]}`, an empty list, or an invalid `Idempotency-Key`.'
+            " An operation that is malformed on its own is refused in its result, not here.",
+            409: KEY_IN_USE,
+            413: "More operations than `JETWAY_MAX_BATCH_OPS` or than the token's burst (`batch-too-large`),"
+            " or a body over `JETWAY_MAX_BATCH_BYTES` (`body-too-large`); nothing was done.",
+            422: KEY_REUSED,
+            429: "Over the token's rate: a batch costs one request per operation.",
+        },
+        parameters=("Idempotency-Key", "Prefer"),
+        body=Body(JSON, "The operations, in order.", "BatchRequest"),
+    ),
+    Operation(
+        SETTINGS,
+        "GET",
+        "getCollectionSettings",
+        "A collection's settings",
+        "settings",
+        "admin",
+        {200: _SETTINGS_STORED, 304: R("`If-None-Match` matches the current ETag.", headers=("ETag",))},
+        (400, 404, *REDIS),
+        {400: "Invalid collection name.", 404: "The collection has no settings.", 403: _ADMIN},
+        parameters=("If-None-Match",),
+        head="headCollectionSettings",
+    ),
+    Operation(
+        SETTINGS,
+        "PUT",
+        "putCollectionSettings",
+        "Set a collection's settings (every worker applies them within a second)",
+        "settings",
+        "admin",
+        {200: _SETTINGS_STORED, 201: _SETTINGS_STORED},
+        (400, 412, 413, 415, 422, *REDIS),
+        {
+            400: "Invalid collection name; malformed JSON; or not an object.",
+            412: "`If-Match` does not match, or `If-None-Match: *` and settings exist.",
+            422: "`invalid-schema`: not a Draft 2020-12 schema (the detail says why); `invalid-settings`: an"
+            " unknown member or a value out of range.",
+            403: _ADMIN,
+        },
+        parameters=("If-Match", "If-None-Match"),
+        body=Body(JSON, "The settings; they replace any before.", "CollectionSettings"),
+    ),
+    Operation(
+        SETTINGS,
+        "DELETE",
+        "deleteCollectionSettings",
+        "Remove a collection's settings (its documents stay)",
+        "settings",
+        "admin",
+        {204: R("Removed.")},
+        (400, 404, 412, *REDIS),
+        {400: "Invalid collection name.", 404: "No settings to remove.", 403: _ADMIN},
+        parameters=("If-Match",),
+    ),
+    Operation(
+        SETTINGS_LIST,
+        "GET",
+        "listCollectionSettings",
+        "Every collection's settings",
+        "settings",
+        "admin",
+        {200: R("By collection name.", "CollectionSettingsList")},
+        (400, *REDIS),
+        {400: "Never, in fact: there is nothing to get wrong.", 403: _ADMIN},
+        head="headCollectionSettingsList",
+    ),
+    Operation(
+        DOCUMENT,
+        "GET",
+        "getDocument",
+        "Read a document: the stored bytes, verbatim, or a compressed variant stored with them",
+        "documents",
+        "read",
+        {
+            200: R(
+                "The document, exactly as it was stored; or, when `Accept-Encoding` prefers one that is stored"
+                " (documents of at least `JETWAY_COMPRESS_MIN_BYTES`), its compressed variant with"
+                " `Content-Encoding` and an ETag of its own. `Vary: Accept-Encoding` when variants are stored.",
+                "Document",
+                (*STORED, "Cache-Control", "Vary", "Content-Encoding"),
+            ),
+            304: R(
+                "`If-None-Match` names the document (any variant's ETag does), or, without `If-None-Match`,"
+                " it was not modified since `If-Modified-Since`.",
+                headers=("ETag", "Cache-Control", "Vary"),
+            ),
+        },
+        (400, 404, 406, *REDIS),
+        {400: "Invalid collection name or document id."},
+        parameters=("If-None-Match", "If-Modified-Since", "Accept-Encoding"),
+        head="headDocument",
+    ),
+    Operation(
+        DOCUMENT,
+        "PUT",
+        "putDocument",
+        "Create or replace a document",
+        "documents",
+        "write",
+        {
+            200: R("Replaced; the body is the document as stored.", "Document", STORED),
+            201: R("Created; the body is the document as stored.", "Document", STORED),
+        },
+        (400, 409, 412, 413, 415, 422, 507, *REDIS),
+        {
+            400: "Invalid collection name, document id or `ttl`; malformed JSON; or not an object.",
+            409: STORED_REFUSED,
+            412: "`If-Match` does not match, or `If-None-Match` matches (`*`: the document exists).",
+        },
+        replicated=("ETag",),
+        parameters=("If-Match", "If-None-Match", "If-Unmodified-Since", "ttl"),
+        body=_DOCUMENT_BODY,
+    ),
+    Operation(
+        DOCUMENT,
+        "PATCH",
+        "patchDocument",
+        "Merge-patch a document (RFC 7396), atomically against concurrent writers",
+        "documents",
+        "write",
+        {
+            200: R(
+                "Patched; the body is the compact serialization of the merged document " + _REPLAYED,
+                "Document",
+                (*STORED, "Idempotency-Replayed"),
+            )
+        },
+        (400, 404, 409, 412, 413, 415, 422, 507, *REDIS),
+        {
+            400: "Invalid collection name or document id; malformed JSON; or the patch is not an object.",
+            412: "`If-Match` does not match the current ETag.",
+            413: "The patch, or the merged document, is larger than `JETWAY_MAX_BODY` bytes (default 1 MiB).",
+            415: "The body is not labelled `application/merge-patch+json` (`charset=utf-8` allowed).",
+            409: "The merge patch lost the race to concurrent writers too many times; retry. Or: "
+            + KEY_IN_USE
+            + " Or: "
+            + STORED_REFUSED,
+            422: "The merged document breaks its collection's JSON Schema (`schema-violation`, with `errors`),"
+            " or cannot be serialized as JSON (e.g. a number beyond the range of a double; `unrepresentable`)."
+            " Or: " + KEY_REUSED,
+        },
+        replicated=("ETag",),
+        parameters=("If-Match", "If-Unmodified-Since", "Idempotency-Key"),
+        body=Body(MERGE_PATCH_JSON, "A JSON Merge Patch: `null` removes a member.", "MergePatch"),
+    ),
+    Operation(
+        DOCUMENT,
+        "DELETE",
+        "deleteDocument",
+        "Delete a document",
+        "documents",
+        "write",
+        {204: R("Deleted.")},
+        (400, 404, 412, *REDIS),
+        {400: "Invalid collection name or document id."},
+        replicated=(),
+        parameters=("If-Match", "If-Unmodified-Since"),
+    ),
+    Operation(
+        COLLECTION,
+        "GET",
+        "listDocuments",
+        "A page of documents in id order (`limit`, `cursor`), or many documents by id (`ids`)",
+        "collections",
+        "read",
+        {
+            200: R(
+                "A `Page` without `ids`, `Items` with `ids`; gzipped as it is sent when `Accept-Encoding` prefers"
+                " gzip and it is at least `JETWAY_COMPRESS_MIN_BYTES`. A weak `ETag` names its content.",
+                {"oneOf": [{"$ref": "#/components/schemas/Page"}, {"$ref": "#/components/schemas/Items"}]},
+                ("ETag", "Cache-Control", "Vary", "Content-Encoding"),
+            ),
+            304: R(
+                "`If-None-Match` names the page's weak ETag: its content has not changed.",
+                headers=("ETag", "Cache-Control", "Vary"),
+            ),
+        },
+        (400, 406, 413, *REDIS),
+        {
+            400: "Invalid collection name, `limit`, `cursor` or `ids`; `ids` with `cursor`, or with a `limit`"
+            " less than their number.",
+            413: RESPONSE_TOO_LARGE,
+        },
+        parameters=("limit", "cursor", "ids", "If-None-Match", "Accept-Encoding"),
+        head="headCollection",
+    ),
+    Operation(
+        COLLECTION,
+        "POST",
+        "createDocument",
+        "Create a document under a new, sortable id (a ULID)",
+        "collections",
+        "write",
+        {
+            201: R(
+                "Created; the body is the document as stored " + _REPLAYED,
+                "Document",
+                ("Location", *STORED, "Idempotency-Replayed"),
+            )
+        },
+        (400, 409, 413, 415, 422, 507, *REDIS),
+        {
+            400: "Invalid collection name, `ttl` or `Idempotency-Key`; malformed JSON; or not an object.",
+            409: KEY_IN_USE + " Or: " + STORED_REFUSED,
+            422: "The document breaks its collection's JSON Schema (`schema-violation`, with `errors`). Or: "
+            + KEY_REUSED,
+        },
+        replicated=("ETag", "Location"),
+        parameters=("ttl", "Idempotency-Key"),
+        body=_DOCUMENT_BODY,
+    ),
+    Operation(
+        HEALTHZ,
+        "GET",
+        "getHealth",
+        "Liveness",
+        "health",
+        None,
+        {200: R("Up.", _status_schema("ok"))},
+        head="headHealth",
+    ),
+    Operation(
+        READYZ,
+        "GET",
+        "getReadiness",
+        "Readiness",
+        "health",
+        None,
+        {200: R("Ready.", _status_schema("ready"))},
+        (503,),
+        {503: "Redis does not answer in time (problem type `not-ready`)."},
+        head="headReadiness",
+    ),
+    Operation(
+        METRICS,
+        "GET",
+        "getMetrics",
+        "Metrics",
+        "meta",
+        None,
+        {200: R("Prometheus text format 0.0.4.", {"type": "string"}, media=METRICS_TYPE)},
+        head="headMetrics",
+    ),
+    Operation(
+        OPENAPI,
+        "GET",
+        "getOpenApi",
+        "This document",
+        "meta",
+        None,
+        {200: R("OK.", {"type": "object", "additionalProperties": True, "description": "This document."})},
+        head="headOpenApi",
+    ),
+    Operation(
+        DOCS,
+        "GET",
+        "getDocs",
+        "Swagger UI over this document",
+        "meta",
+        None,
+        {
+            200: R("The page.", {"type": "string"}, ("Content-Security-Policy", *_CACHED), HTML_TYPE),
+            304: _ASSET_NOT_MODIFIED,
+        },
+        parameters=("If-None-Match",),
+        head="headDocs",
+    ),
+    Operation(
+        DOCS_ASSET,
+        "GET",
+        "getDocsAsset",
+        "A script or style of the /docs page",
+        "meta",
+        None,
+        {
+            200: R(
+                "The file; `Cache-Control` says a year when `v` is its current version.",
+                headers=_CACHED,
+                content={media: {"schema": {"type": "string"}} for media in ASSET_TYPES},
+            ),
+            304: _ASSET_NOT_MODIFIED,
+        },
+        (404,),
+        {404: "No such asset (problem type `no-route`)."},
+        parameters=(
+            parameter("asset", "path", "The file.", {"type": "string", "enum": list(ASSET_NAMES)}, required=True),
+            parameter("v", "query", "The asset's version, as the page names it.", {"type": "string"}),
+            "If-None-Match",
+        ),
+        head="headDocsAsset",
+    ),
+)
+
+
+def routes(
+    operations: Iterable[Operation], kwargs: Mapping[type, Dict[str, Any]], with_docs: bool = True
+) -> List[Tuple[str, type, Optional[Dict[str, Any]]]]:
+    """Cyclone's route list: one route per path, in the order the table first names it.
+
+    ``kwargs`` are each handler's dependencies (its ``initialize`` arguments);
+    the /docs paths are left out unless ``with_docs``.
+    """
+    seen: Dict[Resource, None] = {}
+    for operation in operations:
+        seen.setdefault(operation.resource, None)
+    return [
+        (resource.pattern, resource.handler, kwargs.get(resource.handler))
+        for resource in seen
+        if with_docs or not resource.with_docs
+    ]
