@@ -2,7 +2,7 @@
 
 Each entry says how an operation is routed (its path and the Cyclone handler),
 what a token needs (``scope``) and how it is documented (summary, parameters,
-body, answers). ``routes`` derives Cyclone's route list from it and
+body, answers). ``handlers.operation.routes`` derives Cyclone's route list from it and
 ``handlers.openapi.build`` the ``/openapi.json`` document (``api/app.py`` hands
 it the table). A new operation is one more entry here. Path templates come
 from ``handlers.paths``; the shared error texts and components from
@@ -11,7 +11,7 @@ from ``handlers.paths``; the shared error texts and components from
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Tuple
 
 from handlers import paths
 from handlers.batch import BatchHandler
@@ -20,14 +20,14 @@ from handlers.collection_settings import CollectionSettingsHandler, CollectionSe
 from handlers.collections import CollectionHandler
 from handlers.docs import ASSET_NAMES, ASSET_TYPES, HTML_TYPE, DocsAssetHandler, DocsPageHandler
 from handlers.documents import DocumentHandler
-from handlers.feed.event_stream import HEARTBEAT_SECONDS, RETRY_MS
 from handlers.health import LivenessHandler, ReadinessHandler
 from handlers.http.validation import JSON, MERGE_PATCH_JSON
 from handlers.metrics import METRICS_TYPE, MetricsHandler
 from handlers.multi_get import MultiGetHandler
 from handlers.openapi.handler import OpenApiHandler
 from handlers.openapi.parts import closed, parameter
-from handlers.openapi.problems import FEED_OFF, KEY_IN_USE, KEY_REUSED, LOST, REDIS, RESPONSE_TOO_LARGE, STORED_REFUSED
+from handlers.openapi.problems import FEED_OFF, KEY_IN_USE, KEY_REUSED, LOST, REDIS, STORED_REFUSED, STREAM
+from handlers.openapi.problems import RESPONSE_TOO_LARGE as TOO_LARGE
 from handlers.operation import Body, Operation, Resource, Response
 from handlers.tickets import TicketHandler
 
@@ -99,27 +99,12 @@ DOCS_ASSET = Resource(
     with_docs=True,
 )
 
-_STREAM = (
-    "With `Accept: text/event-stream`: Server-Sent Events, chunked, until the server ends them. First"
-    f' `retry: {RETRY_MS}`, `id:` (the starting position) and `event: ready` with `{{"position": ...}}`;'
-    " then each change as `id:` (the position after it, what `Last-Event-ID` resumes from) and `data:`"
-    " (a `ChangeEvent`); a comment line every"
-    f" {HEARTBEAT_SECONDS:g} s. Named events that end the stream: `fell-behind` (the client did not read its"
-    " buffer in time: reconnect), `lost` (as the 410), `reconnect` (the server is shutting down, or could not"
-    " read the feed: reconnect). Otherwise a long poll: a `ChangesPage`."
-)
 _REPLAYED = "(with an `Idempotency-Key`, perhaps the first attempt's answer again, marked `Idempotency-Replayed`)."
 _ADMIN = "The token lacks the `admin` scope."
 _SETTINGS_STORED = R("The settings as stored.", "CollectionSettings", ("ETag",))
 _CACHED = ("ETag", "Cache-Control")
 _ASSET_NOT_MODIFIED = R("`If-None-Match` matches the current ETag.", headers=_CACHED)
 _DOCUMENT_BODY = Body(JSON, "The document, stored verbatim once validated.", "Document")
-_STATE = {"ok": "The process is up.", "ready": "Redis answers."}
-
-
-def _status_schema(state: str) -> Dict[str, Any]:
-    return closed({"status": {"const": state}}, ["status"], _STATE[state])
-
 
 OPERATIONS: Tuple[Operation, ...] = (
     Operation(
@@ -140,7 +125,7 @@ OPERATIONS: Tuple[Operation, ...] = (
         (400, 406, 413, 415, *REDIS),
         {
             400: 'Invalid collection name or id (named), too many ids, malformed JSON, or not `{"ids": [...]}`.',
-            413: "The body is larger than `JETWAY_MAX_BODY`; or " + RESPONSE_TOO_LARGE,
+            413: "The body is larger than `JETWAY_MAX_BODY`; or " + TOO_LARGE,
         },
         parameters=("Accept-Encoding",),
         body=Body(JSON, "The ids to fetch; duplicates are answered in place.", "IdList"),
@@ -174,7 +159,7 @@ OPERATIONS: Tuple[Operation, ...] = (
         "read",
         {
             200: R(
-                _STREAM,
+                STREAM,
                 headers=("Cache-Control",),
                 content={
                     JSON: {"schema": {"$ref": "#/components/schemas/ChangesPage"}},
@@ -397,7 +382,7 @@ OPERATIONS: Tuple[Operation, ...] = (
         {
             400: "Invalid collection name, `limit`, `cursor` or `ids`; `ids` with `cursor`, or with a `limit`"
             " less than their number.",
-            413: RESPONSE_TOO_LARGE,
+            413: TOO_LARGE,
         },
         parameters=("limit", "cursor", "ids", "If-None-Match", "Accept-Encoding"),
         head="headCollection",
@@ -434,7 +419,7 @@ OPERATIONS: Tuple[Operation, ...] = (
         "Liveness",
         "health",
         None,
-        {200: R("Up.", _status_schema("ok"))},
+        {200: R("Up.", closed({"status": {"const": "ok"}}, ["status"], "The process is up."))},
         head="headHealth",
     ),
     Operation(
@@ -444,7 +429,7 @@ OPERATIONS: Tuple[Operation, ...] = (
         "Readiness",
         "health",
         None,
-        {200: R("Ready.", _status_schema("ready"))},
+        {200: R("Ready.", closed({"status": {"const": "ready"}}, ["status"], "Redis answers."))},
         (503,),
         {503: "Redis does not answer in time (problem type `not-ready`)."},
         head="headReadiness",
@@ -508,21 +493,3 @@ OPERATIONS: Tuple[Operation, ...] = (
         head="headDocsAsset",
     ),
 )
-
-
-def routes(
-    operations: Iterable[Operation], kwargs: Mapping[type, Dict[str, Any]], with_docs: bool = True
-) -> List[Tuple[str, type, Optional[Dict[str, Any]]]]:
-    """Cyclone's route list: one route per path, in the order the table first names it.
-
-    ``kwargs`` are each handler's dependencies (its ``initialize`` arguments);
-    the /docs paths are left out unless ``with_docs``.
-    """
-    seen: Dict[Resource, None] = {}
-    for operation in operations:
-        seen.setdefault(operation.resource, None)
-    return [
-        (resource.pattern, resource.handler, kwargs.get(resource.handler))
-        for resource in seen
-        if with_docs or not resource.with_docs
-    ]

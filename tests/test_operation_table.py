@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from handlers import paths
-from handlers.operation import Resource
-from handlers.operations import OPERATIONS, routes
+from handlers.operation import Resource, routes
+from handlers.operations import OPERATIONS
 
 ROOT = Path(__file__).resolve().parent.parent
 

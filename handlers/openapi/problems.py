@@ -2,12 +2,15 @@
 
 The statuses' descriptions are the defaults an operation's ``errors`` get
 (``handlers.operation.Operation.details`` rewords one for an operation);
-the texts below them are shared by several operations' rewordings.
+the texts below them are shared by several operations' rewordings, or
+too long to read inside the table (the change feed's stream).
 """
 
 from __future__ import annotations
 
 from typing import Dict, Tuple
+
+from handlers.feed.event_stream import HEARTBEAT_SECONDS, RETRY_MS
 
 # Every problem type the handlers raise, and when.
 PROBLEM_TYPES: Tuple[Tuple[str, str], ...] = (
@@ -158,3 +161,12 @@ STORED_REFUSED = (
     " (`stored-settings-refused`, `stored-schema-refused`): an admin replaces or deletes them."
 )
 KEY_REUSED = "This `Idempotency-Key` was used for a different request (`idempotency-key-reused`)."
+STREAM = (
+    "With `Accept: text/event-stream`: Server-Sent Events, chunked, until the server ends them. First"
+    f' `retry: {RETRY_MS}`, `id:` (the starting position) and `event: ready` with `{{"position": ...}}`;'
+    " then each change as `id:` (the position after it, what `Last-Event-ID` resumes from) and `data:`"
+    " (a `ChangeEvent`); a comment line every"
+    f" {HEARTBEAT_SECONDS:g} s. Named events that end the stream: `fell-behind` (the client did not read its"
+    " buffer in time: reconnect), `lost` (as the 410), `reconnect` (the server is shutting down, or could not"
+    " read the feed: reconnect). Otherwise a long poll: a `ChangesPage`."
+)
