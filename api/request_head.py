@@ -131,10 +131,9 @@ def request_line_by_pattern(line: bytes) -> Tuple[str, str, str]:
 # Header lines seen before, parsed: a client sends the same lines request
 # after request (its Host, User-Agent, Accept, token), and a line found here
 # passed the checks below already. Checking each line again costs pattern
-# matches, and on PyPy each match allocates ~1 KB: the whole head's pattern
-# this replaced allocated 6.4 KB of the ~30 KB a hot read allocated
-# (docs/performance.md, "The read path"). Bounded: emptied when full, so made-up lines cost memory
-# no longer than the next clear.
+# matches, and on PyPy each match allocates ~1 KB, the cost that counted
+# (docs/performance.md, "The read path"). Bounded:
+# emptied when full, so made-up lines cost memory no longer than the next clear.
 MAX_KNOWN_LINES = 1024
 MAX_KNOWN_LINE_LENGTH = 512
 _KNOWN_LINES: Dict[bytes, Tuple[str, str]] = {}

@@ -174,10 +174,9 @@ def _requests(token: str, max_body: int) -> List[bytes]:
         head = b"Host: localhost\r\nUser-Agent: jetway-warm-up\r\nAccept: */*\r\n" + auth
         put = b"PUT %s HTTP/1.1\r\n%sContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
         # Three writes to a read: the write's path is the longest to compile (the
-        # checks, the script's arguments, its reply, the invalidation after it).
-        # Measured on a fresh server's first second of PUTs after GETs only (as
-        # bench.sh warms up), two runs each: p99 15.7 and 15.1 ms with one
-        # write per read here, 9.9 and 8.7 with three.
+        # checks, the script's arguments, its reply, the invalidation after it);
+        # with one write per read, the first second's PUTs had a p99 about 1.6
+        # times as high (docs/performance.md, "The warm-up").
         requests += [put % (path, head, len(body), body)] * 3
         read = b"GET %s HTTP/1.1\r\n%s\r\n" % (path, head)
         requests += (read, read, read.replace(b"\r\n\r\n", b"\r\nAccept-Encoding: gzip\r\n\r\n"))

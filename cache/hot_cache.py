@@ -41,13 +41,9 @@ from cache.admission import FrequencySketch
 # A worker's memory grows by more than its entries hold: PyPy collects its
 # old generation only once it has grown to PYPY_GC_MAJOR_COLLECT (1.5) times
 # what survived the collection before, and evicted entries wait for that
-# collection. With 64 MiB of entries and half the reads filling, each
-# worker's RSS grew by 1.8 times that (python -m loadtest._hot_cache memory:
-# 138-141 -> 252-257 MB). So the bound is on what the cache adds to a
-# worker's memory, and the entries themselves are kept to bound / HEAP_GROWTH.
-# With 1.8, 35.5 MB of entries per worker still grew each worker's RSS by
-# 69-71 MB (random reads of 100,000 documents of 1 KB, same command), over
-# the bound + 150 MB the issue sets; the admission's 3 MiB is in that too.
+# collection. So the bound is on what the cache adds to a worker's memory,
+# and the entries themselves keep to bound / HEAP_GROWTH, the growth measured
+# (docs/performance.md, "Memory").
 HEAP_GROWTH = 2.4
 # The largest entry, as a share of the entries' bytes.
 MAX_ENTRY_SHARE = 64

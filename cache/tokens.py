@@ -64,9 +64,8 @@ class TokenRecord:
 
 def digest_of(token: str) -> bytes:
     # digest().hex(), not hexdigest(): PyPy's hexdigest is a Python loop over
-    # the bytes, and this runs on every authorized request. Same result;
-    # 2.1 → 1.3 µs per call on PyPy (warm loop of 300,000), about 2% of a
-    # document read, below what loadtest/ab_cpu.sh can tell apart here.
+    # the bytes, and this runs on every authorized request. Same result
+    # (docs/performance.md, "The read path").
     return hashlib.sha256(token.encode("utf-8")).digest().hex().encode()
 
 
