@@ -36,8 +36,8 @@ from handlers.metrics import MetricsHandler
 from handlers.multi_get import MultiGetHandler
 from handlers.openapi.collections import OpenApiSource
 from handlers.openapi.handler import OpenApiHandler
+from handlers.operation import routes as operation_routes
 from handlers.operations import OPERATIONS
-from handlers.operations import routes as operation_routes
 from handlers.tickets import TicketGate, TicketHandler
 
 
