@@ -22,6 +22,7 @@ from handlers.base import ResourceHandler, as_api_error, document_response
 from handlers.http import validation
 from handlers.http.errors import bad_request
 from handlers.idempotency import respond_once
+from handlers.paths import DOCUMENT
 
 
 def items_envelope(bodies: List[Optional[Any]], next_cursor: Optional[bytes], with_next: bool) -> bytes:
@@ -99,7 +100,7 @@ class CollectionHandler(ComposedHandler):
     @defer.inlineCallbacks
     def _create(self, name: bytes, value: Any, ttl: Optional[int], plan: bytes) -> Any:
         doc_id, etag = plan.split(b" ")
-        location = ("Location", f"/v1/{name.decode()}/{doc_id.decode()}")
+        location = ("Location", DOCUMENT.format(collection=name.decode(), id=doc_id.decode()))
         # Checked inside the Idempotency-Key's claim: a schema violation (422)
         # is this request's answer, recorded and replayed like the others.
         rules = yield self.collection_settings(name)
