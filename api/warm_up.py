@@ -42,6 +42,7 @@ from cache import keys
 from cache.address import parse_redis_url
 from cache.tokens import digest_of, new_token, token_key
 from cache.variants import FIELDS, Variants
+from handlers.paths import DOCUMENT
 
 # Long enough for a few thousand requests on a busy machine; a worker that
 # has not warmed by then serves cold rather than keep clients waiting.
@@ -170,7 +171,7 @@ def _requests(token: str, max_body: int) -> List[bytes]:
     for doc_id, body in (("w1", _SMALL), ("w2", _LARGE)):
         if len(body) > max_body:
             continue  # a 413 warms nothing that matters
-        path = f"/v1/{COLLECTION}/{doc_id}".encode()
+        path = DOCUMENT.format(collection=COLLECTION, id=doc_id).encode()
         head = b"Host: localhost\r\nUser-Agent: jetway-warm-up\r\nAccept: */*\r\n" + auth
         put = b"PUT %s HTTP/1.1\r\n%sContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
         # Three writes to a read: the write's path is the longest to compile (the
