@@ -13,7 +13,7 @@ from twisted.internet import defer
 
 from api.config import Settings
 from api.oneshot import run_with_link
-from cache.link import Link
+from cache.redis.link import Link
 
 
 def run(settings: Settings) -> int:

@@ -20,7 +20,7 @@ from api.keys import duration
 from api.oneshot import run_with_link
 from cache import codec
 from cache.collection_settings import CollectionSettingsStore, SettingsError
-from cache.link import Link
+from cache.redis.link import Link
 from cache.schema import InvalidSchema
 from handlers.http.validation import COLLECTION_PATTERN
 

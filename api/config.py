@@ -13,7 +13,7 @@ import resource
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping, Optional, Tuple, TypeVar, Union
 
-from cache.address import RedisAddress, parse_redis_url
+from cache.redis.address import RedisAddress, parse_redis_url
 from cache.write_concern import PRIMARY_ONLY, WriteConcern
 from handlers.http.cache_policy import DEFAULT_POLICY, cache_policy
 

@@ -16,7 +16,7 @@ from twisted.internet import defer
 
 from api.config import Settings
 from api.oneshot import run_with_link
-from cache.link import Link
+from cache.redis.link import Link
 from cache.tokens import TokenError, TokenStore
 
 _DURATION = re.compile(r"([1-9][0-9]*)([smhd]?)\Z")

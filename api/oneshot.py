@@ -9,8 +9,8 @@ from twisted.internet import defer
 
 from api.config import Settings
 from cache.errors import StoreError
-from cache.link import Link
-from cache.topology import connect
+from cache.redis.link import Link
+from cache.redis.topology import connect
 
 
 def run_with_link(settings: Settings, job: Callable[[Link], defer.Deferred]) -> int:

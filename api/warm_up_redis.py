@@ -29,7 +29,7 @@ from typing import Dict, List, Optional, Set
 
 from twisted.internet import protocol
 
-from cache.resp import Incomplete, parse_reply
+from cache.redis.resp import Incomplete, parse_reply
 from cache.tracking import INVALIDATION_CHANNEL
 
 Hashes = Dict[bytes, Dict[bytes, bytes]]

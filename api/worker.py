@@ -38,14 +38,15 @@ from cache.change_feed import NO_FEED, FeedLog, FeedReader
 from cache.collection_settings import CollectionSettingsStore
 from cache.hot_cache import HotCache
 from cache.idempotency import IdempotencyRecords
-from cache.lazy_link import LazyLink
-from cache.metered import MeteredLink
+from cache.redis.lazy_link import LazyLink
+from cache.redis.metered import MeteredLink
+from cache.redis.topology import connect
 from cache.settings_cache import SettingsCache
 from cache.store import DocumentStore
 from cache.tickets import TicketStore
 from cache.token_cache import TokenCache
 from cache.tokens import TokenStore
-from cache.topology import connect, invalidation_feed
+from cache.tracking import invalidation_feed
 from cache.variants import Variants
 from handlers.feed.feed import Feed, FeedLimits
 from handlers.http.auth import Gate

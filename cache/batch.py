@@ -55,8 +55,8 @@ from cache.batch_operations import CREATE, DELETE, GET, PATCH, PUT, WRITES, Oper
 from cache.batch_segments import PatchReads, segment_bytes, segments
 from cache.bounded_reads import DEFAULT_BUDGET, OverBudget
 from cache.errors import DocumentNotFound, DocumentTooLarge, NotReplicated, PreconditionFailed, WriteConflict
-from cache.link import Link
 from cache.merge_patch import merge_patch
+from cache.redis.link import Link
 from cache.store import (
     Conditions,
     Document,
@@ -105,7 +105,7 @@ class BatchRunner:
     ) -> None:
         if concern.waits and write_link is None:
             raise ValueError("a write concern that waits for replicas needs a write link")
-        self._clock = reactor if clock is None else clock  # the worker's reactor, as cache.resp's timers
+        self._clock = reactor if clock is None else clock  # the worker's reactor, as cache.redis.resp's timers
         self._store = store
         self._link = link
         self._write_link = write_link

@@ -29,7 +29,7 @@ from twisted.internet import defer
 
 from cache import keys, scripts
 from cache.errors import StoreError, WriteConflict
-from cache.link import Link
+from cache.redis.link import Link
 
 # What one answer composed from stored documents may carry (JETWAY_MAX_RESPONSE_BYTES).
 DEFAULT_BUDGET = 16 * 1024 * 1024

@@ -37,7 +37,7 @@ from twisted.internet import defer
 
 from cache import keys
 from cache.feed_position import ZERO, Position, StreamId, advanced, format_id, parse_id
-from cache.link import Link
+from cache.redis.link import Link
 from cache.scripts import FEED_ARGS, Script
 
 CHANNEL_PREFIX = b"jw:feed:"

@@ -33,9 +33,9 @@ from twisted.internet import defer
 
 from cache import codec
 from cache.errors import StoreError
-from cache.link import Link
+from cache.redis.link import Link
+from cache.redis.script import Script
 from cache.schema import CompiledSchema, DocumentInvalid, InvalidSchema, compile_schema
-from cache.scripts import Script
 
 CHANGED_CHANNEL = b"jw:collections:changed"
 _TAG = b"jw:{collections}"

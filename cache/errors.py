@@ -1,54 +1,36 @@
-"""Failures of the store, as types the HTTP layer maps to statuses."""
+"""Failures of the store, as types the HTTP layer maps to statuses.
+
+The driver's (no connection, no reply, an error reply) come from
+``cache.redis.errors`` and are named here too, so that the HTTP layer
+finds every error it maps in one module.
+"""
 
 from __future__ import annotations
 
 from typing import Optional
 
+from cache.redis.errors import (
+    RedisNotReady,
+    RedisOutOfMemory,
+    RedisReplyError,
+    RedisTimeout,
+    RedisUnavailable,
+    StoreError,
+)
 
-class StoreError(Exception):
-    """Base of everything the store raises on purpose."""
-
-
-class RedisUnavailable(StoreError):
-    """No connection to Redis could be had in time (maps to 503)."""
-
-
-class RedisTimeout(StoreError):
-    """Redis took a command but did not answer in time (maps to 504)."""
-
-
-class RedisReplyError(StoreError):
-    """Redis answered with an error reply (maps to 502 unless a subclass says better)."""
-
-    @property
-    def error_class(self) -> str:
-        """The reply's first word (``WRONGTYPE``, ``ERR``, ``OOM``...): what the log names."""
-        words = str(self).split(None, 1)
-        return words[0] if words else "ERR"
-
-
-class RedisOutOfMemory(RedisReplyError):
-    """``OOM``: Redis is at ``maxmemory`` and refuses writes (maps to 507)."""
-
-
-class RedisNotReady(RedisReplyError):
-    """A state Redis leaves by itself: a replica (``READONLY``), a master down,
-    loading, a busy script, a cluster slot in flux (maps to 503 with ``Retry-After``)."""
-
-
-# Error classes that a retry in a moment may find gone: a failover promotes
-# a replica, a load finishes, a script is killed, a slot settles.
-_NOT_READY = frozenset(("READONLY", "MASTERDOWN", "LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN"))
-
-
-def reply_error(message: str) -> RedisReplyError:
-    """The store's error for a Redis error reply, chosen by its class."""
-    error_class = message.split(None, 1)[0] if message.strip() else ""
-    if error_class == "OOM":
-        return RedisOutOfMemory(message)
-    if error_class in _NOT_READY:
-        return RedisNotReady(message)
-    return RedisReplyError(message)
+__all__ = [
+    "DocumentNotFound",
+    "DocumentTooLarge",
+    "NotReplicated",
+    "PreconditionFailed",
+    "RedisNotReady",
+    "RedisOutOfMemory",
+    "RedisReplyError",
+    "RedisTimeout",
+    "RedisUnavailable",
+    "StoreError",
+    "WriteConflict",
+]
 
 
 class PreconditionFailed(StoreError):

@@ -15,7 +15,7 @@ where it was then (``handlers.feed.feed``), and it sweeps them anyway. A PING
 every ``PING_SECONDS`` that goes unanswered by the next one drops a
 connection that died silently.
 
-Its own small RESP client (``cache.resp.parse_reply``) rather than
+Its own small RESP client (``cache.redis.resp.parse_reply``) rather than
 txredisapi's ``SubscriberProtocol``: that one matches the confirmations of a
 ``SUBSCRIBE`` of several channels to whatever command waits next.
 """
@@ -27,14 +27,14 @@ from typing import Any, Callable, Dict, List, Optional, Set
 from twisted.application.internet import ClientService, backoffPolicy
 from twisted.internet import defer, protocol, task
 
-from cache.address import RedisAddress
 from cache.change_feed import CHANNEL_PREFIX, channel
 from cache.feed_position import StreamId, parse_id
-from cache.resp import Incomplete, encode_command, parse_reply
-from cache.topology import subscriber_endpoint
+from cache.redis.address import RedisAddress
+from cache.redis.resp import Incomplete, encode_command, parse_reply
+from cache.redis.topology import subscriber_endpoint
 
 PING_SECONDS = 5.0
-# Redis coming back should be noticed within a second or so (as cache.link).
+# Redis coming back should be noticed within a second or so (as cache.redis.link).
 RETRY = backoffPolicy(initialDelay=0.2, maxDelay=1.0, factor=2.0, jitter=lambda: 0.0)
 
 OnNudge = Callable[[bytes, int, StreamId], None]

@@ -33,8 +33,8 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 from twisted.internet import defer
 
-from cache.link import Link
-from cache.scripts import Script
+from cache.redis.link import Link
+from cache.redis.script import Script
 
 CLAIMED, TAKEN_OVER, DONE, MISMATCH, RUNNING = "claimed", "taken-over", "done", "mismatch", "running"
 DEFAULT_TTL_SECONDS = 24 * 3600

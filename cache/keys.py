@@ -17,7 +17,7 @@ and merges them; a read of one document is one ``HMGET`` of one key.
 Changing ``INDEX_SHARDS`` changes where documents live: it is part of the
 stored format, not a tuning knob.
 
-Why this fits Redis Cluster (``cache.cluster``):
+Why this fits Redis Cluster (``cache.redis.cluster``):
 
 - What must change atomically shares a slot. A write is one script over a
   document and its index shard, both under ``{<coll>:<shard>}``; a token

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence, Tuple, Union
 
-from cache.scripts import Script
+from cache.redis.script import Script
 
 # KEYS: the token's limit key. ARGV: emission interval (µs), period (µs), and
 # the cost in requests (1 when absent; a batch costs one per operation).

@@ -8,9 +8,7 @@ separated by spaces (entity tags cannot contain spaces).
 
 from __future__ import annotations
 
-import hashlib
-from dataclasses import dataclass, field
-from typing import Sequence, Tuple, Union
+from cache.redis.script import Script
 
 _CONDITIONS = """
 local function matches(header, current)
@@ -51,21 +49,6 @@ local function log_change(id, etag)
 end
 """
 FEED_ARGS = 5
-
-
-@dataclass(frozen=True)
-class Script:
-    """Lua source with its SHA-1, for ``EVALSHA`` with an ``EVAL`` fallback."""
-
-    source: bytes
-    sha: bytes = field(init=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "sha", hashlib.sha1(self.source).hexdigest().encode())
-
-    def call(self, keys: Sequence[bytes], args: Sequence[Union[bytes, int]]) -> Tuple[Union[bytes, int], ...]:
-        """The ``EVALSHA`` command that runs this script."""
-        return (b"EVALSHA", self.sha, len(keys), *keys, *args)
 
 
 # KEYS: document, index shard[, change feed].

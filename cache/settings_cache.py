@@ -25,7 +25,6 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from twisted.internet import defer
 
-from cache.address import RedisAddress
 from cache.collection_settings import (
     CHANGED_CHANNEL,
     NO_SETTINGS,
@@ -36,11 +35,12 @@ from cache.collection_settings import (
     stored_schema_or_none,
 )
 from cache.fill_guard import FillGuard
+from cache.redis.address import RedisAddress
+from cache.redis.topology import subscriber_endpoint
 from cache.schema_versions import SchemaVersions
 from cache.token_cache import MAX_ENTRIES, keep_bounded
 from cache.token_cache import _Subscriber as _TokenSubscriber
 from cache.token_cache import _SubscriberFactory as _TokenSubscriberFactory
-from cache.topology import subscriber_endpoint
 
 _NONE: Tuple[()] = ()  # cached "this collection has no settings"
 # Published by hand (``PUBLISH jw:collections:changed '*'``) after a FLUSHALL or

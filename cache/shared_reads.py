@@ -10,7 +10,7 @@ no more (a socket pair on PyPy, 200 B per read: a minor collection every
 One buffer is enough: the reactor runs one read at a time, and what the
 protocol is handed is a copy, which the next read cannot change. Redis
 connections read into a buffer of their own instead, where their replies
-are parsed (``cache.reply_buffer``).
+are parsed (``cache.redis.reply_buffer``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any, Optional
 from twisted.internet import main, tcp
 
 # The most one read brings (what Twisted asks by default); Redis connections'
-# buffers start at this size too (cache.reply_buffer says why it suits them).
+# buffers start at this size too (cache.redis.reply_buffer says why it suits them).
 READ_SIZE = 64 * 1024
 
 _buffer = memoryview(bytearray(READ_SIZE))

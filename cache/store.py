@@ -28,9 +28,9 @@ from cache.errors import (
 )
 from cache.hot_cache import HotCache
 from cache.ids import EtagFactory, UlidFactory
-from cache.link import Link
 from cache.merge_patch import merge_patch
-from cache.scripts import Script
+from cache.redis.link import Link
+from cache.redis.script import Script
 from cache.variants import CODINGS, DEFAULT_VARIANTS, FIELDS, Variants
 from cache.write_concern import PRIMARY_ONLY, WriteConcern
 

@@ -25,8 +25,8 @@ from typing import Any, Callable, Optional, Tuple
 
 from twisted.internet import defer
 
-from cache.link import Link
-from cache.scripts import Script
+from cache.redis.link import Link
+from cache.redis.script import Script
 from cache.tokens import digest_of, new_token
 
 _TAG = b"jw:{tokens}"

@@ -23,10 +23,10 @@ from typing import Any, Callable, Dict, List, Optional
 import txredisapi
 from twisted.internet import defer
 
-from cache.address import RedisAddress
 from cache.fill_guard import FillGuard
+from cache.redis.address import RedisAddress
+from cache.redis.topology import subscriber_endpoint
 from cache.tokens import CHANGED_CHANNEL, TokenRecord, TokenStore
-from cache.topology import subscriber_endpoint
 
 # Bound on the cache; beyond it the oldest entries go (dicts keep order).
 MAX_ENTRIES = 10_000

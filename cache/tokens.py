@@ -25,8 +25,8 @@ from typing import Any, Callable, List, Optional, Tuple
 
 from twisted.internet import defer
 
-from cache.link import Link
-from cache.scripts import Script
+from cache.redis.link import Link
+from cache.redis.script import Script
 
 CHANGED_CHANNEL = b"jw:tokens:changed"
 _TAG = b"jw:{tokens}"

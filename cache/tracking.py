@@ -33,7 +33,10 @@ from twisted.logger import Logger
 
 from cache import keys
 from cache.hot_cache import HotCache
-from cache.resp import Incomplete, encode_command, parse_reply
+from cache.redis.address import CLUSTER, SENTINEL, RedisAddress
+from cache.redis.link import endpoint_for
+from cache.redis.resp import Incomplete, encode_command, parse_reply
+from cache.redis.sentinel import MasterEndpoint
 
 # Every document key starts so (cache.keys). So do index and token keys,
 # whose invalidations find no entry and cost a dict lookup each.
@@ -41,7 +44,7 @@ TRACKED_PREFIX = keys.PREFIX + b"{"
 INVALIDATION_CHANNEL = b"__redis__:invalidate"
 CONNECTION_NAME = b"jetway-hot-cache"
 PING_INTERVAL = 1.0
-# Between connection attempts, as the links redial (cache.link).
+# Between connection attempts, as the links redial (cache.redis.link).
 RETRY_DELAYS = (0.2, 1.0)
 _log = Logger()
 
@@ -327,3 +330,31 @@ class InvalidationFeed:
                 _log.warn("hot cache: bypassed until every invalidation connection is up again")
             self.cache.down()
         self._was_live = live
+
+
+def invalidation_feed(
+    address: RedisAddress, link: Any, cache: HotCache, reactor: Any, timeout: float
+) -> InvalidationFeed:
+    """The hot cache's invalidations from every master ``link`` writes to: one
+    server, the master the sentinels name (a replica is refused), or each master
+    of a cluster, following ``link``'s slot map."""
+
+    def tracker(name: str, endpoint: Any, require_master: bool = False) -> Tracker:
+        return Tracker(name, endpoint, feed, reactor, timeout, address.password, address.username, require_master)
+
+    if address.kind == CLUSTER:
+        feed = InvalidationFeed(cache, on_trouble=lambda: link.refresh().addErrback(lambda _: None))
+
+        def follow(masters: Any) -> None:
+            feed.follow(
+                masters, lambda node: tracker(f"{node[0]}:{node[1]}", endpoint_for(address.at(*node), reactor, timeout))
+            )
+
+        link.watch(follow, feed.void)
+        return feed
+    feed = InvalidationFeed(cache)
+    if address.kind == SENTINEL:
+        feed.add("master", tracker(address.describe(), MasterEndpoint(address, reactor, timeout), require_master=True))
+    else:
+        feed.add("server", tracker(address.describe(), endpoint_for(address, reactor, timeout)))
+    return feed

@@ -257,7 +257,7 @@ class JsonHandler(cyclone.web.RequestHandler):
         The handler is usually in PyPy's old generation by the time it
         answers (a minor collection came while it waited for Redis), and a
         body appended to a list as old as the handler would be kept through
-        the next minor collection, sent or not (``cache.resp._reply_received``
+        the next minor collection, sent or not (``cache.redis.resp._reply_received``
         says more).
         """
         self._write_buffer = list(self._write_buffer)

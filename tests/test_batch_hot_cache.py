@@ -23,11 +23,11 @@ from tests.test_hot_cache_api import WARM_READS, command_calls, fresh_get
 PRELUDE = """
 import json, socket, sys
 from twisted.internet import defer, task
-from cache.address import parse_redis_url
+from cache.redis.address import parse_redis_url
 from cache.batch import BatchRunner, Operation
 from cache.hot_cache import HotCache
 from cache.keys import document_key
-from cache.link import RedisLink
+from cache.redis.link import RedisLink
 from cache.store import Conditions, DocumentStore
 from cache.write_concern import PRIMARY_ONLY
 

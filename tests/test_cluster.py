@@ -1,4 +1,4 @@
-"""cache.cluster: hash slots, and Jetway on a real 3-master Redis Cluster.
+"""cache.redis.cluster: hash slots, and Jetway on a real 3-master Redis Cluster.
 
 The slot arithmetic runs in every ``make test``. The rest starts its own
 cluster and Jetway and runs only under ``make test-cluster``
@@ -22,9 +22,9 @@ import pytest
 import requests
 from cryptography.hazmat.primitives import serialization
 
-from cache.address import parse_redis_url
-from cache.cluster import _redirection, command_key, crc16, key_slot
 from cache.keys import INDEX_SHARDS, document_key, index_key_for
+from cache.redis.address import parse_redis_url
+from cache.redis.cluster import _redirection, command_key, crc16, key_slot
 from tests.multinode import TOPOLOGY, ClusterServers, TlsFiles
 from tests.support import ClientThreads, JetwayServer, wait_until
 from tests.test_redis_tls import make_ca, make_server_cert

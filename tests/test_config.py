@@ -3,7 +3,7 @@
 import pytest
 
 from api.config import ConfigError, from_environment
-from cache.address import parse_redis_url
+from cache.redis.address import parse_redis_url
 from cache.write_concern import WriteConcern
 
 

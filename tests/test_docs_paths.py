@@ -11,7 +11,7 @@ It collects every name that starts with one of the tree's folders
 (``[limits.md](limits.md#anchor)``).
 
 A name counts by its file part (``api/master.py:45`` is ``api/master.py``,
-``cache/resp.encode_command`` is ``cache/resp.py``); a name with ``*`` is a
+``cache/redis/resp.encode_command`` is ``cache/redis/resp.py``); a name with ``*`` is a
 glob that must match something; a name with neither a dotted ending nor a
 closing ``/`` is not taken for a file (``docs/d1`` is as likely a document
 of the collection ``docs``); what runs write into a folder that git ignores
@@ -59,7 +59,7 @@ def file_part(name: str) -> str:
     head, _, last = name.rpartition("/")
     stem, dot, ending = last.partition(".")
     if dot and "*" not in last and ending.split(".")[-1] not in FILE_ENDINGS and stem:
-        return f"{head}/{stem}.py"  # cache/resp.encode_command: the module cache/resp.py
+        return f"{head}/{stem}.py"  # cache/redis/resp.encode_command: the module cache/redis/resp.py
     return name
 
 
@@ -221,7 +221,7 @@ def test_names_are_read_by_their_file_part() -> None:
     assert file_part("api/master.py:45-71") == "api/master.py"
     assert file_part("tests/test_health.py::test_ready") == "tests/test_health.py"
     assert file_part("docs/limits.md#bounds") == "docs/limits.md"
-    assert file_part("cache/resp.encode_command") == "cache/resp.py"
+    assert file_part("cache/redis/resp.encode_command") == "cache/redis/resp.py"
     assert file_part("handlers/openapi*.py") == "handlers/openapi*.py"
     assert file_part("tests/data/json_schema_test_suite/") == "tests/data/json_schema_test_suite/"
     assert exists("handlers/*.py") and not exists("handlers/no_such_*.py")

@@ -1,4 +1,4 @@
-"""cache.link and cache.resp on a real Redis: batches, replies in order, the per-connection deadline.
+"""cache.redis.link and cache.redis.resp on a real Redis: batches, replies in order, the per-connection deadline.
 
 The link runs in a Twisted reactor, so each test runs a short script in the
 app's interpreter against the suite's redis-server and checks what it printed.
@@ -17,9 +17,9 @@ from tests.support import ROOT
 PRELUDE = """
 import json, socket, sys, time
 from twisted.internet import defer, task
-from cache.address import parse_redis_url
+from cache.redis.address import parse_redis_url
 from cache.errors import RedisReplyError, RedisTimeout
-from cache.link import RedisLink
+from cache.redis.link import RedisLink
 
 def out(**figures):
     print(json.dumps(figures), flush=True)
@@ -88,7 +88,7 @@ def test_scripts_redis_lacks_are_loaded_and_the_batch_sent_again_other_errors_ar
     figures = run_script(
         redis_server,
         """
-        from cache.scripts import Script
+        from cache.redis.script import Script
         TIMEOUT = 2.0
         async def run(reactor, link, path):
             echo = Script(b"return ARGV[1]")

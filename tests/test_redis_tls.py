@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from cache.address import parse_redis_url
+from cache.redis.address import parse_redis_url
 from tests.support import JetwayServer, free_port, keys_cli, make_token, stop_process, wait_until
 
 JSON = {"Content-Type": "application/json"}

@@ -1,4 +1,4 @@
-"""cache.reply_buffer and the Redis protocol reading into it: whole replies, however the bytes arrive."""
+"""cache.redis.reply_buffer and the Redis protocol reading into it: whole replies, however the bytes arrive."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from twisted.internet import main, reactor, tcp
 from twisted.internet.testing import StringTransport
 
-from cache.reply_buffer import READ_SIZE, ReplyBuffer
-from cache.resp import FastRedisProtocol
+from cache.redis.reply_buffer import READ_SIZE, ReplyBuffer
+from cache.redis.resp import FastRedisProtocol
 from tests.test_resp import STREAM, comparable, parse_all
 
 EXPECTED = comparable(parse_all(STREAM))

@@ -1,9 +1,9 @@
-"""cache.resp: whole RESP replies, however the bytes are split."""
+"""cache.redis.resp: whole RESP replies, however the bytes are split."""
 
 import pytest
 import txredisapi
 
-from cache.resp import PENDING, Incomplete, ReplyReader, parse_reply
+from cache.redis.resp import PENDING, Incomplete, ReplyReader, parse_reply
 
 STREAM = (
     b"+OK\r\n"

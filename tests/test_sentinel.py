@@ -1,4 +1,4 @@
-"""cache.sentinel: Jetway behind Sentinel finds the new master by itself.
+"""cache.redis.sentinel: Jetway behind Sentinel finds the new master by itself.
 
 One master, one replica and three sentinels (``tests.multinode``); the
 master is killed (SIGKILL) under a steady write load. Jetway may answer 503

@@ -20,12 +20,12 @@ from tests.support import ROOT
 PRELUDE = """
 import json, socket, sys
 from twisted.internet import defer, task
-from cache.address import parse_redis_url
+from cache.redis.address import parse_redis_url
 from cache.hot_cache import HotCache
 from cache.keys import document_key
-from cache.link import RedisLink
+from cache.redis.link import RedisLink
 from cache.store import DocumentStore
-from cache.topology import invalidation_feed
+from cache.tracking import invalidation_feed
 from cache.tracking import InvalidationFeed, Tracker
 from twisted.internet.endpoints import TCP4ClientEndpoint
 from tests.twisted_relay import HoldingRelay

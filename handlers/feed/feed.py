@@ -21,10 +21,10 @@ from typing import Any, Dict, Optional, Set
 
 from twisted.internet import defer, task
 
-from cache.address import RedisAddress
 from cache.change_feed import FeedReader
 from cache.feed_nudges import FeedNudges
 from cache.feed_position import Position, StreamId
+from cache.redis.address import RedisAddress
 from handlers.feed.event_stream import EventStream, FeedStats
 from handlers.feed.hub import Hub
 from handlers.feed.subscriber import Subscription

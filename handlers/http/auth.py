@@ -18,8 +18,8 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
 from twisted.internet import defer
 
 from cache.credential_watch import CredentialWatch, Hold
-from cache.link import Link
 from cache.ratelimit import GCRA, RateDecision, decision, gcra_command
+from cache.redis.link import Link
 from cache.token_cache import TokenCache, keep_bounded
 from cache.tokens import TokenRecord, digest_of
 from handlers.http.deferreds import is_deferred

@@ -9,8 +9,8 @@ cost one round trip; and every command goes down the same connection of the
 pool while it is up, the others standing by.
 
 ``Link`` is the interface the store uses; ``RedisLink`` implements it for one
-server, ``cache.sentinel.SentinelLink`` for a master found through Sentinel
-and ``cache.cluster.ClusterLink`` for Redis Cluster (``cache.topology``
+server, ``cache.redis.sentinel.SentinelLink`` for a master found through Sentinel
+and ``cache.redis.cluster.ClusterLink`` for Redis Cluster (``cache.redis.topology``
 picks one from the URL).
 """
 
@@ -24,11 +24,11 @@ from twisted.internet.endpoints import HostnameEndpoint, UNIXClientEndpoint
 from twisted.internet.interfaces import IReactorTime
 from twisted.python.failure import Failure
 
-from cache.address import RedisAddress
-from cache.errors import RedisReplyError, RedisTimeout, RedisUnavailable, reply_error
-from cache.resp import FastRedisProtocol
-from cache.scripts import Script
-from cache.tls import wrap_tls
+from cache.redis.address import RedisAddress
+from cache.redis.errors import RedisReplyError, RedisTimeout, RedisUnavailable, reply_error
+from cache.redis.resp import FastRedisProtocol
+from cache.redis.script import Script
+from cache.redis.tls import wrap_tls
 
 Arg = Union[bytes, str, int]
 Command = Sequence[Arg]
@@ -144,7 +144,7 @@ class RedisLink:
         # worker under wrk made 2.49 syscalls per document read, 2.15 this
         # way (strace -c), for 49.2 -> 39.3 us of worker CPU
         # (loadtest/ab_cpu.sh, 4 pairs, lower in 3; 10 KB reads the same,
-        # with reads of at most 64 KiB: cache.reply_buffer). The others stand
+        # with reads of at most 64 KiB: cache.redis.reply_buffer). The others stand
         # by: a lost or timed-out connection leaves the queue and the next
         # one is first, without waiting for a redial.
         connections = self._factory.connectionQueue.pending

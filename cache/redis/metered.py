@@ -12,7 +12,7 @@ from typing import Any, Callable, Optional
 
 from twisted.internet import defer
 
-from cache.errors import RedisReplyError, RedisTimeout, RedisUnavailable
+from cache.redis.errors import RedisReplyError, RedisTimeout, RedisUnavailable
 
 Observe = Callable[[str, float, Optional[str]], None]
 _KINDS = ((RedisUnavailable, "unavailable"), (RedisTimeout, "timeout"), (RedisReplyError, "error_reply"))

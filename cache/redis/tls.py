@@ -16,7 +16,7 @@ from typing import Any, List
 from twisted.internet.endpoints import wrapClientTLS
 from twisted.internet.ssl import Certificate, optionsForClientTLS, platformTrust, trustRootFromCertificates
 
-from cache.address import RedisAddress
+from cache.redis.address import RedisAddress
 
 _PEM_CERTIFICATE = re.compile(rb"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----", re.DOTALL)
 

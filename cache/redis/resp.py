@@ -34,7 +34,7 @@ from typing import Any, Deque, List, Optional, Sequence, Tuple, Union
 import txredisapi
 from twisted.internet import defer, main, reactor, tcp
 
-from cache.reply_buffer import ReplyBuffer
+from cache.redis.reply_buffer import ReplyBuffer
 from cache.shared_reads import read_failed
 
 _CRLF = b"\r\n"

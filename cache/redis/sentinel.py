@@ -22,9 +22,9 @@ from twisted.internet import defer
 from twisted.internet.interfaces import IStreamClientEndpoint
 from zope.interface import implementer
 
-from cache.address import RedisAddress
-from cache.link import ForgetsLostConnections, RedisLink, endpoint_for, pool_options
-from cache.resp import FastRedisProtocol
+from cache.redis.address import RedisAddress
+from cache.redis.link import ForgetsLostConnections, RedisLink, endpoint_for, pool_options
+from cache.redis.resp import FastRedisProtocol
 
 # txredisapi waits 10 s for a sentinel to name a healthy master before giving
 # up on a connection attempt, and only then tries again; during a failover
@@ -54,7 +54,7 @@ class _MasterProtocol(FastRedisProtocol):
 
 class _MasterFactory(ForgetsLostConnections, txredisapi.SentinelConnectionFactory):
     protocol = _MasterProtocol
-    # As for one Redis (cache.link): redial within a second, not after 10 s.
+    # As for one Redis (cache.redis.link): redial within a second, not after 10 s.
     maxDelay = 1.0
 
 

@@ -1,6 +1,6 @@
 """Redis's bytes, received straight into one buffer per connection and parsed there.
 
-Every command of a worker goes down one Redis connection (``cache.link``),
+Every command of a worker goes down one Redis connection (``cache.redis.link``),
 so under load a read brings several replies and usually ends inside one.
 Handed each read as ``bytes``, the protocol copied a 10 KB value four
 times: the read out of the socket buffer, that copy joined to the partial

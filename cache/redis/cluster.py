@@ -36,10 +36,10 @@ from twisted.internet.interfaces import IStreamClientEndpoint
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from cache.address import Node, RedisAddress
-from cache.errors import RedisReplyError, RedisUnavailable, StoreError
-from cache.link import Arg, Command, RedisLink, endpoint_for
-from cache.scripts import Script
+from cache.redis.address import Node, RedisAddress
+from cache.redis.errors import RedisReplyError, RedisUnavailable, StoreError
+from cache.redis.link import Arg, Command, RedisLink, endpoint_for
+from cache.redis.script import Script
 
 SLOTS = 16384
 # MOVED/ASK hops for one command; a healthy cluster needs at most two.

@@ -12,8 +12,8 @@ from typing import Any, Callable, Optional, Sequence
 
 from twisted.internet import defer
 
-from cache.link import Arg, Command, Link
-from cache.scripts import Script
+from cache.redis.link import Arg, Command, Link
+from cache.redis.script import Script
 
 
 class LazyLink:

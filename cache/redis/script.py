@@ -1,0 +1,29 @@
+"""A Lua script as the links send it: its source and SHA-1, called by ``EVALSHA``.
+
+The links (``cache.redis.link``, ``cache.redis.cluster``) load a script with
+``SCRIPT LOAD`` where Redis lacks it (a ``NOSCRIPT`` reply, a restart, a
+node of a cluster seen for the first time) and call it by SHA; which
+scripts there are is the stores' business (``cache.scripts`` and the
+modules that keep their own).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Sequence, Tuple, Union
+
+
+@dataclass(frozen=True)
+class Script:
+    """Lua source with its SHA-1, for ``EVALSHA`` with an ``EVAL`` fallback."""
+
+    source: bytes
+    sha: bytes = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sha", hashlib.sha1(self.source).hexdigest().encode())
+
+    def call(self, keys: Sequence[bytes], args: Sequence[Union[bytes, int]]) -> Tuple[Union[bytes, int], ...]:
+        """The ``EVALSHA`` command that runs this script."""
+        return (b"EVALSHA", self.sha, len(keys), *keys, *args)
