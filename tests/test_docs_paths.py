@@ -7,7 +7,7 @@ docstrings of the code under ``api/``, ``handlers/``, ``cache/``,
 ``loadtest/``, ``tests/``, ``deploy/`` and ``release/`` and of the Makefile.
 It collects every name that starts with one of the tree's folders
 (``cache/keys.py``, ``docs/limits.md``, ``tests/test_health.py::name``,
-``handlers/openapi*.py``) and every relative link of a document
+``handlers/openapi/*.py``) and every relative link of a document
 (``[limits.md](limits.md#anchor)``).
 
 A name counts by its file part (``api/master.py:45`` is ``api/master.py``,
