@@ -22,10 +22,8 @@ from handlers.batch import BatchHandler
 from handlers.changes import ChangesHandler
 from handlers.collection_settings import CollectionSettingsHandler, CollectionSettingsListHandler
 from handlers.collections import CollectionHandler
-from handlers.direct_answer import DirectResponder
-from handlers.direct_read import DirectRead
-from handlers.direct_write import DirectWrite
 from handlers.docs import DocsAssetHandler, DocsPageHandler, packaged_site
+from handlers.document_answers import DocumentAnswers
 from handlers.documents import DocumentHandler
 from handlers.feed.feed import Feed
 from handlers.health import PING_TIMEOUT, ReadinessHandler, ReadinessProbe
@@ -78,6 +76,10 @@ def make_app(
     changes = {**documents, "feed": feed, "ticket_gate": TicketGate(tickets, gate) if tickets and feed else None}
     docs = {"site": packaged_site}
     readiness = ReadinessProbe(store, reactor, min(PING_TIMEOUT, settings.redis_timeout))
+    # The document read's and replace's pipelines: run by the connection, or by DocumentHandler.
+    answers = DocumentAnswers(
+        store, gate, collections, documents["negotiator"], settings.cache_control, settings.max_body
+    )
     # Each handler's dependencies; the routes themselves come from the operation table.
     dependencies = {
         MultiGetHandler: budgeted,
@@ -86,7 +88,7 @@ def make_app(
         BatchHandler: {**budgeted, "batches": batches, "max_operations": settings.max_batch_ops},
         CollectionSettingsHandler: documents,
         CollectionSettingsListHandler: documents,
-        DocumentHandler: documents,
+        DocumentHandler: {**documents, "answers": answers},
         CollectionHandler: budgeted,
         ReadinessHandler: {"probe": readiness},
         MetricsHandler: {"render": render_metrics(metrics)},
@@ -116,8 +118,5 @@ def make_app(
     app = JetwayApplication(routes, reactor, limits, observer, error_handler=NoRouteHandler)
     app.debug_burn_seconds = settings.debug_burn_us / 1e6
     app.cors = CorsPolicy(settings.cors_origins)
-    if settings.direct_answers:
-        responder = DirectResponder(store, gate, collections, app.cors, app.http_date, app.new_request_id)
-        app.direct_read = DirectRead(responder, settings.cache_control, documents["negotiator"])
-        app.direct_write = DirectWrite(responder, settings.max_body)
+    app.direct_answers = settings.direct_answers
     return app

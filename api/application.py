@@ -20,9 +20,9 @@ from twisted.logger import Logger
 from api.body_budget import BodyBudget
 from api.connection import HttpLimits, JetwayConnection
 from api.observe import Observer
-from handlers.direct_read import DirectRead
-from handlers.direct_write import DirectWrite
 from handlers.http.cors import NO_CORS, CorsPolicy
+from handlers.http.reply import request_id_of
+from handlers.pipeline import Exchange, Pipeline
 
 # How often the application looks for connections past their deadline, so a
 # timeout fires at most this late. One sweep replaces a Twisted timer made
@@ -43,9 +43,8 @@ class JetwayApplication(cyclone.web.Application):
     protocol = JetwayConnection
     # JETWAY_DEBUG_BURN_US in seconds (api/debug_burn.py); 0 in production.
     debug_burn_seconds = 0.0
-    # Answer document reads and writes without Cyclone (handlers/direct_*.py); make_app sets them.
-    direct_read: Optional[DirectRead] = None
-    direct_write: Optional[DirectWrite] = None
+    # Whether the connection runs an operation's pipeline itself (JETWAY_DIRECT_ANSWERS); make_app sets it.
+    direct_answers = False
     # The browser origins allowed (JETWAY_CORS_ORIGINS); make_app sets it.
     cors: CorsPolicy = NO_CORS
 
@@ -96,6 +95,24 @@ class JetwayApplication(cyclone.web.Application):
                 if match is not None:
                     return spec, [_unquote(group) for group in match.groups()]
         return None, []
+
+    def pipeline_for(
+        self, method: str, target: str, headers: Any, body: bytes
+    ) -> Optional[Tuple[Pipeline, Exchange, str]]:
+        """The pipeline that answers ``method`` on ``target``, its exchange and its route's label; None: no pipeline.
+
+        A route's handler declares its pipelines by its ``answers`` (in the
+        route's arguments: ``handlers.document_answers.DocumentAnswers``);
+        the handler runs the same ones for what the connection leaves it.
+        """
+        path, _, query = target.partition("?")
+        spec, args = self.route(path)
+        answers = spec.kwargs.get("answers") if spec is not None else None
+        pipeline = answers.by_method.get(method) if answers is not None else None
+        if pipeline is None:
+            return None
+        request_id = request_id_of(headers.get("X-Request-ID"), self.new_request_id)
+        return pipeline, Exchange(method, path, query, args, headers, body, request_id), spec.handler_class.ROUTE
 
     def http_date(self) -> str:
         """The current HTTP date, formatted once per second rather than per response."""

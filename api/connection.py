@@ -29,7 +29,6 @@ docs/operations.md, "Hostile clients", states what this bounds a connection's me
 from __future__ import annotations
 
 import fcntl
-import http
 import struct
 import termios
 import time
@@ -37,21 +36,20 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional, Tuple
 
 import cyclone.httpserver
-import cyclone.web
 from cyclone.httputil import HTTPHeaders
-from twisted.python import log
-from twisted.python.failure import Failure
 
 from api.chunked import ChunkedDecoder
 from api.client_address import Network, client_address
 from api.debug_burn import burn_cpu
 from api.request_head import MAX_HEADER_BYTES, MAX_REQUEST_LINE, ProtocolError, RequestHead, parse_head
 from cache import codec
-from handlers.direct_answer import DirectAnswer, handed_over
+from handlers.framework import CycloneConnection
 from handlers.http.cache_policy import ERROR_POLICY
 from handlers.http.deferreds import is_deferred
 from handlers.http.errors import ApiError
+from handlers.http.reply import PROBLEM_TYPE, REASONS, Reply, response_head
 from handlers.paths import BATCH as BATCH_PATH  # the one path whose bodies may be larger than a document
+from handlers.pipeline import Exchange, run
 
 if TYPE_CHECKING:  # the application imports this module
     from api.application import JetwayApplication
@@ -77,8 +75,8 @@ _ABORT = -1
 BUSY_RETRY_AFTER = "1"
 
 
-# What the connection's request is while a direct read or write waits for
-# Redis (``handlers.direct_answer``): no Cyclone request, but one being answered.
+# What the connection's request is while a pipeline it runs waits (for
+# Redis): no Cyclone request, but one being answered.
 _AWAITING_REDIS: Any = object()
 
 
@@ -95,7 +93,7 @@ class HttpLimits:
     trusted_proxies: Tuple[Network, ...] = ()
 
 
-class JetwayConnection(cyclone.httpserver.HTTPConnection):
+class JetwayConnection(CycloneConnection):
     """One client connection; registered with the application while open."""
 
     factory: JetwayApplication
@@ -280,27 +278,22 @@ class JetwayConnection(cyclone.httpserver.HTTPConnection):
         app = self.factory
         if app.debug_burn_seconds:
             burn_cpu(app.debug_burn_seconds)
-        if self._may_answer_directly(head):
-            started = time.time()
-            try:
-                answer = self._direct_answer(app, head, body)
-            except Exception:  # a fault of the direct answer's own: the handler answers instead
-                log.err(None, f"the direct answer to {head.method} {head.target} failed")
-                answer = None
-            if answer is not None:
-                if is_deferred(answer):
-                    # Redis is asked: this connection waits as it would for a handler.
-                    self._request = _AWAITING_REDIS
-                    answer.addBoth(self._answer_directly, head, body, started)
-                else:
-                    self._answer_directly(answer, head, body, started)
-                return
-        self._start_request(head, body)
+        found = app.pipeline_for(head.method, head.target, head.headers, body) if self._answers(head) else None
+        if found is None:
+            self._start_request(head, body)
+            return
+        pipeline, exchange, route = found
+        started = time.time()
+        reply = run(pipeline, exchange)
+        if is_deferred(reply):
+            # It waits (for Redis): this connection waits as it would for a handler.
+            self._request = _AWAITING_REDIS
+            reply.addCallback(self._send_reply, exchange, head, route, started)
+        else:
+            self._send_reply(reply, exchange, head, route, started)
 
-    def _start_request(
-        self, head: RequestHead, body: bytes, handed: Optional[DirectAnswer] = None, started: float = 0.0
-    ) -> None:
-        """Hand the request to Cyclone; ``handed``: a direct answer's outcome, for the handler to answer from."""
+    def _start_request(self, head: RequestHead, body: bytes) -> None:
+        """Hand the request to Cyclone."""
         request = cyclone.httpserver.HTTPRequest(
             connection=self,
             method=head.method,
@@ -310,64 +303,46 @@ class JetwayConnection(cyclone.httpserver.HTTPConnection):
             body=body,
             remote_ip=self._client_address(head.headers),
         )
-        if handed is not None:
-            request.direct_answer = handed
-            request._start_time = started  # its duration counts the wait for Redis
         self._request = request
         self.request_callback(request)
 
-    @staticmethod
-    def _direct_answer(app: JetwayApplication, head: RequestHead, body: bytes) -> Any:
-        """The direct read's or write's answer (a ``DirectAnswer`` or a Deferred of one), or None."""
-        method = head.method
-        if method == "PUT":
-            return None if app.direct_write is None else app.direct_write.answer(head.target, head.headers, body)
-        if method == "GET" or method == "HEAD":
-            return None if app.direct_read is None else app.direct_read.answer(method, head.target, head.headers)
-        return None
+    def _answers(self, head: RequestHead) -> bool:
+        """Whether this connection runs an operation's pipeline itself (``handlers.pipeline``), not Cyclone.
 
-    def _may_answer_directly(self, head: RequestHead) -> bool:
-        """Whether a request may be answered without Cyclone (``handlers.direct_read``, ``handlers.direct_write``).
-
-        Only on a connection that stays open after it, so the answer never
-        needs a ``Connection`` header of its own.
+        Only for a request on a connection that stays open after it (so its
+        head needs no ``Connection`` header but when the worker begins
+        draining meanwhile).
         """
-        return head.keep_alive and head.version == "HTTP/1.1" and not self.closing and not self.no_keep_alive
+        return (
+            self.factory.direct_answers
+            and head.keep_alive
+            and head.version == "HTTP/1.1"
+            and not self.closing
+            and not self.no_keep_alive
+        )
 
-    def _answer_directly(self, answer: DirectAnswer, head: RequestHead, body: bytes, started: float) -> None:
-        """Send a direct answer's response, or hand its outcome to Cyclone.
-
-        Cyclone's handler answers when there is no response (not a 200, 304
-        or 201), or when the connection began closing meanwhile (its answer
-        says ``Connection: close``).
-        """
+    def _send_reply(self, reply: Reply, exchange: Exchange, head: RequestHead, route: str, started: float) -> None:
+        """Send a pipeline's reply: its head from the one writer (``handlers.http.reply``), then its body."""
         self._request = None
-        if isinstance(answer, Failure):  # it never fails but by a fault of its own: the handler answers
-            log.err(answer, f"the direct answer to {head.method} {head.target} failed")
-            answer = handed_over(answer, "")
-        if answer.response is None or not self._may_answer_directly(head):
-            self._start_request(head, body, answer, started)
+        if self._lost:
             return
-        self.transport.write(answer.response)
-        self.factory.observer.answered_directly(
-            head.method,
-            head.target,
-            answer.status,
-            self._client_address(head.headers),
-            time.time() - started,
-            answer.request_id,
-            answer.kind,
+        app = self.factory
+        lines = reply.header_lines(app.http_date(), exchange.request_id)
+        if self.closing:
+            lines.append(("Connection", "close"))  # the worker began draining while it waited
+        cors = app.cors.response_lines(head.headers.get("Origin")) if app.cors.enabled else b""
+        status = reply.status
+        response = response_head("HTTP/1.1", status, REASONS[status], lines, reply.list_headers(), cors)
+        self.transport.write(response + reply.body if head.method != "HEAD" and status != 304 else response)
+        seconds = time.time() - started
+        client = self._client_address(head.headers)
+        app.observer.answered_directly(
+            route, head.method, head.target, status, client, seconds, exchange.request_id, reply.kind
         )
         self._next_after_answer()
 
-    def _finish_request(self) -> None:
-        # Replaces Cyclone's: case-insensitive Connection tokens, and the
-        # next pipelined request is read only now.
-        if self._finish_callback:
-            self._finish_callback.callback(None)
-            self._finish_callback = None
-        self._request = None
-        self._request_finished = False
+    def request_answered(self) -> None:
+        """Cyclone's handler answered (``handlers.framework.CycloneConnection``): close, or read on."""
         self._next_after_answer()
 
     def _next_after_answer(self) -> None:
@@ -390,21 +365,22 @@ class JetwayConnection(cyclone.httpserver.HTTPConnection):
         self._arm(self.limits.send_timeout, _ABORT)
 
     def _reject(self, error: ProtocolError) -> None:
-        """Answer a request that cannot be served, and close."""
+        """Answer a request that cannot be served, and close.
+
+        Before the request is understood: none of the handlers' defaults
+        (``Server``, ``Date``, the request's id).
+        """
         head = self._head
         self._disarm()
         self._drop_input()
         body = codec.dumps(ApiError(error.status, error.problem, error.detail).as_problem())
-        phrase = http.HTTPStatus(error.status).phrase.encode()
-        headers = [*error.headers.items(), ("Cache-Control", ERROR_POLICY)]
+        lines = [("Content-Type", PROBLEM_TYPE), ("Content-Length", str(len(body))), *error.headers.items()]
+        lines.append(("Cache-Control", ERROR_POLICY))
         if head is not None:
             # A page on an allowed origin reads this problem too, not an opaque network error.
-            headers += self.factory.cors.response_headers(head.headers.get("Origin"))
-        extra = b"".join(b"%s: %s\r\n" % (name.encode(), value.encode()) for name, value in headers)
-        self.transport.write(
-            b"HTTP/1.1 %d %s\r\nContent-Type: application/problem+json\r\nContent-Length: %d\r\n"
-            b"%sConnection: close\r\n\r\n%s" % (error.status, phrase, len(body), extra, body)
-        )
+            lines += self.factory.cors.response_headers(head.headers.get("Origin"))
+        lines.append(("Connection", "close"))
+        self.transport.write(response_head("HTTP/1.1", error.status, REASONS[error.status], lines) + body)
         self.close()
 
     def _arm(self, seconds: float, action: Optional[int]) -> None:

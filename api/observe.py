@@ -19,7 +19,6 @@ from prometheus_client.multiprocess import MultiProcessCollector
 
 from api.logs import AccessLog
 from api.metrics_dir import MULTIPROC_ENV
-from handlers.direct_read import ROUTE as DIRECT_ROUTE
 from handlers.feed.event_stream import FeedStats
 
 _TOKEN = re.compile(r"jw_[A-Za-z0-9_-]{20,}")
@@ -82,7 +81,7 @@ class Metrics:
         self.log_lines_dropped = log_lines_dropped()
         self.direct_answers = Counter(
             "jetway_direct_answers",
-            "Document requests answered without Cyclone, by kind (hot_read, redis_read, write)",
+            "Requests answered by the connection without Cyclone, by kind (hot_read, redis_read, write, error)",
             ["kind"],
             registry=None,
         )
@@ -277,11 +276,11 @@ class Observer:
         )
 
     def answered_directly(
-        self, method: str, uri: str, status: int, client: str, seconds: float, request_id: str, kind: str
+        self, route: str, method: str, uri: str, status: int, client: str, seconds: float, request_id: str, kind: str
     ) -> None:
-        """A document request was answered without Cyclone (``handlers.direct_answer``), as ``kind``."""
+        """A request's pipeline was run and answered by the connection, without Cyclone (``handlers.pipeline``)."""
         self.metrics.count_direct(kind)
-        self.answered(DIRECT_ROUTE, method, uri, status, client, seconds, request_id)
+        self.answered(route, method, uri, status, client, seconds, request_id)
 
     def answered(
         self, route: str, method: str, uri: str, status: int, client: str, seconds: float, request_id: str

@@ -147,7 +147,7 @@ class HotCache:
         """The cached document, counted as a hit; None when not held, and not counted then.
 
         For a read that, on None, goes on to ``get`` (which counts the miss):
-        the direct read (``handlers.direct_read``) asks this first.
+        ``get`` asks this first.
         """
         # No live check: entries exist only while the feed is up.
         entry = self._entries.get(key)

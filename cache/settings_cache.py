@@ -125,6 +125,17 @@ class SettingsCache:
             return None
         return entry or NO_SETTINGS
 
+    def resolve(self, name: str) -> Any:
+        """The collection's settings (``NO_SETTINGS`` for none): now when known, else a Deferred of them.
+
+        The one way a request learns its collection's settings: a write's
+        rules and a read's cache policy alike.
+        """
+        known = self.peek(name)
+        if known is not None:
+            return known
+        return self.get(name).addCallback(lambda found: found or NO_SETTINGS)
+
     def _parsed(self, row: Optional[Tuple[bytes, bytes]], name: str) -> Any:
         """Stored settings parsed, their schema compiled (or its refusal) for this version: maybe a Deferred."""
         if row is None:

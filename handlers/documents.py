@@ -2,77 +2,46 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple
+from typing import Any, Optional
 
 from twisted.internet import defer
 
-from cache.store import Conditions, Document
-from cache.variants import base_tag
 from handlers.base import ResourceHandler, document_response
-from handlers.http import conditional, validation
+from handlers.document_answers import DocumentAnswers, if_match, if_unmodified_since
+from handlers.http import validation
 from handlers.http.deferreds import is_deferred
-from handlers.http.errors import not_found
 from handlers.idempotency import respond_once
+from handlers.pipeline import Exchange, run
 
 
 class DocumentHandler(ResourceHandler):
+    """GET, HEAD and PUT run their pipelines (``handlers.document_answers``); PATCH and DELETE are methods."""
+
     ROUTE = "document"
     SUPPORTED_METHODS = ("GET", "HEAD", "PUT", "PATCH", "DELETE", "OPTIONS")
 
+    def initialize(self, answers: DocumentAnswers, **resources: Any) -> None:
+        super().initialize(**resources)
+        self.pipelines = answers.by_method
+
+    def prepare(self) -> Optional[defer.Deferred]:
+        if self.request.method in self.pipelines:
+            return None  # admission is the pipeline's first step
+        return super().prepare()
+
     def get(self, collection: str, doc_id: str) -> Optional[defer.Deferred]:
-        # Plain callbacks, not a generator: a request waiting for Redis is
-        # usually moved to PyPy's old generation by a minor collection, its
-        # generator's frame with it, and a document bound to that frame's
-        # locals would then be kept through the next minor collection and
-        # copied to the old generation, though the response has long been
-        # sent (docs/performance.md, "The read path").
-        name = validation.collection_name(collection)
-        read = self.read_document(name, validation.document_id(doc_id))
-        if is_deferred(read):
-            return self.with_collection_policy(name, read).addCallback(self._answer_read)
-        if self.use_known_policy(name):  # the usual hot read: answered now, no Deferred made or run
-            self._answer_read(read)
-            return None
-        return self.with_collection_policy(name, defer.succeed(read)).addCallback(self._answer_read)
-
-    def _answer_read(self, document: Optional[Document]) -> None:
-        if document is None:
-            raise not_found()
-        self.send_representation(document)
-
-    head = get
-
-    def put(self, collection: str, doc_id: str) -> defer.Deferred:
-        # Plain callbacks, as the read: an inlineCallbacks generator cost a
-        # copied contextvars context and a generator step per yield.
-        handed = self.handed()
-        if handed is not None:  # the direct write made it (handlers/direct_write.py): its outcome, not a second write
-            return defer.maybeDeferred(handed.fired).addCallback(self._answer_write)
-        keys = validation.collection_name(collection), validation.document_id(doc_id)
-        value = validation.json_document(
-            self.request.body, self.request.headers.get("Content-Type"), validation.JSON, self.max_body
+        """The same pipeline the connection runs for a request it answers itself (``handlers.pipeline``)."""
+        request = self.request
+        exchange = Exchange(
+            request.method, request.path, request.query, self.path_args, request.headers, request.body, self.request_id
         )
-        ttl = validation.ttl(self.query_argument("ttl"))
-        known = self.known_collection_settings(keys[0])
-        if known is not None:  # the usual case: no Deferred to wait on, nor one to chain
-            return self._put_checked(known, keys, value, ttl)
-        return self.collection_settings(keys[0]).addCallback(self._put_checked, keys, value, ttl)
+        reply = run(self.pipelines[request.method], exchange)
+        if is_deferred(reply):
+            return reply.addCallback(self.send_reply)
+        self.send_reply(reply)
+        return None
 
-    def _put_checked(self, rules: Any, keys: Any, value: Any, ttl: Optional[int]) -> defer.Deferred:
-        rules.check(value, len(self.request.body))  # before anything is stored
-        conditions = Conditions(
-            self._if_match(),
-            validation.entity_tags(self.request.headers.get("If-None-Match"), weak=True),
-            self._if_unmodified_since(),
-        )
-        written = self.store.put(
-            *keys, self.request.body, conditions, rules.ttl_or_default(ttl), replicas=rules.write_replicas
-        )
-        return written.addCallback(self._answer_write)
-
-    def _answer_write(self, outcome: Tuple[Document, bool]) -> None:
-        document, created = outcome
-        self.send_document(201 if created else 200, document)
+    head = put = get
 
     def patch(self, collection: str, doc_id: str) -> defer.Deferred:
         keys = validation.collection_name(collection), validation.document_id(doc_id)
@@ -105,10 +74,7 @@ class DocumentHandler(ResourceHandler):
         self.send_no_content()
 
     def _if_match(self) -> bytes:
-        # A client that read a compressed variant holds that variant's tag;
-        # it names the same document.
-        tags = validation.entity_tags(self.request.headers.get("If-Match"), weak=False)
-        return tags if tags in (b"", b"*") else b" ".join(base_tag(tag) for tag in tags.split())
+        return if_match(self.request.headers)
 
     def _if_unmodified_since(self) -> Optional[int]:
-        return conditional.http_date(self.request.headers.get("If-Unmodified-Since"))
+        return if_unmodified_since(self.request.headers)

@@ -1,8 +1,8 @@
-"""handlers.direct_read and direct_write: which requests they answer, and that their bytes are the handler's.
+"""The document read's and replace's pipelines (handlers/document_answers.py), run by the connection.
 
-The unit tests drive ``DirectRead.answer`` over a live hot cache, and over
-a link whose replies the test gives: what it takes, what it leaves to
-``DocumentHandler`` and what it hands over. The end-to-end tests send the
+The unit tests run the read's pipeline over a live hot cache, and over a
+link whose replies the test gives: what it answers at once, what waits,
+and the bytes the connection sends. The end-to-end tests send the
 same raw requests to three servers on one Redis: one with the hot cache
 (hot reads), one without (direct reads from Redis) and one with direct
 answers off (every request through Cyclone's handlers), and compare the
@@ -18,23 +18,25 @@ import signal
 import socket
 import threading
 import time
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import pytest
 import requests
 from twisted.internet import defer
-from twisted.python.failure import Failure
 
 from cache import keys
+from cache.errors import RedisUnavailable
 from cache.hot_cache import HotCache
 from cache.store import Document, DocumentStore
 from cache.tokens import TokenRecord, digest_of
-from handlers.direct_answer import HOT_READ, REDIS_READ, WRITE, DirectAnswer, DirectResponder
-from handlers.direct_read import DirectRead
+from handlers.document_answers import HOT_READ, REDIS_READ, WRITE, DocumentAnswers
 from handlers.http.auth import Gate
 from handlers.http.cors import CorsPolicy
 from handlers.http.deferreds import is_deferred
+from handlers.http.errors import ApiError
 from handlers.http.negotiation import Negotiator
+from handlers.http.reply import REASONS, Reply, response_head
+from handlers.pipeline import Exchange, run
 from tests.support import JetwayServer
 from tests.test_auth_digests import RecordTable
 
@@ -60,28 +62,37 @@ def live_store(*documents: Tuple[bytes, bytes, Document]) -> DocumentStore:
     return DocumentStore(None, hot=hot)  # type: ignore[arg-type]
 
 
-def direct_read(store: DocumentStore, gate: Optional[Gate] = None) -> DirectRead:
-    ids = iter(range(1000))
-    responder = DirectResponder(
-        store,
-        gate or Gate(None, None, enabled=False),  # type: ignore[arg-type]
-        None,
-        CorsPolicy((ORIGIN,)),
-        lambda: "Thu, 26 Nov 2026 04:00:00 GMT",
-        lambda: f"id{next(ids)}",
-    )
-    return DirectRead(responder, "no-cache", Negotiator())
+class Reader:
+    """The document read's pipeline over ``store``, and the bytes the connection sends for its reply."""
+
+    def __init__(self, store: DocumentStore, gate: Optional[Gate] = None) -> None:
+        gate = gate or Gate(None, None, enabled=False)  # type: ignore[arg-type]
+        self.answers = DocumentAnswers(store, gate, None, Negotiator(), "no-cache", 1 << 20)
+        self.cors = CorsPolicy((ORIGIN,))
+        self.ids = iter(range(1000))
+
+    def answer(self, method: str, target: str, headers: Dict[str, str]) -> Any:
+        path, _, query = target.partition("?")
+        exchange = Exchange(method, path, query, path.split("/")[2:], headers, b"", f"id{next(self.ids)}")
+        self.exchange = exchange
+        return run(self.answers.by_method[method], exchange)
+
+    def sent(self, reply: Reply, method: str = "GET", headers: Optional[Dict[str, str]] = None) -> bytes:
+        lines = reply.header_lines("Thu, 26 Nov 2026 04:00:00 GMT", self.exchange.request_id)
+        cors = self.cors.response_lines((headers or {}).get("Origin"))
+        head = response_head("HTTP/1.1", reply.status, REASONS[reply.status], lines, reply.list_headers(), cors)
+        return head if method == "HEAD" or reply.status == 304 else head + reply.body
 
 
 @pytest.fixture
-def reader() -> DirectRead:
-    return direct_read(live_store((b"people", b"ada", Document(SMALL, b'"e1"', MODIFIED))))
+def reader() -> Reader:
+    return Reader(live_store((b"people", b"ada", Document(SMALL, b'"e1"', MODIFIED))))
 
 
-def test_a_cached_document_is_answered_with_the_handlers_head_and_its_bytes(reader):
-    answer = reader.answer("GET", "/v1/people/ada", {})
-    assert answer is not None and (answer.status, answer.request_id) == (200, "id0")
-    assert answer.response == (
+def test_a_cached_document_is_answered_at_once_with_the_handlers_head_and_its_bytes(reader):
+    reply = reader.answer("GET", "/v1/people/ada", {})
+    assert isinstance(reply, Reply) and (reply.status, reply.kind) == (200, HOT_READ)
+    assert reader.sent(reply) == (
         b"HTTP/1.1 200 OK\r\nServer: jetway\r\nContent-Type: application/json\r\n"
         b"Date: Thu, 26 Nov 2026 04:00:00 GMT\r\nX-Request-ID: id0\r\nCache-Control: no-cache\r\n"
         b'ETag: "e1"\r\nLast-Modified: '
@@ -94,40 +105,39 @@ def test_a_cached_document_is_answered_with_the_handlers_head_and_its_bytes(read
 
 
 def test_head_gets_the_same_head_and_no_body(reader):
-    get, head = reader.answer("GET", "/v1/people/ada", {}), reader.answer("HEAD", "/v1/people/ada", {})
-    assert head.response == get.response[: -len(SMALL)].replace(b"id0", b"id1")
+    get = reader.sent(reader.answer("GET", "/v1/people/ada", {}))
+    head = reader.sent(reader.answer("HEAD", "/v1/people/ada", {}), "HEAD")
+    assert head == get[: -len(SMALL)].replace(b"id0", b"id1")
 
 
 def test_a_matching_if_none_match_is_a_304_without_a_body(reader):
-    answer = reader.answer("GET", "/v1/people/ada", {"If-None-Match": '"e1"'})
-    assert answer.status == 304
-    assert answer.response.startswith(b"HTTP/1.1 304 Not Modified\r\n") and answer.response.endswith(b"\r\n\r\n")
-    assert b"Content-Length" not in answer.response and b'ETag: "e1"' in answer.response
+    reply = reader.answer("GET", "/v1/people/ada", {"If-None-Match": '"e1"'})
+    sent = reader.sent(reply)
+    assert sent.startswith(b"HTTP/1.1 304 Not Modified\r\n") and sent.endswith(b"\r\n\r\n")
+    assert b"Content-Length" not in sent and b"Content-Type" not in sent and b'ETag: "e1"' in sent
 
 
 def test_a_client_id_is_kept_and_an_allowed_origin_gets_its_cors_lines(reader):
-    answer = reader.answer("GET", "/v1/people/ada", {"X-Request-ID": "mine-1", "Origin": ORIGIN})
-    assert b"X-Request-ID: mine-1\r\n" in answer.response
-    assert f"Access-Control-Allow-Origin: {ORIGIN}\r\n".encode() in answer.response
+    headers = {"X-Request-ID": "mine-1", "Origin": ORIGIN}
+    reply = reader.answer("GET", "/v1/people/ada", headers)
+    reader.exchange.request_id = "mine-1"  # the connection's choice (request_id_of): the client's, when sane
+    sent = reader.sent(reply, headers=headers)
+    assert b"X-Request-ID: mine-1\r\n" in sent
+    assert f"Access-Control-Allow-Origin: {ORIGIN}\r\n".encode() in sent
 
 
 @pytest.mark.parametrize(
-    "method, target, headers",
+    "target, headers, status",
     [
-        ("PUT", "/v1/people/ada", {}),
-        ("GET", "/v1/people/ada?x=1", {}),  # a query: the handler's to ignore
-        ("GET", "/v1/people/%61da", {}),  # escaped: Cyclone unescapes it
-        ("GET", "/v1/people/ada/more", {}),
-        ("GET", "/v1/people", {}),
-        ("GET", "/v1/_get/people", {}),
-        ("GET", "/healthz", {}),
-        ("GET", "/v1/People/ada", {}),  # a bad name: the handler's 400
-        ("GET", "/v1/people/..", {}),  # a bad id: the handler's 400
-        ("GET", "/v1/people/ada", {"Accept-Encoding": "identity;q=0"}),  # the handler's 406
+        ("/v1/People/ada", {}, 400),  # a bad name
+        ("/v1/people/..", {}, 400),  # a bad id
+        ("/v1/people/ada", {"Accept-Encoding": "identity;q=0"}, 406),
     ],
 )
-def test_anything_else_is_left_to_the_handler(reader, method, target, headers):
-    assert reader.answer(method, target, headers) is None
+def test_a_refused_read_is_answered_at_once_with_its_problem(reader, target, headers, status):
+    reply = reader.answer("GET", target, headers)
+    assert isinstance(reply, Reply) and (reply.status, reply.kind) == (status, "error")
+    assert reply.content_type == "application/problem+json" and ("Cache-Control", "no-store") in reply.headers
 
 
 class AnsweredLink:
@@ -144,8 +154,8 @@ class AnsweredLink:
         return self.execute(*commands[0])  # a read that fills the hot cache: the read, and the key's PTTL
 
 
-def outcome(pending: defer.Deferred) -> DirectAnswer:
-    fired: List[DirectAnswer] = []
+def outcome(pending: defer.Deferred) -> Reply:
+    fired: List[Reply] = []
     pending.addCallback(fired.append)
     return fired[0]
 
@@ -156,46 +166,45 @@ def link() -> AnsweredLink:
 
 
 @pytest.fixture
-def from_redis(link) -> DirectRead:
-    return direct_read(DocumentStore(link))  # type: ignore[arg-type]
+def from_redis(link) -> Reader:
+    return Reader(DocumentStore(link))  # type: ignore[arg-type]
 
 
 def test_a_document_not_held_is_read_from_redis_and_answered_as_a_held_one_is(reader, link, from_redis):
     pending = from_redis.answer("GET", "/v1/people/ada", {})
+    assert is_deferred(pending)
     assert [command[:2] for command, _ in link.sent] == [(b"HMGET", keys.document_key(b"people", b"ada"))]
     link.sent[0][1].callback([SMALL, b'"e1"', MODIFIED, None])
-    answer = outcome(pending)
-    assert (answer.status, answer.kind) == (200, REDIS_READ)
-    assert answer.response == reader.answer("GET", "/v1/people/ada", {}).response
+    reply = outcome(pending)
+    assert (reply.status, reply.kind) == (200, REDIS_READ)
+    assert from_redis.sent(reply) == reader.sent(reader.answer("GET", "/v1/people/ada", {}))
 
 
 @pytest.mark.parametrize(
-    "reply, headers",
+    "reply, headers, status",
     [
-        ([None, None, None, None], {}),  # no such document: the handler's 404
-        ([SMALL, b'"e1"', MODIFIED, None], {"Accept-Encoding": "identity;q=0"}),  # the handler's 406
+        ([None, None, None, None], {}, 404),
+        ([SMALL, b'"e1"', MODIFIED, None], {"Accept-Encoding": "identity;q=0"}, 406),
     ],
 )
-def test_what_redis_gives_but_a_200_or_304_is_handed_to_the_handler(from_redis, link, reply, headers):
+def test_what_redis_gives_but_a_document_is_answered_with_its_problem(from_redis, link, reply, headers, status):
     pending = from_redis.answer("GET", "/v1/people/ada", headers)
     link.sent[0][1].callback(reply)
-    answer = outcome(pending)
-    assert answer.response is None
-    assert answer.outcome == (None if reply[0] is None else Document(SMALL, b'"e1"', MODIFIED))
+    answered = outcome(pending)
+    assert (answered.status, answered.content_type) == (status, "application/problem+json")
 
 
-def test_a_failed_read_is_handed_to_the_handler_as_its_failure(from_redis, link):
+def test_a_failed_read_is_answered_with_the_failures_problem(from_redis, link):
     pending = from_redis.answer("GET", "/v1/people/ada", {})
-    link.sent[0][1].errback(ConnectionError("lost"))
-    answer = outcome(pending)
-    assert answer.response is None and isinstance(answer.outcome, Failure)
-    assert answer.outcome.check(ConnectionError)
+    link.sent[0][1].errback(RedisUnavailable("lost"))
+    reply = outcome(pending)
+    assert reply.status == 503 and ("Retry-After", "1") in reply.headers
 
 
 def test_a_fresh_copy_is_read_from_redis_though_the_document_is_held(link):
     store = live_store((b"people", b"ada", Document(SMALL, b'"e1"', MODIFIED)))
     store._link = link
-    assert is_deferred(direct_read(store).answer("GET", "/v1/people/ada", {"Cache-Control": "no-cache"}))
+    assert is_deferred(Reader(store).answer("GET", "/v1/people/ada", {"Cache-Control": "no-cache"}))
     assert len(link.sent) == 1 and store._hot.hits == 0
 
 
@@ -204,26 +213,28 @@ def test_a_read_from_redis_counts_one_miss_and_a_hot_read_one_hit(link):
     store._link = link
     hot = store._hot
     hits, misses = hot.hits, hot.misses
-    reader = direct_read(store)
-    assert isinstance(reader.answer("GET", "/v1/people/ada", {}), DirectAnswer)
+    reader = Reader(store)
+    assert isinstance(reader.answer("GET", "/v1/people/ada", {}), Reply)
     assert is_deferred(reader.answer("GET", "/v1/people/bob", {}))
     assert (hot.hits - hits, hot.misses - misses) == (1, 1)
 
 
-def test_only_a_token_known_valid_with_read_scope_and_no_rate_is_admitted_at_once():
+def test_a_token_known_valid_is_admitted_without_waiting_and_its_rate_step_rides_with_the_read():
+    """What makes the fast path: no Deferred for a known token; a rated one's step is sent with the read."""
+
     def record(token: str, scopes: Tuple[str, ...], rate: str = "") -> TokenRecord:
         return TokenRecord(digest=digest_of(token), name=token, scopes=scopes, rate=rate, expires=0, created=0)
 
-    records = [record("jw_reader", ("read:people",)), record("jw_other", ("read:orders",))]
-    records.append(record("jw_rated", ("read:*",), rate="10/s"))
+    records = [record("jw_reader", ("read:people",)), record("jw_rated", ("read:*",), rate="10/s")]
     gate = Gate(RecordTable({r.digest: r for r in records}), None, enabled=True)  # type: ignore[arg-type]
-    assert not gate.admits_now("Bearer jw_reader", "people", False)  # not yet known valid: hashed once by the gate
-    for token in ("jw_reader", "jw_other", "jw_rated"):
-        gate.grant_or_wait(f"Bearer {token}", "orders" if token == "jw_other" else "people", False, True)
-    assert gate.admits_now("Bearer jw_reader", "people", False)
-    assert not gate.admits_now("Bearer jw_reader", "orders", False)  # no scope: the handler's 403
-    assert not gate.admits_now("Bearer jw_rated", "people", False)  # its rate step needs Redis
-    assert not gate.admits_now(None, "people", False) and not gate.admits_now("Basic x", "people", False)
+    assert is_deferred(gate.grant_or_wait("Bearer jw_unknown", "people", False, True))  # not held: looked up
+    granted = gate.grant_or_wait("Bearer jw_reader", "people", False, True)
+    assert not is_deferred(granted) and granted.pending_rate is None
+    rated = gate.grant_or_wait("Bearer jw_rated", "people", False, True)
+    assert not is_deferred(rated) and rated.pending_rate is not None
+    with pytest.raises(ApiError) as refused:
+        gate.grant_or_wait("Bearer jw_reader", "orders", False, True)
+    assert refused.value.status_code == 403
 
 
 # ---------------------------------------------------------- end to end
@@ -336,11 +347,11 @@ def normalized(response: bytes) -> bytes:
     return _MADE_ID.sub(b"\r\nX-Request-ID: (made)\r\n", _DATE.sub(b"\r\nDate: (now)\r\n", response))
 
 
-def direct_answers(server: JetwayServer) -> Tuple[float, float, float]:
-    """What the server answered without Cyclone so far: (hot reads, reads from Redis, writes)."""
+def direct_answers(server: JetwayServer) -> Tuple[float, float, float, float]:
+    """What the server answered without Cyclone so far: (hot reads, reads from Redis, writes, problems)."""
     # One worker: the scrape is answered by the worker that served, which flushes its counts first.
     text = requests.get(server.url("/metrics"), timeout=10).text
-    return tuple(_count(text, kind) for kind in (HOT_READ, REDIS_READ, WRITE))  # type: ignore[return-value]
+    return tuple(_count(text, kind) for kind in (HOT_READ, REDIS_READ, WRITE, "error"))  # type: ignore[return-value]
 
 
 def _count(metrics: str, kind: str) -> float:
@@ -381,19 +392,24 @@ DIRECT = [
     ("GET", "/v1/people/huge", "admin", ("Accept-Encoding: gzip",)),
     ("GET", "/v1/slow/one", "reader", ("If-Modified-Since: Fri, 01 Jan 2100 00:00:00 GMT",)),
 ]
-# Requests it leaves or hands to the handler: the same answers all the same.
-FULL = [
+# Requests the pipeline answers with a problem: the same as the handler's, counted as "error".
+PROBLEMS = [
     ("GET", "/v1/people/ada", None, ()),
     ("GET", "/v1/people/ada", "nobody", ()),
     ("GET", "/v1/orders/ada", "reader", ()),
-    ("GET", "/v1/people/ada", "rated", ()),
-    ("GET", "/v1/people/nobody", "admin", ()),  # read from Redis, handed over: the 404
-    ("GET", "/v1/people/listy", "admin", ()),  # read from Redis, handed over: WRONGTYPE's 502
+    ("GET", "/v1/people/nobody", "admin", ()),  # read from Redis: the 404
+    ("GET", "/v1/people/listy", "admin", ()),  # read from Redis: WRONGTYPE's 502
     ("GET", "/v1/People/ada", "admin", ()),
+    ("GET", "/v1/people/ada", "admin", ("Accept-Encoding: identity;q=0",)),
+]
+# Reads the pipeline answers that a hot read cannot: a rate step rides with a read from Redis.
+FROM_REDIS = [
+    ("GET", "/v1/people/ada", "rated", ()),
+]
+# Reads whose path Cyclone would see differently: the route's own unescaping, its query ignored.
+ROUTED = [
     ("GET", "/v1/people/ada?x=1", "admin", ()),
     ("GET", "/v1/people/%61da", "admin", ()),
-    ("GET", "/v1/people/ada", "admin", ("Accept-Encoding: identity;q=0",)),
-    ("GET", "/v1/people/ada", "admin", ("Connection: close",)),
 ]
 
 
@@ -404,7 +420,7 @@ def test_a_direct_read_answers_exactly_as_the_handler_would(servers, seeded, sou
     request = raw(method, path, seeded[token], *lines)
     before = direct_answers(server)
     answered = normalized(exchange(server, request))
-    counted = (1, 0, 0) if source == "hot" else (0, 1, 0)
+    counted = (1, 0, 0, 0) if source == "hot" else (0, 1, 0, 0)
     assert direct_answers(server) == plus(before, *counted), "not answered directly"
     assert answered == normalized(exchange(servers.full, request))
 
@@ -413,25 +429,50 @@ def test_a_request_for_a_fresh_copy_is_answered_directly_from_redis(servers, see
     request = raw("GET", "/v1/people/ada", seeded["admin"], "Cache-Control: no-cache")
     before = direct_answers(servers.hot)
     answered = normalized(exchange(servers.hot, request))
-    assert direct_answers(servers.hot) == plus(before, 0, 1, 0)
+    assert direct_answers(servers.hot) == plus(before, 0, 1, 0, 0)
     assert answered == normalized(exchange(servers.full, request))
 
 
-@pytest.mark.parametrize("method, path, token, lines", FULL)
+@pytest.mark.parametrize("method, path, token, lines", PROBLEMS)
 @pytest.mark.parametrize("source", ["hot", "cold"])
-def test_what_the_direct_read_leaves_is_answered_as_before(servers, seeded, source, method, path, token, lines):
+def test_a_refused_read_is_answered_directly_with_the_handlers_problem(
+    servers, seeded, source, method, path, token, lines
+):
     server = getattr(servers, source)
     request = raw(method, path, seeded.get(token, token), *lines)
     before = direct_answers(server)
     answered = normalized(exchange(server, request))
-    assert direct_answers(server) == before
+    assert direct_answers(server) == plus(before, 0, 0, 0, 1)
     assert answered == normalized(exchange(servers.full, request))
+
+
+@pytest.mark.parametrize("method, path, token, lines", FROM_REDIS + ROUTED)
+@pytest.mark.parametrize("source", ["hot", "cold"])
+def test_a_rated_escaped_or_queried_read_is_answered_directly_as_the_handler_would(
+    servers, seeded, source, method, path, token, lines
+):
+    server = getattr(servers, source)
+    request = raw(method, path, seeded[token], *lines)
+    before = direct_answers(server)
+    answered = normalized(exchange(server, request))
+    hot = source == "hot" and (method, path, token, lines) in ROUTED
+    assert direct_answers(server) == plus(before, *((1, 0, 0, 0) if hot else (0, 1, 0, 0)))
+    assert answered == normalized(exchange(servers.full, request))
+
+
+@pytest.mark.parametrize("source", ["hot", "cold"])
+def test_a_read_on_a_closing_connection_is_left_to_the_handler(servers, seeded, source):
+    server = getattr(servers, source)
+    request = raw("GET", "/v1/people/ada", seeded["admin"], "Connection: close")
+    before = direct_answers(server)
+    assert normalized(exchange(server, request)) == normalized(exchange(servers.full, request))
+    assert direct_answers(server) == before
 
 
 def test_the_full_server_answers_nothing_directly(servers, seeded):
     before = direct_answers(servers.full)
     exchange(servers.full, raw("GET", "/v1/people/ada", seeded["admin"]))
-    assert direct_answers(servers.full) == before == (0, 0, 0)
+    assert direct_answers(servers.full) == before == (0, 0, 0, 0)
 
 
 @pytest.mark.parametrize("source", ["hot", "cold"])
@@ -477,60 +518,55 @@ def write_twice(server: JetwayServer, redis_server, path: str, request: bytes) -
     return written(exchange(server, request)) + written(exchange(server, request))
 
 
-# Writes the direct write answers: (token, collection, body, header lines).
+# Writes the replace's pipeline answers on the connection: (token, path, body, header lines, 201 or a problem).
 WRITES = [
-    ("admin", "people", SMALL, ()),
-    ("writer", "people", SMALL, ()),
-    ("admin", "people", LARGE, ("X-Request-ID: client-chosen.2", f"Origin: {ORIGIN}")),
-    ("writer", "strict", b'{"name":"ok"}', ("Content-Type: application/json; charset=utf-8",)),
-    ("writer", "people", HUGE, ()),
-    ("writer", "slow", SMALL, ()),  # no write scope: left, the 403
-]
-# Writes it leaves to the handler: the same answers all the same.
-FULL_WRITES = [
-    ("admin", "/v1/people/w", SMALL, ("If-None-Match: *",)),
-    ("admin", "/v1/people/w", SMALL, ('If-Match: "nope"',)),
-    ("admin", "/v1/people/w", SMALL, ("If-Unmodified-Since: Fri, 01 Jan 2100 00:00:00 GMT",)),
-    ("admin", "/v1/people/w?ttl=60", SMALL, ()),
-    ("admin", "/v1/people/w", b'{"name":', ()),
-    ("admin", "/v1/people/w", b"[1, 2]", ()),
-    ("admin", "/v1/people/w", SMALL, ("Content-Type: text/plain",)),
-    ("reader", "/v1/people/w", SMALL, ()),
-    (None, "/v1/people/w", SMALL, ()),
-    ("writer", "/v1/strict/w", b'{"name":5}', ()),  # the schema's 422
-    ("writer", "/v1/strict/w", b'{"name":"' + b"x" * 80 + b'"}', ()),  # over max_bytes
-    ("admin", "/v1/People/w", SMALL, ()),
-    ("admin", "/v1/people/w", SMALL, ("Connection: close",)),
+    ("admin", "/v1/people/w", SMALL, (), 201),
+    ("writer", "/v1/people/w", SMALL, (), 201),
+    ("admin", "/v1/people/w", LARGE, ("X-Request-ID: client-chosen.2", f"Origin: {ORIGIN}"), 201),
+    ("writer", "/v1/strict/w", b'{"name":"ok"}', ("Content-Type: application/json; charset=utf-8",), 201),
+    ("writer", "/v1/people/w", HUGE, (), 201),
+    ("admin", "/v1/people/w?ttl=60", SMALL, (), 201),
+    ("admin", "/v1/people/w", SMALL, ("If-None-Match: *",), 201),  # then a 412
+    ("admin", "/v1/people/w", SMALL, ('If-Match: "nope"',), 412),
+    ("admin", "/v1/people/w", SMALL, ("If-Unmodified-Since: Fri, 01 Jan 2100 00:00:00 GMT",), 201),
+    ("writer", "/v1/slow/w", SMALL, (), 403),  # no write scope
+    ("admin", "/v1/people/w", b'{"name":', (), 400),
+    ("admin", "/v1/people/w", b"[1, 2]", (), 400),
+    ("admin", "/v1/people/w", SMALL, ("Content-Type: text/plain",), 415),
+    ("reader", "/v1/people/w", SMALL, (), 403),
+    (None, "/v1/people/w", SMALL, (), 401),
+    ("writer", "/v1/strict/w", b'{"name":5}', (), 422),  # the schema's
+    ("writer", "/v1/strict/w", b'{"name":"' + b"x" * 80 + b'"}', (), 413),  # over max_bytes
+    ("admin", "/v1/People/w", SMALL, (), 400),
 ]
 
 
-@pytest.mark.parametrize("token, collection, body, lines", WRITES)
+@pytest.mark.parametrize("token, path, body, lines, status", WRITES)
 @pytest.mark.parametrize("source", ["hot", "cold"])
 def test_a_direct_write_answers_exactly_as_the_handler_would(
-    servers, seeded, redis_server, source, token, collection, body, lines
-):
-    server = getattr(servers, source)
-    path = f"/v1/{collection}/w"
-    request = put(path, seeded[token], body, *lines)
-    before = direct_answers(server)
-    answered = write_twice(server, redis_server, path, request)
-    allowed = collection != "slow"
-    assert direct_answers(server) == plus(before, 0, 0, 2 if allowed else 0)
-    assert answered == write_twice(servers.full, redis_server, path, request)
-    assert (b"HTTP/1.1 201 Created" in answered) is allowed
-
-
-@pytest.mark.parametrize("token, path, body, lines", FULL_WRITES)
-@pytest.mark.parametrize("source", ["hot", "cold"])
-def test_what_the_direct_write_leaves_is_answered_as_before(
-    servers, seeded, redis_server, source, token, path, body, lines
+    servers, seeded, redis_server, source, token, path, body, lines, status
 ):
     server = getattr(servers, source)
     request = put(path, seeded.get(token, token), body, *lines)
     before = direct_answers(server)
-    answered = write_twice(server, redis_server, path.partition("?")[0], request)
+    document = path.partition("?")[0]
+    answered = write_twice(server, redis_server, document, request)
+    assert answered == write_twice(servers.full, redis_server, document, request)
+    assert answered.startswith(b"HTTP/1.1 %d " % status)
+    first_written = status == 201
+    second_written = first_written and "If-None-Match: *" not in lines
+    writes = first_written + second_written
+    assert direct_answers(server) == plus(before, 0, 0, writes, 2 - writes)
+
+
+@pytest.mark.parametrize("source", ["hot", "cold"])
+def test_a_write_on_a_closing_connection_is_left_to_the_handler(servers, seeded, redis_server, source):
+    server = getattr(servers, source)
+    request = put("/v1/people/w", seeded["admin"], SMALL, "Connection: close")
+    before = direct_answers(server)
+    answered = write_twice(server, redis_server, "/v1/people/w", request)
     assert direct_answers(server) == before
-    assert answered == write_twice(servers.full, redis_server, path.partition("?")[0], request)
+    assert answered == write_twice(servers.full, redis_server, "/v1/people/w", request)
 
 
 def redis_calls(redis_server, *commands: str) -> int:
@@ -541,13 +577,13 @@ def redis_calls(redis_server, *commands: str) -> int:
 
 
 @pytest.mark.parametrize("source", ["hot", "cold"])
-def test_a_failed_direct_write_is_answered_by_the_handler_without_writing_again(servers, seeded, redis_server, source):
+def test_a_failed_direct_write_is_answered_with_its_problem_and_written_once(servers, seeded, redis_server, source):
     server = getattr(servers, source)
     request = put("/v1/people/listy", seeded["admin"], SMALL)  # a list where a document's hash goes: WRONGTYPE
     calls, before = redis_calls(redis_server, "evalsha", "eval"), direct_answers(server)
     answered = exchange(server, request)
-    assert redis_calls(redis_server, "evalsha", "eval") == calls + 1, "the handler wrote again"
-    assert direct_answers(server) == before
+    assert redis_calls(redis_server, "evalsha", "eval") == calls + 1, "written again"
+    assert direct_answers(server) == plus(before, 0, 0, 0, 1)
     assert answered.startswith(b"HTTP/1.1 502 ")
     assert normalized(answered) == normalized(exchange(servers.full, request))
 
@@ -575,14 +611,14 @@ SPIN = "for i = 1, 300000000 do end"
 def test_a_read_waiting_for_redis_when_the_worker_drains_is_answered_with_connection_close(
     redis_server, tmp_path, seeded
 ):
-    """The direct read cannot send ``Connection: close`` itself: the handler answers it, from the read made."""
+    """A read the connection runs and that waits for Redis while the worker drains ends its connection."""
     # A reply deadline longer than the busy Redis may take on a slow machine (a 504 otherwise).
     env = {"JETWAY_HOT_CACHE_BYTES": "0", "JETWAY_ACCESS_LOG": "on", "JETWAY_REDIS_TIMEOUT": "30"}
     server = JetwayServer(redis_server.url, tmp_path / "drain.log", env=env).start(["--workers", "1"])
     try:
         for _ in range(2):  # the collection's settings known, so the next read is a direct one
             assert requests.get(server.url("/v1/people/ada"), timeout=10).content == SMALL
-        before, reads = direct_answers(server), redis_calls(redis_server, "hmget")
+        reads = redis_calls(redis_server, "hmget")
         spinning = threading.Thread(target=_spin_redis, args=(redis_server,))
         with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
             spinning.start()
@@ -599,9 +635,8 @@ def test_a_read_waiting_for_redis_when_the_worker_drains_is_answered_with_connec
         assert b"\r\nConnection: close\r\n" in response
         assert b"\r\nX-Request-ID: " in response
         assert server.process.wait(30) == 0
-        # The read before was a direct one (so this one was taken too), and this one read Redis once:
-        # the handler answered from the direct read's document, it did not read again.
-        assert before == (0, 1, 0) and redis_calls(redis_server, "hmget") == reads + 1
+        # One read of Redis answered it (the server is gone: its counts with it).
+        assert redis_calls(redis_server, "hmget") == reads + 1
     finally:
         server.stop()
 

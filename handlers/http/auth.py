@@ -101,30 +101,6 @@ class Gate:
             self._decide, authorization, digest, collection, write, defer_rate
         )
 
-    def admits_now(self, authorization: Optional[str], collection: str, write: bool) -> bool:
-        """Whether a read (or ``write``) of ``collection`` is admitted now: no Redis, no rate step, no refusal.
-
-        The direct read's and write's question (``handlers.direct_read``).
-        False decides nothing: the request goes to ``grant_or_wait``, which
-        looks the token up, takes its rate step or refuses it. True only for
-        a token whose digest this worker remembers (it was valid before),
-        whose record the token cache holds and keeps true, unexpired, with
-        the scope on ``collection`` and no rate.
-        """
-        if not self.enabled or self.tokens is None:
-            return True
-        digest = self._digests.get(authorization) if authorization else None
-        if digest is None:
-            return False
-        record = self.tokens.cached(digest)
-        return (
-            record is not None
-            and record.digest is digest
-            and not record.expired(self.clock())
-            and may(record.scopes, collection, write)
-            and (not record.rate or record.rate_limit() is None)  # no rate: no pattern to match
-        )
-
     def hold(self, grant: Grant, end: Callable[[str], None]) -> Optional[Hold]:
         """Keep checking ``grant``'s credential while a stream uses it: ``end(reason)`` once it dies.
 
@@ -208,15 +184,15 @@ class Gate:
         a token never changes, and whether the token is still valid is asked
         of the token cache on every request all the same.
 
-        The kept digest is the record's own object, which ``admits_now``
-        asks the cached record for. A token's first requests at once (a
-        client with many connections) each look it up with a digest of its
-        own, and the token cache keeps the last record read: so each
-        request keeps its record's digest, and the later ones agree with
-        the cache. Keeping the first only, the direct read and write
-        refused that token on this worker for good (every request of it
-        went the handler's way; tests/test_direct_after_a_burst.py).
+        The kept digest is the record's own object, so that ``_decide``
+        knows the token's next requests by identity, without a comparison. A
+        token's first requests at once (a client with many connections) each
+        look it up with a digest of their own, and the token cache keeps the
+        last record read: so each request keeps its record's digest, and the
+        later ones agree with the cache (tests/test_direct_after_a_burst.py).
         """
+        if self._digests.get(authorization) is digest:
+            return  # the usual request: kept already
         if len(authorization) <= MAX_REMEMBERED_LENGTH:
             # A kept key is replaced in place: the same bytes, perhaps another object (the record's).
             keep_bounded(self._digests, authorization, digest, MAX_REMEMBERED_DIGESTS)

@@ -12,6 +12,7 @@ cache on the way.
 from __future__ import annotations
 
 import re
+from typing import Optional
 
 DEFAULT_POLICY = "no-cache"
 # Errors are never worth keeping: a 404 or a 503 is heuristically cacheable otherwise.
@@ -52,3 +53,8 @@ def cache_policy(text: str) -> str:
     if "public" in names and "private" in names:
         raise ValueError("public and private contradict each other")
     return ", ".join(directives)
+
+
+def policy_for(stored: Optional[str], default: str) -> str:
+    """The ``Cache-Control`` of a collection's documents: its own policy if it set one, else the operator's."""
+    return default if stored is None else stored

@@ -3,9 +3,8 @@
 Negotiation comes first (RFC 9110 13.2.2: preconditions apply to the
 selected representation): the stored variant the client accepts best, or a
 406 when it accepts none. Then ``If-None-Match`` with any variant's tag, or
-else ``If-Modified-Since``, turns the answer into a 304. One function for
-``DocumentHandler`` and the direct read (``handlers.direct_read``), so that the
-two cannot answer the same request differently.
+else ``If-Modified-Since``, turns the answer into a 304. The document read's
+pipeline (``handlers.document_answers``) asks it.
 """
 
 from __future__ import annotations

@@ -1,0 +1,167 @@
+"""The pipelines of a document's read (``GET``, ``HEAD``) and replace (``PUT``): the hottest operations.
+
+Each is a few steps (``handlers.pipeline``), in this order:
+
+- read: admit the token (its rate step, if it has one, rides with the
+  read), check the names, then read the document (the hot cache, else one
+  HMGET) alongside the collection's settings (its cache policy), and
+  represent it (the coding the client accepts, or a 304);
+- replace: admit the token (and take its rate step), check the names, the
+  body (media type, size, strict JSON, an object) and ``?ttl``, then the
+  collection's rules (limits, schema), then write it with the request's
+  conditions and the collection's TTL and write concern.
+
+The connection runs them for a request on a keep-alive connection; the
+document route's handler runs the very same for any other.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Optional, Tuple
+
+from cache.collection_settings import NO_SETTINGS, CollectionSettings
+from cache.settings_cache import SettingsCache
+from cache.store import Conditions, Document, DocumentStore
+from cache.variants import base_tag
+from handlers.http import conditional, validation
+from handlers.http.auth import RATE_SCRIPTS, Gate, Grant
+from handlers.http.cache_policy import policy_for
+from handlers.http.deferreds import is_deferred
+from handlers.http.errors import not_found
+from handlers.http.negotiation import IDENTITY, Negotiator
+from handlers.http.reply import JSON_TYPE, Headers, Reply
+from handlers.http.representation import represent
+from handlers.pipeline import Exchange, Pipeline, Step, both, then
+
+# What the metrics count a reply the connection sent as (``jetway_direct_answers_total``'s kind).
+HOT_READ, REDIS_READ, WRITE = "hot_read", "redis_read", "write"
+
+
+class DocumentAnswers:
+    """The read and replace pipelines of one worker, with what they use."""
+
+    def __init__(
+        self,
+        store: DocumentStore,
+        gate: Gate,
+        collections: Optional[SettingsCache],
+        negotiator: Negotiator,
+        cache_control: str,
+        max_body: int,
+    ) -> None:
+        self.store = store
+        self.gate = gate
+        self.collections = collections
+        self.negotiator = negotiator
+        self.cache_control = cache_control
+        self.max_body = max_body
+        self.by_method: Dict[str, Pipeline] = {"GET": self.read, "HEAD": self.read, "PUT": self.replace}
+
+    def settings(self, collection: str) -> Any:
+        """The collection's settings, now or a Deferred (``SettingsCache.resolve``)."""
+        if self.collections is None:
+            return NO_SETTINGS
+        return self.collections.resolve(collection)
+
+    # The read.
+
+    def read(self, exchange: Exchange) -> Step:
+        authorization = exchange.headers.get("Authorization")
+        granted = self.gate.grant_or_wait(authorization, exchange.args[0], False, True)
+        return then(granted, self._read_admitted, exchange)
+
+    def _read_admitted(self, grant: Grant, exchange: Exchange) -> Step:
+        exchange.admit(grant)
+        collection, doc_id = exchange.args
+        name, key = validation.collection_name(collection), validation.document_id(doc_id)
+        fresh = validation.wants_fresh(exchange.headers.get("Cache-Control"))
+        if grant.pending_rate is None:
+            found = self.store.get_or_wait(name, key, fresh)
+        else:
+            along = self.store.get_along(name, key, grant.pending_rate, RATE_SCRIPTS, fresh)
+            found = along.addCallback(_settled, grant, exchange)
+        kind = REDIS_READ if is_deferred(found) else HOT_READ
+        return both(self.settings(collection), found, self._represent, exchange, kind)
+
+    def _represent(
+        self, settings: CollectionSettings, document: Optional[Document], exchange: Exchange, kind: str
+    ) -> Reply:
+        """The 200 (the coding the client accepts best) or the 304; a 404 when there is no document."""
+        if document is None:
+            raise not_found()
+        headers = exchange.headers
+        chosen = represent(document, headers, self.negotiator.preference(headers.get("Accept-Encoding")))
+        lines: Headers = [
+            *exchange.rate_headers,
+            ("Cache-Control", policy_for(settings.cache_control, self.cache_control)),
+        ]
+        lines.append(("ETag", chosen.etag.decode()))
+        if chosen.status == 304:
+            return Reply(304, None, lines, b"", chosen.vary, kind)
+        lines.append(("Last-Modified", document.last_modified.decode()))
+        if chosen.coding != IDENTITY:
+            lines.append(("Content-Encoding", chosen.coding))
+        return Reply(200, JSON_TYPE, lines, chosen.body, chosen.vary, kind)
+
+    # The replace.
+
+    def replace(self, exchange: Exchange) -> Step:
+        authorization = exchange.headers.get("Authorization")
+        granted = self.gate.grant_or_wait(authorization, exchange.args[0], True, False)
+        return then(granted, self._replace_admitted, exchange)
+
+    def _replace_admitted(self, grant: Grant, exchange: Exchange) -> Step:
+        exchange.admit(grant)
+        collection, doc_id = exchange.args
+        keys = validation.collection_name(collection), validation.document_id(doc_id)
+        headers = exchange.headers
+        value = validation.json_document(exchange.body, headers.get("Content-Type"), validation.JSON, self.max_body)
+        ttl = validation.ttl(exchange.query_argument("ttl"))
+        return then(self.settings(collection), self._replace_checked, exchange, keys, value, ttl)
+
+    def _replace_checked(
+        self, rules: CollectionSettings, exchange: Exchange, keys: Tuple[bytes, bytes], value: Any, ttl: Optional[int]
+    ) -> Step:
+        body = exchange.body
+        rules.check(value, len(body))  # before anything is stored
+        conditions = write_conditions(exchange.headers)
+        written = self.store.put(*keys, body, conditions, rules.ttl_or_default(ttl), replicas=rules.write_replicas)
+        return written.addCallback(_written, exchange)
+
+
+def _settled(reply: Tuple[Any, Optional[Document]], grant: Grant, exchange: Exchange) -> Optional[Document]:
+    """The document read along with the token's rate step, once the step's decision is taken."""
+    rate, document = reply
+    exchange.apply_rate(grant.settle(rate))
+    return document
+
+
+def _written(outcome: Tuple[Document, bool], exchange: Exchange) -> Reply:
+    document, created = outcome
+    lines = [
+        *exchange.rate_headers,
+        ("ETag", document.etag.decode()),
+        ("Last-Modified", document.last_modified.decode()),
+    ]
+    return Reply(201 if created else 200, JSON_TYPE, lines, document.body, False, WRITE)
+
+
+def write_conditions(headers: Any) -> Conditions:
+    """A write's preconditions: ``If-Match``, ``If-None-Match`` (weak) and ``If-Unmodified-Since``."""
+    return Conditions(
+        if_match(headers), validation.entity_tags(headers.get("If-None-Match"), weak=True), if_unmodified_since(headers)
+    )
+
+
+def if_match(headers: Any) -> bytes:
+    """The ``If-Match`` tags, each a variant's named by its document's own tag.
+
+    A client that read a compressed variant holds that variant's tag; it
+    names the same document.
+    """
+    tags = validation.entity_tags(headers.get("If-Match"), weak=False)
+    return tags if tags in (b"", b"*") else b" ".join(base_tag(tag) for tag in tags.split())
+
+
+def if_unmodified_since(headers: Any) -> Optional[int]:
+    return conditional.http_date(headers.get("If-Unmodified-Since"))
