@@ -54,13 +54,9 @@ from cache.batch_budget import AnswerBudget, admitted_gets
 from cache.batch_operations import CREATE, DELETE, GET, PATCH, PUT, WRITES, Operation, OperationResult
 from cache.batch_segments import PatchReads, segment_bytes, segments
 from cache.bounded_reads import DEFAULT_BUDGET, OverBudget
-from cache.errors import DocumentNotFound, DocumentTooLarge, NotReplicated, PreconditionFailed, WriteConflict
-from cache.merge_patch import merge_patch
-from cache.redis.link import Link
-from cache.store import (
+from cache.document import (
     Conditions,
     Document,
-    DocumentStore,
     PreparedDelete,
     PreparedPut,
     delete_outcome,
@@ -68,6 +64,10 @@ from cache.store import (
     read_command,
     stored_document,
 )
+from cache.errors import DocumentNotFound, DocumentTooLarge, NotReplicated, PreconditionFailed, WriteConflict
+from cache.merge_patch import merge_patch
+from cache.redis.link import Link
+from cache.store import DocumentStore
 from cache.turns import in_turns
 from cache.write_concern import WriteConcern
 

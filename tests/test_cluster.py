@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives import serialization
 
 from cache.keys import INDEX_SHARDS, document_key, index_key_for
 from cache.redis.address import parse_redis_url
-from cache.redis.cluster import _redirection, command_key, crc16, key_slot
+from cache.redis.slots import command_key, crc16, key_slot, redirection
 from tests.multinode import TOPOLOGY, ClusterServers, TlsFiles
 from tests.support import ClientThreads, JetwayServer, wait_until
 from tests.test_redis_tls import make_ca, make_server_cert
@@ -72,10 +72,10 @@ def test_commands_are_routed_by_their_first_key():
 
 
 def test_redirections_name_slot_and_node():
-    assert _redirection("MOVED 3999 127.0.0.1:6381", ("10.0.0.1", 7000)) == (3999, ("127.0.0.1", 6381))
-    assert _redirection("ASK 12 ::1:7002", ("10.0.0.1", 7000)) == (12, ("::1", 7002))
+    assert redirection("MOVED 3999 127.0.0.1:6381", ("10.0.0.1", 7000)) == (3999, ("127.0.0.1", 6381))
+    assert redirection("ASK 12 ::1:7002", ("10.0.0.1", 7000)) == (12, ("::1", 7002))
     # An empty host means "the one you asked" (a node that does not know its address).
-    assert _redirection("MOVED 5 :7001", ("10.0.0.1", 7000)) == (5, ("10.0.0.1", 7001))
+    assert redirection("MOVED 5 :7001", ("10.0.0.1", 7000)) == (5, ("10.0.0.1", 7001))
 
 
 def test_group_urls():

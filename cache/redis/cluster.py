@@ -7,11 +7,10 @@ node:
 - The slot map (which master serves each of the 16384 hash slots) comes from
   ``CLUSTER SLOTS``, asked of every known node at once, first answer wins.
   It is loaded at start and again whenever a node says it is stale.
-- A command goes to the master of its key's slot: CRC16 (XMODEM) of the key,
-  or of the part between the first ``{`` and the next ``}`` when that is not
-  empty (a hash tag). Its key is its first argument, or for ``EVALSHA`` the
-  first key after ``numkeys``. ``cache.keys`` lays keys out so that no
-  command and no script spans two slots, so the first key is enough.
+- A command goes to the master of its key's slot (``cache.redis.slots``:
+  CRC16 of the key or of its ``{hash tag}``; for ``EVALSHA`` the first key
+  after ``numkeys``). ``cache.keys`` lays keys out so that no command and
+  no script spans two slots, so the first key is enough.
 - A pipeline is split by node; each node's part goes down one of its
   connections back to back, every node at once, and the replies are put back
   in the order of the commands: still one round trip.
@@ -40,62 +39,13 @@ from cache.redis.address import Node, RedisAddress
 from cache.redis.errors import RedisReplyError, RedisUnavailable, StoreError
 from cache.redis.link import Arg, Command, RedisLink, endpoint_for
 from cache.redis.script import Script
+from cache.redis.slots import SLOTS, arg_bytes, command_key, first_success, key_slot, redirection, slot_owners
 
-SLOTS = 16384
 # MOVED/ASK hops for one command; a healthy cluster needs at most two.
 MAX_REDIRECTIONS = 8
 # Between tries after TRYAGAIN or CLUSTERDOWN; a migrating slot's keys move
 # within milliseconds, a failover takes seconds (beyond the deadline anyway).
 RETRY_PAUSE = 0.02
-_SCRIPT_CALLS = frozenset((b"EVAL", b"EVALSHA", b"EVAL_RO", b"EVALSHA_RO", b"FCALL", b"FCALL_RO"))
-_KEYLESS = frozenset((b"PING", b"ECHO", b"TIME", b"INFO", b"SCRIPT", b"CLUSTER", b"PUBLISH", b"ASKING"))
-
-
-def _crc16_table() -> List[int]:
-    table = []
-    for byte in range(256):
-        crc = byte << 8
-        for _ in range(8):
-            crc = ((crc << 1) ^ 0x1021 if crc & 0x8000 else crc << 1) & 0xFFFF
-        table.append(crc)
-    return table
-
-
-_CRC16 = _crc16_table()
-
-
-def crc16(data: bytes) -> int:
-    """CRC16-CCITT (XMODEM), the checksum Redis Cluster hashes keys with."""
-    crc = 0
-    for byte in data:
-        crc = ((crc << 8) & 0xFFFF) ^ _CRC16[((crc >> 8) ^ byte) & 0xFF]
-    return crc
-
-
-def key_slot(key: bytes) -> int:
-    """The hash slot of ``key``, honouring a ``{hash tag}``."""
-    start = key.find(b"{")
-    if start != -1:
-        end = key.find(b"}", start + 1)
-        if end > start + 1:
-            key = key[start + 1 : end]
-    return crc16(key) % SLOTS
-
-
-def command_key(command: Command) -> Optional[bytes]:
-    """The key a command is routed by, or None when any node will do."""
-    name = _bytes(command[0]).upper()
-    if name in _SCRIPT_CALLS:
-        return _bytes(command[3]) if len(command) > 3 and int(command[2]) > 0 else None
-    if name in _KEYLESS or len(command) < 2:
-        return None
-    return _bytes(command[1])
-
-
-def _bytes(arg: Arg) -> bytes:
-    if isinstance(arg, bytes):
-        return arg
-    return arg.encode() if isinstance(arg, str) else b"%d" % arg
 
 
 @dataclass(frozen=True)
@@ -184,7 +134,7 @@ class ClusterLink:
         sources = {script.sha: script.source for script in scripts}
         missing: Dict[Node, List[bytes]] = {}
         for command in commands:
-            sha = _bytes(command[1]) if _bytes(command[0]).upper() == b"EVALSHA" else None
+            sha = arg_bytes(command[1]) if arg_bytes(command[0]).upper() == b"EVALSHA" else None
             key = command_key(command) if sha in sources else None
             owner = None if key is None else self._owners[key_slot(key)]
             if owner is not None and sha not in self._scripts.get(owner, ()) and sha not in missing.get(owner, []):
@@ -335,19 +285,19 @@ class ClusterLink:
             for redirected in self._on_redirect:
                 redirected()
         if kind == "MOVED":
-            slot, target = _redirection(message, node)
+            slot, target = redirection(message, node)
             self._owners[slot] = target
             self._stale()
             return replace(attempt, node=target, asking=False, pause=False)
         if kind == "ASK":
-            _, target = _redirection(message, node)
+            _, target = redirection(message, node)
             return replace(attempt, node=target, asking=True, pause=False)
         if kind in ("TRYAGAIN", "CLUSTERDOWN"):
             return replace(attempt, node=None, asking=False, pause=True)
         if kind == "NOSCRIPT":
             self._scripts.pop(node, None)  # restarted or flushed: load them all again before the next pipeline
         if kind == "NOSCRIPT" and attempt.load is None:
-            source = sources.get(_bytes(attempt.command[1]))
+            source = sources.get(arg_bytes(attempt.command[1]))
             return replace(attempt, load=source, pause=False) if source else None
         return None
 
@@ -407,14 +357,10 @@ class ClusterLink:
         known = list(dict.fromkeys([*self.masters(), *self._address.nodes]))
         asked = [self._link(node).execute(b"CLUSTER", b"SLOTS").addCallback(_from, node) for node in known]
         try:
-            node, reply = yield _first_success(asked)
+            node, reply = yield first_success(asked)
         except StoreError as error:
             raise RedisUnavailable(f"no node of the cluster answered CLUSTER SLOTS ({error})") from None
-        owners: List[Optional[Node]] = [None] * SLOTS
-        for start, end, master, *_replicas in reply:
-            # An empty host means "the address you reached me at".
-            owner = (_text(master[0]) or node[0], int(master[1]))
-            owners[int(start) : int(end) + 1] = [owner] * (int(end) - int(start) + 1)
+        owners = slot_owners(reply, node)
         # Against the map last loaded, not self._owners, which a MOVED corrects in place.
         changed = owners != self._loaded_owners
         self._owners = owners
@@ -453,38 +399,8 @@ def _concatenated(groups: List[List[Any]]) -> List[Any]:
     return [outcome for group in groups for outcome in group]
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def _from(reply: Any, node: Node) -> Tuple[Node, Any]:
     return node, reply
-
-
-def _first_success(pending: List[defer.Deferred]) -> defer.Deferred:
-    """Fires with the first result among ``pending``, or the first failure if all fail."""
-    done = defer.Deferred()
-    failures: List[Failure] = []
-
-    def succeeded(result: Any) -> None:
-        if not done.called:
-            done.callback(result)
-
-    def failed(failure: Failure) -> None:
-        failures.append(failure)
-        if len(failures) == len(pending) and not done.called:
-            done.errback(failures[0])
-
-    for deferred in pending:
-        deferred.addCallbacks(succeeded, failed)
-    return done
-
-
-def _redirection(message: str, replied_by: Node) -> Tuple[int, Node]:
-    """``MOVED 3999 127.0.0.1:6381`` → ``(3999, ("127.0.0.1", 6381))``."""
-    _, slot, where = message.split(" ", 2)
-    host, _, port = where.rpartition(":")
-    return int(slot), (host or replied_by[0], int(port))
 
 
 @implementer(IStreamClientEndpoint)
