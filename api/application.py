@@ -77,15 +77,34 @@ class JetwayApplication(cyclone.web.Application):
         document route came after six others), and the host against a
         catch-all pattern: ~8% of a hot document read's worker CPU (vmprof).
         The first route whose pattern matches still wins, with its groups
-        unquoted as Cyclone does; no route, the ``error_handler``'s 404.
+        unquoted as Cyclone does; no route, the ``error_handler``'s 404. A
+        request the connection routed already (``Routed``) is not routed again.
         """
-        spec, args = self.route(request.path)
+        routed = getattr(request, "routed", None)
+        spec, args = (routed.spec, routed.args) if routed is not None else self.route(request.path)
         if spec is None:
             handler = self.error_handler(self, request, status_code=404)
         else:
             handler = spec.handler_class(self, request, **spec.kwargs)
         handler._execute([], *args)
         return handler
+
+    def routed(self, method: str, target: str, headers: Any, body: bytes, answer: bool) -> Routed:
+        """Where a request goes: its route, and (when the caller will ``answer`` it) the pipeline and exchange
+        its route's handler declares for ``method``.
+
+        A route's handler declares its pipelines by its ``answers`` (in the
+        route's arguments: ``handlers.document_answers.DocumentAnswers``);
+        the handler runs the same ones for what the connection leaves it.
+        """
+        path, _, query = target.partition("?")
+        spec, args = self.route(path)
+        answers = spec.kwargs.get("answers") if answer and spec is not None else None
+        pipeline = answers.by_method.get(method) if answers is not None else None
+        if pipeline is None:
+            return Routed(spec, args, None, None)
+        request_id = request_id_of(headers.get("X-Request-ID"), self.new_request_id)
+        return Routed(spec, args, pipeline, Exchange(method, path, query, args, headers, body, request_id))
 
     def route(self, path: str) -> Tuple[Optional[URLSpec], List[Optional[str]]]:
         """The route that serves ``path`` and the arguments its handler gets (None and none: no route)."""
@@ -95,24 +114,6 @@ class JetwayApplication(cyclone.web.Application):
                 if match is not None:
                     return spec, [_unquote(group) for group in match.groups()]
         return None, []
-
-    def pipeline_for(
-        self, method: str, target: str, headers: Any, body: bytes
-    ) -> Optional[Tuple[Pipeline, Exchange, str]]:
-        """The pipeline that answers ``method`` on ``target``, its exchange and its route's label; None: no pipeline.
-
-        A route's handler declares its pipelines by its ``answers`` (in the
-        route's arguments: ``handlers.document_answers.DocumentAnswers``);
-        the handler runs the same ones for what the connection leaves it.
-        """
-        path, _, query = target.partition("?")
-        spec, args = self.route(path)
-        answers = spec.kwargs.get("answers") if spec is not None else None
-        pipeline = answers.by_method.get(method) if answers is not None else None
-        if pipeline is None:
-            return None
-        request_id = request_id_of(headers.get("X-Request-ID"), self.new_request_id)
-        return pipeline, Exchange(method, path, query, args, headers, body, request_id), spec.handler_class.ROUTE
 
     def http_date(self) -> str:
         """The current HTTP date, formatted once per second rather than per response."""
@@ -159,6 +160,25 @@ class JetwayApplication(cyclone.web.Application):
                 self.port.startReading()
 
 
+class Routed:
+    """A request's route (None: no route) and its arguments; its pipeline and exchange if it has one."""
+
+    __slots__ = ("args", "exchange", "pipeline", "spec")
+
+    def __init__(
+        self, spec: Optional[URLSpec], args: List[Any], pipeline: Optional[Pipeline], exchange: Optional[Exchange]
+    ) -> None:
+        self.spec = spec
+        self.args = args
+        self.pipeline = pipeline
+        self.exchange = exchange
+
+    @property
+    def label(self) -> str:
+        """The route's label in the metrics."""
+        return "none" if self.spec is None else self.spec.handler_class.ROUTE
+
+
 def literal_prefix(pattern: str) -> str:
     """What every path ``pattern`` matches starts with: its characters before any regex syntax."""
     prefix: List[str] = []
@@ -172,4 +192,6 @@ def literal_prefix(pattern: str) -> str:
 
 
 def _unquote(group: Optional[str]) -> Optional[str]:
-    return None if group is None else url_unescape(group)
+    if group is None or ("%" not in group and "+" not in group):
+        return group  # nothing to unescape: no new string (Cyclone's unquote_plus makes one)
+    return url_unescape(group)

@@ -67,8 +67,8 @@ class Settings:
     write_concern: WriteConcern = PRIMARY_ONLY
     # What each worker's hot cache may add to its memory (cache/hot_cache.py, HEAP_GROWTH); 0: no cache.
     hot_cache_bytes: int = 64 * 1024 * 1024
-    # Document reads and writes answered without Cyclone when they can be (handlers/direct_*.py); off:
-    # every one goes through DocumentHandler (what they are compared with, in tests and benchmarks).
+    # Operations with a pipeline (handlers/pipeline.py) answered by the connection, without Cyclone; off:
+    # DocumentHandler runs the same pipelines (what they are compared with, in tests and benchmarks).
     direct_answers: bool = True
     # Requests a worker serves itself before it takes a client's, so that PyPy has
     # compiled them (api/warm_up.py); 0: none.

@@ -33,7 +33,7 @@ import struct
 import termios
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional, Tuple
+from typing import Any, Optional, Tuple
 
 import cyclone.httpserver
 from cyclone.httputil import HTTPHeaders
@@ -50,9 +50,6 @@ from handlers.http.errors import ApiError
 from handlers.http.reply import PROBLEM_TYPE, REASONS, Reply, response_head
 from handlers.paths import BATCH as BATCH_PATH  # the one path whose bodies may be larger than a document
 from handlers.pipeline import Exchange, run
-
-if TYPE_CHECKING:  # the application imports this module
-    from api.application import JetwayApplication
 
 # Everything a head may hold, plus its blank line: more is a 431 or a 414.
 _MAX_HEAD = MAX_REQUEST_LINE + MAX_HEADER_BYTES + 4
@@ -96,7 +93,8 @@ class HttpLimits:
 class JetwayConnection(CycloneConnection):
     """One client connection; registered with the application while open."""
 
-    factory: JetwayApplication
+    # The api.application.JetwayApplication that made it (not imported: that module imports this one).
+    factory: Any
 
     def connectionMade(self) -> None:
         super().connectionMade()
@@ -278,22 +276,22 @@ class JetwayConnection(CycloneConnection):
         app = self.factory
         if app.debug_burn_seconds:
             burn_cpu(app.debug_burn_seconds)
-        found = app.pipeline_for(head.method, head.target, head.headers, body) if self._answers(head) else None
-        if found is None:
-            self._start_request(head, body)
+        routed = app.routed(head.method, head.target, head.headers, body, self._answers(head))
+        if routed.pipeline is None:
+            self._start_request(head, body, routed)
             return
-        pipeline, exchange, route = found
+        exchange = routed.exchange
         started = time.time()
-        reply = run(pipeline, exchange)
+        reply = run(routed.pipeline, exchange)
         if is_deferred(reply):
             # It waits (for Redis): this connection waits as it would for a handler.
             self._request = _AWAITING_REDIS
-            reply.addCallback(self._send_reply, exchange, head, route, started)
+            reply.addCallback(self._send_reply, exchange, head, routed.label, started)
         else:
-            self._send_reply(reply, exchange, head, route, started)
+            self._send_reply(reply, exchange, head, routed.label, started)
 
-    def _start_request(self, head: RequestHead, body: bytes) -> None:
-        """Hand the request to Cyclone."""
+    def _start_request(self, head: RequestHead, body: bytes, routed: Any) -> None:
+        """Hand the request to Cyclone, with its route (``api.application.Routed``): it is not routed again."""
         request = cyclone.httpserver.HTTPRequest(
             connection=self,
             method=head.method,
@@ -303,6 +301,7 @@ class JetwayConnection(CycloneConnection):
             body=body,
             remote_ip=self._client_address(head.headers),
         )
+        request.routed = routed
         self._request = request
         self.request_callback(request)
 

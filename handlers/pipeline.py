@@ -104,7 +104,9 @@ def both(first: Any, second: Any, step: Callable[..., Any], *args: Any) -> Any:
     failure (if any) is not logged as unhandled.
     """
     if not is_deferred(first):
-        return then(second, lambda value: step(first, value, *args))
+        if not is_deferred(second):
+            return step(first, second, *args)  # the usual read: settings known, a hot-cache hit
+        return second.addCallback(lambda value: step(first, value, *args))
     if not is_deferred(second):
         return first.addCallback(step, second, *args)
     return first.addCallbacks(

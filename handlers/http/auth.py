@@ -160,7 +160,7 @@ class Gate:
         self._remember_digest(authorization, record.digest)
         if collection is not None and not may(record.scopes, collection, write):
             raise ApiError(403, "forbidden", f"the token may not {'write' if write else 'read'} {collection}")
-        limit = record.rate_limit()
+        limit = record.rate_limit() if record.rate else None  # no pattern to match without a rate
         if limit is None:
             return Grant(record)
         if cost > limit[0]:
@@ -189,7 +189,7 @@ class Gate:
         token's first requests at once (a client with many connections) each
         look it up with a digest of their own, and the token cache keeps the
         last record read: so each request keeps its record's digest, and the
-        later ones agree with the cache (tests/test_direct_after_a_burst.py).
+        later ones agree with the cache (tests/handlers/test_direct_after_a_burst.py).
         """
         if self._digests.get(authorization) is digest:
             return  # the usual request: kept already
