@@ -97,7 +97,7 @@ lint: setup $(LINT_VENV)/.installed
 	$(LINT_VENV)/bin/shellcheck deploy/ec2/user-data.sh release/build.sh
 	$(LINT_VENV)/bin/cfn-lint deploy/ec2/jetway.yaml
 
-# Client generators for tests/test_generated_clients.py: openapi-python-client
+# Client generators for tests/process/test_generated_clients.py: openapi-python-client
 # on CPython, and openapi-typescript, openapi-fetch and tsc from npm (the
 # versions in tests/clients/package-lock.json).
 setup-clients: $(CLIENTS_VENV)/.installed $(NODE_CLIENTS)/node_modules/.installed
@@ -181,7 +181,7 @@ bench: setup setup-cpython setup-loadtest loadtest-packages
 bench-quick: setup setup-cpython setup-loadtest loadtest-packages
 	$(LT_PY) -m loadtest.bench --quick
 
-# The suite checks the load-test gate end to end (tests/test_loadtest.py).
+# The suite checks the load-test gate end to end (tests/loadtest/test_loadtest.py).
 test: setup-loadtest
 
 clean: clean-loadtest
@@ -207,7 +207,7 @@ RELEASE_DIR := $(VAR)/releases
 release: setup
 	release/build.sh --out $(RELEASE_DIR) $(if $(COMMIT),--commit $(COMMIT)) $(if $(VERSION),--version $(VERSION))
 
-# --- The EC2 user data on a booted Debian: tests/test_deploy_boot.py ---------
+# --- The EC2 user data on a booted Debian: tests/deploy/test_deploy_boot.py --
 # A bookworm root (debootstrap, cached in $(DEPLOY_BASE); `make clean` drops it)
 # booted with systemd-nspawn, its user data run by cloud-init, installing two
 # releases the test builds with release/build.sh. Needs root (as CI runs); the
@@ -228,7 +228,7 @@ $(DEPLOY_BASE)/.jetway-base-complete: | deploy-packages
 	$(SUDO) env PATH="$$PATH:/usr/sbin:/sbin" tests/deploy/base_root.sh $(DEPLOY_BASE)
 
 test-deploy: setup $(DEPLOY_BASE)/.jetway-base-complete
-	$(SUDO) env JETWAY_TEST_DEPLOY=1 JETWAY_DEPLOY_BASE=$(DEPLOY_BASE) $(PY) -m pytest -rP tests/test_deploy_boot.py
+	$(SUDO) env JETWAY_TEST_DEPLOY=1 JETWAY_DEPLOY_BASE=$(DEPLOY_BASE) $(PY) -m pytest -rP tests/deploy/test_deploy_boot.py
 
 # --- Multi-node Redis: tests/multinode.py, see docs/operations.md, "Scaling Redis"
 # The API tests on a 3-master Redis Cluster and on a Sentinel group (1 master,
@@ -236,8 +236,8 @@ test-deploy: setup $(DEPLOY_BASE)/.jetway-base-complete
 # load, a TLS-only cluster, the change feed on a cluster and across a Sentinel
 # failover. Under eight minutes here (2 cores); CI runs it after `make test`.
 .PHONY: test-cluster
-API_TESTS := tests/test_documents.py tests/test_collections.py tests/test_multi_get.py tests/test_response_budget.py tests/test_errors.py tests/test_auth.py tests/test_hot_cache_api.py
+API_TESTS := tests/handlers/test_documents.py tests/handlers/test_collections.py tests/handlers/test_multi_get.py tests/cache/test_response_budget.py tests/handlers/http/test_errors.py tests/handlers/http/test_auth.py tests/cache/test_hot_cache_api.py
 
 test-cluster: setup
-	JETWAY_TEST_TOPOLOGY=cluster $(PY) -m pytest -rP $(API_TESTS) tests/test_changes.py tests/test_cluster.py tests/test_cluster_failover.py tests/test_sentinel.py tests/test_write_concern_failover.py
-	JETWAY_TEST_TOPOLOGY=sentinel $(PY) -m pytest $(filter-out tests/test_errors.py,$(API_TESTS))
+	JETWAY_TEST_TOPOLOGY=cluster $(PY) -m pytest -rP $(API_TESTS) tests/handlers/test_changes.py tests/cache/redis/test_cluster.py tests/cache/redis/test_cluster_failover.py tests/cache/redis/test_sentinel.py tests/cache/test_write_concern_failover.py
+	JETWAY_TEST_TOPOLOGY=sentinel $(PY) -m pytest $(filter-out tests/handlers/http/test_errors.py,$(API_TESTS))

@@ -132,7 +132,7 @@ class AccessLog:
     def _json_line(
         self, now: float, method: str, path: str, status: int, client: str, duration_ms: str, request_id: str
     ) -> str:
-        """``json_line``'s output for an access line, formatted by hand (tests/test_logs.py holds them equal).
+        """``json_line``'s output for an access line, formatted by hand (tests/api/test_logs.py holds them equal).
 
         Of the fields only the path may hold a character JSON escapes (the
         request line allows ``"`` and ``\\``): the method is a token, the

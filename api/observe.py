@@ -45,7 +45,7 @@ class HistogramBatch:
     def flush_into(self, child: Any) -> None:
         # prometheus_client has no bulk observe. Its histogram child keeps
         # one (non-cumulative) value per bucket in _buckets and the sum in
-        # _sum; tests/test_observe.py checks this against observe().
+        # _sum; tests/api/test_observe.py checks this against observe().
         child._sum.inc(self.total)
         for bucket, count in zip(child._buckets, self.counts):
             if count:

@@ -23,7 +23,7 @@ positions are already taken by other keys. With K keys since the last reset
 and three positions each among N, that is about (1 - e^(-3K/N))^3 of them:
 at K = 600,000 (ten reads per entry the default cache holds of 200 B
 documents), ~0.1% with the doorkeeper's 16 Mi bits (a little more with a
-key's bits in one block, below; tests/test_admission.py checks under 1% at
+key's bits in one block, below; tests/cache/test_admission.py checks under 1% at
 810,000), 56% with the 1 Mi counters alone (which let a read of 2,000,000
 documents in turn, every read its document's first, fill the cache with
 documents read once).

@@ -14,7 +14,7 @@ it only when called without hooks; with the hooks that reject ``NaN`` and
 against 0.7-0.8 us for a 200 B document, warm loop) and laxer than the
 grammar (``cache.json_grammar`` says how). So on PyPy a body is parsed
 without hooks first and kept when every number in it is finite; the RPython
-parser accepts nothing the grammar refuses (``tests/test_json_grammar.py``
+parser accepts nothing the grammar refuses (``tests/cache/test_json_grammar.py``
 holds it to that). Anything it refused or found not finite must first pass
 ``cache.json_grammar`` before the hooked parse reads it. CPython's hooked
 parser is C and exactly the grammar, so it reads every body directly.

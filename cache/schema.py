@@ -17,7 +17,7 @@ in ``cache.schema_compiler.KEYWORDS``; a schema with any other
 keyword (``$dynamicRef``, ``unevaluatedProperties``, a remote ``$ref`` …)
 is judged by ``jsonschema`` alone. ``jsonschema`` also writes the messages,
 once the fast verdict is "invalid": errors are the slow path. Both use the
-formats of ``cache.formats``. ``tests/test_schema.py`` runs the official
+formats of ``cache.formats``. ``tests/cache/test_schema.py`` runs the official
 JSON-Schema-Test-Suite cases through both.
 """
 

@@ -11,7 +11,7 @@ does goes through the validator's own keywords (``descend``, ``is_valid``),
 which are metered; its recursion follows ``$ref`` and the in-place
 applicators on one value, which ``cache.schema_bounds`` keeps acyclic and
 at most ``MAX_CHAIN`` deep. Checked against ``jsonschema``'s own on the
-same schemas in ``tests/test_schema_unevaluated.py``.
+same schemas in ``tests/cache/test_schema_unevaluated.py``.
 """
 
 from __future__ import annotations

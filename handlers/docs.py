@@ -35,7 +35,7 @@ CONTENT_SECURITY_POLICY = "; ".join(
         "script-src 'self'",  # the bundle and the start-up script; no inline script, no eval
         # Swagger UI 5 sets its styles through the DOM (which the policy does
         # not govern) and adds no <style> element: no 'unsafe-inline' needed
-        # (tests/test_docs.py watches for refusals while it uses the page).
+        # (tests/handlers/test_docs.py watches for refusals while it uses the page).
         "style-src 'self'",
         "img-src 'self' data:",  # the stylesheet's icons are data: URIs
         "connect-src 'self'",  # /openapi.json and "Try it out", this origin only

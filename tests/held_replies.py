@@ -4,7 +4,7 @@
 (a token's key, say) goes to Redis as usual, but what Redis sends back on
 that connection is kept until ``release()``, then delivered in order. The
 client sees a slow reply, never a lost one: the race of a lookup whose
-reply is on its way while something else happens (tests/test_token_cache.py).
+reply is on its way while something else happens (tests/cache/test_token_cache.py).
 """
 
 from __future__ import annotations

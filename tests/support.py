@@ -99,7 +99,7 @@ class JetwayServer:
             "REDIS_URL": redis_url,
             "JETWAY_ACCESS_LOG": "off",
             "JETWAY_AUTH": "on" if auth else "off",
-            # Seconds of every start the suite's servers need not spend (tests/test_warm_up.py warms up).
+            # Seconds of every start the suite's servers need not spend (tests/process/test_warm_up.py warms up).
             "JETWAY_WARM_UP": "0",
             **(env or {}),
         }

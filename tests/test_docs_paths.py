@@ -6,7 +6,7 @@ file is renamed or removed, the name misleads. This reads the README,
 docstrings of the code under ``api/``, ``handlers/``, ``cache/``,
 ``loadtest/``, ``tests/``, ``deploy/`` and ``release/`` and of the Makefile.
 It collects every name that starts with one of the tree's folders
-(``cache/keys.py``, ``docs/limits.md``, ``tests/test_health.py::name``,
+(``cache/keys.py``, ``docs/limits.md``, ``tests/handlers/test_health.py::name``,
 ``handlers/openapi/*.py``) and every relative link of a document
 (``[limits.md](limits.md#anchor)``).
 
@@ -219,7 +219,7 @@ def test_every_section_cited_by_its_title_has_that_heading() -> None:
 def test_names_are_read_by_their_file_part() -> None:
     """The reading of a name: suffixes that are not the file are dropped, a module's attribute is its module."""
     assert file_part("api/master.py:45-71") == "api/master.py"
-    assert file_part("tests/test_health.py::test_ready") == "tests/test_health.py"
+    assert file_part("tests/handlers/test_health.py::test_ready") == "tests/handlers/test_health.py"
     assert file_part("docs/limits.md#bounds") == "docs/limits.md"
     assert file_part("cache/redis/resp.encode_command") == "cache/redis/resp.py"
     assert file_part("handlers/openapi*.py") == "handlers/openapi*.py"

@@ -2,7 +2,7 @@
 
 For tests that need a certain order of events across two connections (a
 reply held back while an invalidation comes on the other), run in a script
-with a reactor (tests/test_tracking.py). ``hold()`` keeps what Redis sends
+with a reactor (tests/cache/test_tracking.py). ``hold()`` keeps what Redis sends
 until ``release()``; ``cut()`` drops every relayed connection; while
 ``refusing``, new connections are closed at once (a Redis that is gone).
 """

@@ -225,8 +225,8 @@ class RedisLink:
         it, which holds when Redis lost all its scripts (a restart, a flush),
         not when only some were ever loaded: a batch's get whose script was
         new to Redis was refused and resent after the same batch's delete of
-        its document had run, and answered 404 (tests/test_response_budget.py
-        after tests/test_collections.py). So a pipeline's scripts are all there
+        its document had run, and answered 404 (tests/cache/test_response_budget.py
+        after tests/handlers/test_collections.py). So a pipeline's scripts are all there
         before it is sent; a NOSCRIPT then means Redis lost them all.
         """
         if all(script.sha in self._scripts_held for script in scripts):

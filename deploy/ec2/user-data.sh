@@ -35,7 +35,7 @@ JETWAY_DIR="${JETWAY_DIR:-/opt/jetway}"
 JETWAY_USER="${JETWAY_USER:-jetway}"
 JETWAY_LOG_DIR="${JETWAY_LOG_DIR:-/var/log/jetway}"
 # Prefix for every file written under /etc; empty on a real machine
-# (tests/test_deploy_ec2.py runs this script against a temp directory).
+# (tests/deploy/test_deploy_ec2.py runs this script against a temp directory).
 ETC="${JETWAY_SYSROOT:-}/etc"
 RELEASES="$JETWAY_DIR/releases"
 if ! [[ "$JETWAY_RELEASE_SHA256" =~ ^[0-9a-f]{64}$ ]]; then

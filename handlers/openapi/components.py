@@ -164,7 +164,7 @@ def _changes_parameters(max_wait: int) -> Json:
 
 def headers() -> Json:
     def header(description: str, required: bool = True, **schema: Any) -> Json:
-        # `required`: on every response that lists the header (tests/test_openapi.py checks real responses).
+        # `required`: on every response that lists the header (tests/handlers/test_openapi.py checks real responses).
         return {"description": description, "required": required, "schema": {"type": "string", **schema}}
 
     return {

@@ -1,6 +1,6 @@
 """Every operation through the Python client generated from /openapi.json.
 
-Run by ``tests/test_generated_clients.py`` on CPython, with the package that
+Run by ``tests/process/test_generated_clients.py`` on CPython, with the package that
 ``openapi-python-client`` made from the running server's own document on
 ``PYTHONPATH`` as ``jetway_client``; no line of it is edited by hand. Usage:
 ``use_python_client.py BASE_URL TOKEN``. Exits non-zero at the first call

@@ -1,6 +1,6 @@
 // Every operation through openapi-fetch, typed by openapi-typescript from /openapi.json.
 //
-// tests/test_generated_clients.py generates ./schema.d.ts from the running
+// tests/process/test_generated_clients.py generates ./schema.d.ts from the running
 // server's own document (no hand edits), type-checks this file against it
 // with tsc, and runs it with node: `node use_ts_client.js BASE_URL TOKEN`.
 // It exits non-zero at the first answer that is not what the API documents.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The Debian bookworm root that tests/test_deploy_boot.py boots: minbase, as an
+# The Debian bookworm root that tests/deploy/test_deploy_boot.py boots: minbase, as an
 # EC2 Debian image is before its user data runs, with systemd (to boot it with
 # systemd-nspawn -b), dbus and cloud-init (which runs the user data). Built
 # once into DIR and kept: later runs copy it.

@@ -1,0 +1,1 @@
+"""Tests of api/ modules: configuration, the connection's parts, logs, metrics."""

@@ -1,0 +1,1 @@
+"""Tests of the stores in cache/ (one module each), the driver's in redis/."""

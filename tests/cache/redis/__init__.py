@@ -1,0 +1,1 @@
+"""Tests of the Redis driver, cache/redis/."""

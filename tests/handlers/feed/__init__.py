@@ -1,0 +1,1 @@
+"""Tests of handlers/feed/: the change feed's serving side."""

@@ -1,0 +1,1 @@
+"""Tests of handlers/http/: authorization, errors, CORS, caching, conditions, negotiation."""

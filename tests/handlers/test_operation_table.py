@@ -1,0 +1,82 @@
+"""handlers.operations: the operation table's paths become Cyclone's routes, each in one place."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from handlers import paths
+from handlers.operation import Resource, routes
+from handlers.operations import OPERATIONS
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# The routes api/app.py wrote by hand before the table (467c5a9), in Cyclone's order.
+ROUTES_BEFORE = [
+    r"/v1/_get/([^/]+)",
+    r"/v1/_changes/([^/]+)/tickets",
+    r"/v1/_changes/([^/]+)",
+    r"/v1/_batch",
+    r"/v1/_collections/([^/]+)",
+    r"/v1/_collections/?",
+    r"/v1/([^/]+)/([^/]+)",
+    r"/v1/([^/]+)/?",
+    r"/healthz",
+    r"/readyz",
+    r"/metrics",
+    r"/openapi\.json",
+    r"/docs/?",
+    r"/docs/assets/([^/]+)",
+]
+
+
+def test_the_derived_routes_are_the_hand_written_ones_in_their_order():
+    assert [pattern for pattern, _, _ in routes(OPERATIONS, {})] == ROUTES_BEFORE
+
+
+def test_without_docs_the_docs_routes_are_left_out():
+    assert [pattern for pattern, _, _ in routes(OPERATIONS, {}, with_docs=False)] == ROUTES_BEFORE[:-2]
+
+
+def test_each_route_gets_its_handlers_dependencies():
+    handler = OPERATIONS[0].resource.handler
+    given = {"x": 1}
+    assert routes(OPERATIONS, {handler: given})[0] == (ROUTES_BEFORE[0], handler, given)
+
+
+@pytest.mark.parametrize(
+    ("template", "slash", "pattern"),
+    [("/a.b/{x}", False, r"/a\.b/([^/]+)"), ("/a-b/{x}/c", True, r"/a\-b/([^/]+)/c/?"), ("/a+b", False, r"/a\+b")],
+)
+def test_a_template_becomes_a_regex_with_loose_segments_and_literal_text(template, slash, pattern):
+    resource = Resource(template, object, "", "", slash=slash)
+    assert resource.pattern == pattern
+    assert re.fullmatch(pattern, template.replace("{x}", "a b%")) is not None
+
+
+def test_each_operation_is_declared_once():
+    keys = [(op.method, op.path) for op in OPERATIONS]
+    assert len(keys) == len(set(keys))
+    ids = [op.operation_id for op in OPERATIONS] + [op.head for op in OPERATIONS if op.head]
+    assert len(ids) == len(set(ids))
+
+
+def test_scopes_are_the_known_ones_and_only_operational_paths_need_no_token():
+    assert {op.scope for op in OPERATIONS} <= {None, "token", "read", "write", "admin"}
+    for op in OPERATIONS:
+        assert (op.scope is None) == (not op.path.startswith("/v1/")), op.operation_id
+
+
+def test_no_path_template_is_written_outside_handlers_paths():
+    """Each template is a string literal in one module: api/, handlers/ and cache/ import it from there."""
+    templates = {value for name, value in vars(paths).items() if name.isupper()}
+    found = []
+    for module in [*ROOT.glob("api/**/*.py"), *ROOT.glob("handlers/**/*.py"), *ROOT.glob("cache/**/*.py")]:
+        if module == ROOT / "handlers" / "paths.py":
+            continue
+        for literal in re.findall(r"""["'](/[^"'\s]*)["']""", module.read_text()):
+            if literal in templates:
+                found.append(f"{module.relative_to(ROOT)}: {literal}")
+    assert found == []

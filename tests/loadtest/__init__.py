@@ -1,0 +1,1 @@
+"""Tests of loadtest/: the load-test gate's figures and tools."""

@@ -1,0 +1,1 @@
+"""Tests of the whole process: master and workers, signals, the wire, browsers, outside clients."""
