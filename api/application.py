@@ -112,6 +112,8 @@ class JetwayApplication(cyclone.web.Application):
             if path.startswith(prefix):
                 match = spec.regex.match(path)
                 if match is not None:
+                    if "%" not in path and "+" not in path:
+                        return spec, list(match.groups())  # nothing to unescape: no string made anew
                     return spec, [_unquote(group) for group in match.groups()]
         return None, []
 
@@ -192,6 +194,4 @@ def literal_prefix(pattern: str) -> str:
 
 
 def _unquote(group: Optional[str]) -> Optional[str]:
-    if group is None or ("%" not in group and "+" not in group):
-        return group  # nothing to unescape: no new string (Cyclone's unquote_plus makes one)
-    return url_unescape(group)
+    return None if group is None else url_unescape(group)

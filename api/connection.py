@@ -47,7 +47,7 @@ from handlers.framework import CycloneConnection
 from handlers.http.cache_policy import ERROR_POLICY
 from handlers.http.deferreds import is_deferred
 from handlers.http.errors import ApiError
-from handlers.http.reply import PROBLEM_TYPE, REASONS, Reply, response_head
+from handlers.http.reply import PROBLEM_TYPE, REASONS, Reply, header_parts, response_head
 from handlers.paths import BATCH as BATCH_PATH  # the one path whose bodies may be larger than a document
 from handlers.pipeline import Exchange, run
 
@@ -326,12 +326,10 @@ class JetwayConnection(CycloneConnection):
         if self._lost:
             return
         app = self.factory
-        lines = reply.header_lines(app.http_date(), exchange.request_id)
-        if self.closing:
-            lines.append(("Connection", "close"))  # the worker began draining while it waited
         cors = app.cors.response_lines(head.headers.get("Origin")) if app.cors.enabled else b""
+        # "close": the worker began draining while it waited.
+        response = reply.head("HTTP/1.1", app.http_date(), exchange.request_id, "close" if self.closing else None, cors)
         status = reply.status
-        response = response_head("HTTP/1.1", status, REASONS[status], lines, reply.list_headers(), cors)
         self.transport.write(response + reply.body if head.method != "HEAD" and status != 304 else response)
         seconds = time.time() - started
         client = self._client_address(head.headers)
@@ -379,7 +377,7 @@ class JetwayConnection(CycloneConnection):
             # A page on an allowed origin reads this problem too, not an opaque network error.
             lines += self.factory.cors.response_headers(head.headers.get("Origin"))
         lines.append(("Connection", "close"))
-        self.transport.write(response_head("HTTP/1.1", error.status, REASONS[error.status], lines) + body)
+        self.transport.write(response_head("HTTP/1.1", error.status, REASONS[error.status], header_parts(lines)) + body)
         self.close()
 
     def _arm(self, seconds: float, action: Optional[int]) -> None:

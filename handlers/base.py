@@ -96,8 +96,7 @@ class JsonHandler(CycloneHandler):
         """Send a pipeline's reply (``handlers.pipeline``): the head the connection would write, through Cyclone."""
         self._status_code = reply.status
         self._reason = REASONS[reply.status]
-        self._headers = dict(reply.header_lines(self._headers["Date"], self.request_id))
-        self._list_headers = list(reply.list_headers())
+        self.reply = reply  # its head is the reply's own (handlers.framework, _generate_headers)
         if reply.body and reply.status != 304:
             self.write(reply.body)
 

@@ -68,7 +68,9 @@ class DocumentAnswers:
     def read(self, exchange: Exchange) -> Step:
         authorization = exchange.headers.get("Authorization")
         granted = self.gate.grant_or_wait(authorization, exchange.args[0], False, True)
-        return then(granted, self._read_admitted, exchange)
+        if is_deferred(granted):
+            return granted.addCallback(self._read_admitted, exchange)
+        return self._read_admitted(granted, exchange)  # the usual token, known: no Deferred
 
     def _read_admitted(self, grant: Grant, exchange: Exchange) -> Step:
         exchange.admit(grant)

@@ -22,7 +22,7 @@ checked against this module, one method at a time.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Optional
 
 import cyclone.httpserver
 import cyclone.web
@@ -30,7 +30,7 @@ from twisted.python.failure import Failure
 
 from handlers.http.deferreds import is_deferred
 from handlers.http.problems import problem_of
-from handlers.http.reply import JSON_TYPE, SERVER, response_head
+from handlers.http.reply import JSON_TYPE, SERVER, Reply, header_parts, response_head
 
 # What Cyclone refuses in a header value (against header injection), compiled once.
 _UNSAFE_HEADER_VALUE = re.compile(r"[\x00-\x1f]")
@@ -41,6 +41,7 @@ class CycloneHandler(cyclone.web.RequestHandler):
     """Cyclone's request handler with the overrides the module's docstring lists."""
 
     _cors_lines = b""  # this response's CORS header lines (handlers/http/cors.py)
+    reply: Optional[Reply] = None  # a pipeline's reply being sent (handlers.base.JsonHandler.send_reply)
 
     def __init__(self, application: Any, request: Any, **kwargs: Any) -> None:
         """Replaces Cyclone's, which also builds the template helpers (ui modules and methods) for every
@@ -63,6 +64,7 @@ class CycloneHandler(cyclone.web.RequestHandler):
         self._write_buffer = []
         self._status_code = 200
         self._reason = "OK"
+        self.reply = None
         self.set_default_headers()
 
     def _execute(self, transforms: Any, *args: str) -> None:
@@ -144,35 +146,37 @@ class CycloneHandler(cyclone.web.RequestHandler):
         super().write(chunk)
 
     def _generate_headers(self) -> bytes:
-        """Replaces Cyclone's head writer: ``handlers.http.reply.response_head``, the one every answer uses.
+        """Replaces Cyclone's head writer with ``handlers.http.reply.response_head``, the one every answer uses.
 
-        Also: the ``Connection`` header this connection needs, and no
+        A pipeline's reply (``reply``, sent by ``send_reply``) writes its own
+        head, as the connection writes it, with the ``Connection`` header
+        this connection needs. Otherwise the handler's headers, with no
         ``Content-Length`` nor ``Content-Type`` on a 204 (RFC 9110; Cyclone
         adds both to every response).
         """
-        self._set_connection_header()
+        connection = self._connection_header()
+        if self.reply is not None:
+            date, version = self._headers["Date"], self.request.version
+            return self.reply.head(version, date, self.request_id, connection, self._cors_lines)
+        if connection is None:
+            self._headers.pop("Connection", None)
+        else:
+            self._headers["Connection"] = connection
         if self._status_code == 204:
             self._headers.pop("Content-Length", None)
             self._headers.pop("Content-Type", None)
-        return response_head(
-            self.request.version,
-            self._status_code,
-            self._reason,
-            self._headers.items(),
-            self._list_headers,
-            self._cors_lines,
-        )
+        parts = header_parts(self._headers.items())
+        parts += header_parts(self._list_headers)
+        return response_head(self.request.version, self._status_code, self._reason, parts, self._cors_lines)
 
-    def _set_connection_header(self) -> None:
+    def _connection_header(self) -> Optional[str]:
         """What Cyclone's connection decided in ``_finish_request``, said in the head."""
         connection = self.request.connection
         if getattr(connection, "closing", False) or not getattr(connection, "keep_alive", True):
-            # Draining, or the client asked: this connection ends here.
-            self._headers["Connection"] = "close"
-        elif not self.request.supports_http_1_1():
-            self._headers["Connection"] = "keep-alive"  # HTTP/1.0 keeps it only when told
-        else:
-            self._headers.pop("Connection", None)
+            return "close"  # draining, or the client asked: this connection ends here
+        if not self.request.supports_http_1_1():
+            return "keep-alive"  # HTTP/1.0 keeps it only when told
+        return None
 
     def _handle_request_exception(self, e: Any) -> None:
         """Replaces Cyclone's: every failure answers its problem (``handlers.http.problems``), a bug a logged 500."""

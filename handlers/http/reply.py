@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import http
 import re
-from typing import Callable, Iterable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 JSON_TYPE = "application/json"
 PROBLEM_TYPE = "application/problem+json"
@@ -27,13 +27,13 @@ Headers = List[Tuple[str, str]]
 # The reason phrase of each status, as Cyclone's ``set_status`` gives it.
 REASONS = {status.value: status.phrase for status in http.HTTPStatus}
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}\Z")
-_VARY = (("Vary", "Accept-Encoding"),)
 # Statuses whose head carries no Content-Length (RFC 9110 8.6: a 304's would describe another response).
 _NO_LENGTH = (204, 304)
 
 
 class Reply:
-    """A response: status, body type (None: no ``Content-Type``), headers in order, body.
+    """A response: status, body type (None: no ``Content-Type``), headers in order (after Cyclone's
+    defaults), body.
 
     ``vary``: the answer depends on ``Accept-Encoding``. ``kind``: what the
     metrics count a reply the connection sent itself as
@@ -58,43 +58,58 @@ class Reply:
         self.vary = vary
         self.kind = kind
 
-    def header_lines(self, date: str, request_id: str) -> Headers:
-        """Every header of the head but the list headers, in Cyclone's order."""
-        lines = [("Server", SERVER)]
-        if self.content_type is not None:
-            lines.append(("Content-Type", self.content_type))
-        lines += (("Date", date), ("X-Request-ID", request_id))
-        lines += self.headers
-        if self.status not in _NO_LENGTH:
-            lines.append(("Content-Length", str(len(self.body))))
-        return lines
+    def head(self, version: str, date: str, request_id: str, connection: Optional[str], cors_lines: bytes) -> bytes:
+        """The reply's head (``response_head``), with a ``Connection`` header when ``connection`` is given."""
+        status = self.status
+        parts = [_DEFAULTS_TYPED if self.content_type == JSON_TYPE else _defaults(self.content_type)]
+        parts += (date, "\r\nX-Request-ID: ", request_id, "\r\n")
+        for name, value in self.headers:
+            parts += (name, ": ", value, "\r\n")
+        if status not in _NO_LENGTH:
+            parts += ("Content-Length: ", str(len(self.body)), "\r\n")
+        if connection is not None:
+            parts += ("Connection: ", connection, "\r\n")
+        if self.vary:
+            parts.append("Vary: Accept-Encoding\r\n")
+        return response_head(version, status, REASONS[status], parts, cors_lines)
 
-    def list_headers(self) -> Sequence[Tuple[str, str]]:
-        return _VARY if self.vary else ()
+
+# A reply's head up to its Date's value: Cyclone's defaults (Server, Content-Type, Date) in its order.
+_DEFAULTS_TYPED = f"Server: {SERVER}\r\nContent-Type: {JSON_TYPE}\r\nDate: "
 
 
-def response_head(
-    version: str,
-    status: int,
-    reason: str,
-    headers: Iterable[Tuple[str, str]],
-    list_headers: Iterable[Tuple[str, str]] = (),
-    cors_lines: bytes = b"",
-) -> bytes:
-    """The head's bytes: the status line, ``headers``, ``list_headers``, the CORS lines, the blank line.
+def _defaults(content_type: Optional[str]) -> str:
+    typed = "" if content_type is None else f"Content-Type: {content_type}\r\n"
+    return f"Server: {SERVER}\r\n{typed}Date: "
 
-    One list of parts joined once and encoded once: a string per line, then
-    the lines joined, cost half as much again on PyPy (docs/performance.md).
+
+def response_head(version: str, status: int, reason: str, parts: List[str], cors_lines: bytes = b"") -> bytes:
+    """A head's bytes: the status line, the header lines ``parts`` make when joined, the CORS lines, the blank line.
+
+    Every head goes through here: a pipeline's reply (``Reply.head``), a
+    Cyclone handler's (``handlers.framework``) and a refusal at the front
+    door (``api.connection``). One list of parts joined once and encoded
+    once: a string per line, then the lines joined, cost half as much again
+    on PyPy (docs/performance.md).
     """
-    parts = [version, " ", str(status), " ", reason, "\r\n"]
+    line = _STATUS_LINES.get((version, status))
+    if line is None:
+        line = _STATUS_LINES[(version, status)] = f"{version} {status} {reason}\r\n"
+    head = line + "".join(parts)
+    if not cors_lines:
+        return (head + "\r\n").encode()
+    return head.encode() + cors_lines + b"\r\n"
+
+
+def header_parts(headers: Iterable[Tuple[str, str]]) -> List[str]:
+    """``headers`` as the parts of their lines, for ``response_head``."""
+    parts: List[str] = []
     for name, value in headers:
         parts += (name, ": ", value, "\r\n")
-    for name, value in list_headers:
-        parts += (name, ": ", value, "\r\n")
-    if not cors_lines:
-        parts.append("\r\n")
-        return "".join(parts).encode()
-    return "".join(parts).encode() + cors_lines + b"\r\n"
+    return parts
+
+
+_STATUS_LINES: Dict[Tuple[str, int], str] = {}
 
 
 def request_id_of(given: Optional[str], new_request_id: Callable[[], str]) -> str:
