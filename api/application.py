@@ -93,14 +93,14 @@ class JetwayApplication(cyclone.web.Application):
         """Where a request goes: its route, and (when the caller will ``answer`` it) the pipeline and exchange
         its route's handler declares for ``method``.
 
-        A route's handler declares its pipelines by its ``answers`` (in the
-        route's arguments: ``handlers.document_answers.DocumentAnswers``);
+        The operation table names an operation's pipeline, and its route's
+        arguments carry it bound (``pipelines``, ``handlers.operation.routes``);
         the handler runs the same ones for what the connection leaves it.
         """
         path, _, query = target.partition("?")
         spec, args = self.route(path)
-        answers = spec.kwargs.get("answers") if answer and spec is not None else None
-        pipeline = answers.by_method.get(method) if answers is not None else None
+        pipelines = spec.kwargs.get("pipelines") if answer and spec is not None else None
+        pipeline = pipelines.get(method) if pipelines is not None else None
         if pipeline is None:
             return Routed(spec, args, None, None)
         request_id = request_id_of(headers.get("X-Request-ID"), self.new_request_id)

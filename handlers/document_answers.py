@@ -17,7 +17,7 @@ document route's handler runs the very same for any other.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Optional, Tuple
 
 from cache.collection_settings import NO_SETTINGS, CollectionSettings
 from cache.settings_cache import SettingsCache
@@ -31,7 +31,7 @@ from handlers.http.errors import not_found
 from handlers.http.negotiation import IDENTITY, Negotiator
 from handlers.http.reply import JSON_TYPE, Headers, Reply
 from handlers.http.representation import represent
-from handlers.pipeline import Exchange, Pipeline, Step, both, then
+from handlers.pipeline import Exchange, Step, both, then
 
 # What the metrics count a reply the connection sent as (``jetway_direct_answers_total``'s kind).
 HOT_READ, REDIS_READ, WRITE = "hot_read", "redis_read", "write"
@@ -55,7 +55,6 @@ class DocumentAnswers:
         self.negotiator = negotiator
         self.cache_control = cache_control
         self.max_body = max_body
-        self.by_method: Dict[str, Pipeline] = {"GET": self.read, "HEAD": self.read, "PUT": self.replace}
 
     def settings(self, collection: str) -> Any:
         """The collection's settings, now or a Deferred (``SettingsCache.resolve``)."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Dict, Optional
 
 from twisted.internet import defer
 
@@ -11,7 +11,7 @@ from handlers.document_answers import DocumentAnswers, if_match, if_unmodified_s
 from handlers.http import validation
 from handlers.http.deferreds import is_deferred
 from handlers.idempotency import respond_once
-from handlers.pipeline import Exchange, run
+from handlers.pipeline import Exchange, Pipeline, run
 
 
 class DocumentHandler(ResourceHandler):
@@ -20,9 +20,10 @@ class DocumentHandler(ResourceHandler):
     ROUTE = "document"
     SUPPORTED_METHODS = ("GET", "HEAD", "PUT", "PATCH", "DELETE", "OPTIONS")
 
-    def initialize(self, answers: DocumentAnswers, **resources: Any) -> None:
+    def initialize(self, answers: DocumentAnswers, pipelines: Dict[str, Pipeline], **resources: Any) -> None:
+        """``pipelines``: the operation table's for this route (``handlers.operation.routes``), bound to ``answers``."""
         super().initialize(**resources)
-        self.pipelines = answers.by_method
+        self.pipelines = pipelines
 
     def prepare(self) -> Optional[defer.Deferred]:
         if self.request.method in self.pipelines:

@@ -86,8 +86,10 @@ class Operation:
     body: Optional[Body] = None
     head: Optional[str] = None
     security: Tuple[str, ...] = ("bearer",)
-    # Reserved for the connection's direct answer of this operation (the lead's part of issue #45).
-    direct: Optional[Callable[..., Any]] = None
+    # The pipeline that answers it (handlers/pipeline.py): the name of a method of its handler's
+    # ``answers`` (``handlers.document_answers.DocumentAnswers.read``), which the connection runs
+    # itself and the handler runs for what the connection leaves it.
+    pipeline: Optional[str] = None
 
     @property
     def path(self) -> str:
@@ -102,9 +104,27 @@ def routes(
     ``kwargs`` are each handler's dependencies (its ``initialize`` arguments);
     the /docs paths are left out unless ``with_docs``.
     """
+    operations = list(operations)
     paths: Dict[Resource, None] = dict.fromkeys(operation.resource for operation in operations)
     return [
-        (resource.pattern, resource.handler, kwargs.get(resource.handler))
+        (resource.pattern, resource.handler, _with_pipelines(kwargs.get(resource.handler), resource, operations))
         for resource in paths
         if with_docs or not resource.with_docs
     ]
+
+
+def _with_pipelines(
+    kwargs: Optional[Dict[str, Any]], resource: Resource, operations: List[Operation]
+) -> Optional[Dict[str, Any]]:
+    """The handler's arguments, with ``pipelines``: each method's pipeline, bound to its ``answers``, if any."""
+    answers = (kwargs or {}).get("answers")
+    if answers is None:
+        return kwargs  # nothing to bind (the table's routes alone, as its tests read them)
+    pipelines: Dict[str, Callable[..., Any]] = {}
+    for operation in operations:
+        if operation.resource is resource and operation.pipeline is not None:
+            answer = getattr(answers, operation.pipeline)
+            pipelines[operation.method] = answer
+            if operation.head is not None:
+                pipelines["HEAD"] = answer
+    return kwargs if not pipelines else {**kwargs, "pipelines": pipelines}

@@ -292,6 +292,7 @@ OPERATIONS: Tuple[Operation, ...] = (
         {400: "Invalid collection name or document id."},
         parameters=("If-None-Match", "If-Modified-Since", "Accept-Encoding"),
         head="headDocument",
+        pipeline="read",
     ),
     Operation(
         DOCUMENT,
@@ -313,6 +314,7 @@ OPERATIONS: Tuple[Operation, ...] = (
         replicated=("ETag",),
         parameters=("If-Match", "If-None-Match", "If-Unmodified-Since", "ttl"),
         body=_DOCUMENT_BODY,
+        pipeline="replace",
     ),
     Operation(
         DOCUMENT,

@@ -75,7 +75,7 @@ class Reader:
         path, _, query = target.partition("?")
         exchange = Exchange(method, path, query, path.split("/")[2:], headers, b"", f"id{next(self.ids)}")
         self.exchange = exchange
-        return run(self.answers.by_method[method], exchange)
+        return run(self.answers.replace if method == "PUT" else self.answers.read, exchange)
 
     def sent(self, reply: Reply, method: str = "GET", headers: Optional[Dict[str, str]] = None) -> bytes:
         cors = self.cors.response_lines((headers or {}).get("Origin"))

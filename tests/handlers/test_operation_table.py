@@ -80,3 +80,18 @@ def test_no_path_template_is_written_outside_handlers_paths():
             if literal in templates:
                 found.append(f"{module.relative_to(ROOT)}: {literal}")
     assert found == []
+
+
+def test_the_document_routes_pipelines_are_the_tables_bound_to_its_answers():
+    """The read's and replace's pipelines come from the table, not from the handler or the connection."""
+
+    class Answers:
+        def read(self) -> None: ...
+
+        def replace(self) -> None: ...
+
+    answers = Answers()
+    document = next(op.resource for op in OPERATIONS if op.operation_id == "getDocument")
+    routed = {handler: kwargs for _, handler, kwargs in routes(OPERATIONS, {document.handler: {"answers": answers}})}
+    pipelines = routed[document.handler]["pipelines"]
+    assert pipelines == {"GET": answers.read, "HEAD": answers.read, "PUT": answers.replace}
