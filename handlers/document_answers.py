@@ -21,7 +21,7 @@ from typing import Any, Optional, Tuple
 
 from cache.collection_settings import NO_SETTINGS, CollectionSettings
 from cache.settings_cache import SettingsCache
-from cache.store import Conditions, Document, DocumentStore
+from cache.store import NO_CONDITIONS, Conditions, Document, DocumentStore
 from cache.variants import base_tag
 from handlers.http import conditional, validation
 from handlers.http.auth import RATE_SCRIPTS, Gate, Grant
@@ -149,6 +149,8 @@ def _written(outcome: Tuple[Document, bool], exchange: Exchange) -> Reply:
 
 def write_conditions(headers: Any) -> Conditions:
     """A write's preconditions: ``If-Match``, ``If-None-Match`` (weak) and ``If-Unmodified-Since``."""
+    if "If-Match" not in headers and "If-None-Match" not in headers and "If-Unmodified-Since" not in headers:
+        return NO_CONDITIONS  # the plain replace
     return Conditions(
         if_match(headers), validation.entity_tags(headers.get("If-None-Match"), weak=True), if_unmodified_since(headers)
     )

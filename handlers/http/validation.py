@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from typing import Any, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from cache import codec
 from handlers.http.errors import ApiError, bad_request
@@ -23,14 +23,23 @@ MAX_IDS = 1000
 JSON = "application/json"
 MERGE_PATCH_JSON = "application/merge-patch+json"
 _ENTITY_TAG = re.compile(r'\s*(W/)?("[\x21\x23-\x7e\x80-\xff]*")\s*(?:,|\Z)')
+# Valid collection names seen, encoded: a worker serves few collections, each many times.
+MAX_KNOWN_COLLECTIONS = 4096
+_COLLECTIONS: Dict[str, bytes] = {}
 # An entity tag no stored ETag can equal: what a header with no usable tag becomes.
 _NEVER_MATCHES = b"!"
 
 
 def collection_name(text: str) -> bytes:
+    known = _COLLECTIONS.get(text)
+    if known is not None:
+        return known  # checked before: a dictionary lookup, not the pattern and an encode per request
     if not COLLECTION_PATTERN.match(text):
         raise bad_request(f"collection name {text!r} must match ^[a-z][a-z0-9_-]{{0,63}}$", "invalid-collection")
-    return text.encode("ascii")
+    name = text.encode("ascii")
+    if len(_COLLECTIONS) < MAX_KNOWN_COLLECTIONS:  # only valid names, and a bounded number of them
+        _COLLECTIONS[text] = name
+    return name
 
 
 def document_id(text: str) -> bytes:

@@ -1,14 +1,13 @@
-"""A token's first requests, many at once, leave its later ones to the direct read and write.
+"""A token's first requests, many at once, leave its later ones answered on the connection.
 
-A worker that does not know a token yet sends each of its requests the
-handler's way, and each looks the token's record up in Redis with a digest
-of its own: the token cache keeps the last record read, the gate the
-first digest. ``Gate.admits_now`` (the direct read's and write's question)
-asks for the cached record's own digest object; before the gate kept the
-digest of the record it was given each time, a burst of first requests (a
-client with many connections, as a worker starts or comes back) left that
-token refused by the direct way for the worker's life: every read and
-write of it went through Cyclone.
+A worker that does not know a token yet looks its record up in Redis for
+each of its first requests, each with a digest of its own: the token cache
+keeps the last record read. The gate keeps, by the ``Authorization``
+value, the digest of the record it was given each time, so that a later
+request knows the cached record by identity. This test sends a burst of a
+token's first requests on many connections at once, and then checks that
+its later requests are answered by the connection
+(``jetway_direct_answers_total`` counts them), none left to Cyclone.
 """
 
 from __future__ import annotations
