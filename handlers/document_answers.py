@@ -17,6 +17,7 @@ document route's handler runs the very same for any other.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Optional, Tuple
 
 from cache.collection_settings import NO_SETTINGS, CollectionSettings
@@ -37,24 +38,16 @@ from handlers.pipeline import Exchange, Step, both, then
 HOT_READ, REDIS_READ, WRITE = "hot_read", "redis_read", "write"
 
 
+@dataclass(eq=False)
 class DocumentAnswers:
     """The read and replace pipelines of one worker, with what they use."""
 
-    def __init__(
-        self,
-        store: DocumentStore,
-        gate: Gate,
-        collections: Optional[SettingsCache],
-        negotiator: Negotiator,
-        cache_control: str,
-        max_body: int,
-    ) -> None:
-        self.store = store
-        self.gate = gate
-        self.collections = collections
-        self.negotiator = negotiator
-        self.cache_control = cache_control
-        self.max_body = max_body
+    store: DocumentStore
+    gate: Gate
+    collections: Optional[SettingsCache]
+    negotiator: Negotiator
+    cache_control: str  # the server's default policy (JETWAY_CACHE_CONTROL)
+    max_body: int
 
     def settings(self, collection: str) -> Any:
         """The collection's settings, now or a Deferred (``SettingsCache.resolve``)."""

@@ -21,6 +21,7 @@ The same pipeline runs two ways (``run`` gives its reply, never a failure):
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, List, Optional, Tuple, Union
 from urllib.parse import parse_qs
 
@@ -38,6 +39,7 @@ Step = Union[Reply, defer.Deferred]
 Pipeline = Callable[["Exchange"], Step]
 
 
+@dataclass(eq=False)
 class Exchange:
     """One request as a pipeline's steps see it, whoever received it.
 
@@ -46,19 +48,14 @@ class Exchange:
     decided; every reply carries them, an error's too.
     """
 
-    __slots__ = ("args", "body", "headers", "method", "path", "query", "rate_headers", "request_id")
-
-    def __init__(
-        self, method: str, path: str, query: str, args: List[str], headers: Any, body: bytes, request_id: str
-    ) -> None:
-        self.method = method
-        self.path = path
-        self.query = query
-        self.args = args
-        self.headers = headers
-        self.body = body
-        self.request_id = request_id
-        self.rate_headers: Iterable[Tuple[str, str]] = ()
+    method: str
+    path: str
+    query: str
+    args: List[str]
+    headers: Any
+    body: bytes
+    request_id: str
+    rate_headers: Iterable[Tuple[str, str]] = ()
 
     def admit(self, grant: Grant) -> Grant:
         """Take ``grant``'s rate decision (if any): its headers, or the 429 it makes."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import http
 import re
+from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 JSON_TYPE = "application/json"
@@ -31,6 +32,7 @@ _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}\Z")
 _NO_LENGTH = (204, 304)
 
 
+@dataclass(eq=False)
 class Reply:
     """A response: status, body type (None: no ``Content-Type``), headers in order (after Cyclone's
     defaults), body.
@@ -40,23 +42,12 @@ class Reply:
     (``jetway_direct_answers_total``).
     """
 
-    __slots__ = ("body", "content_type", "headers", "kind", "status", "vary")
-
-    def __init__(
-        self,
-        status: int,
-        content_type: Optional[str],
-        headers: Headers,
-        body: bytes,
-        vary: bool = False,
-        kind: str = "error",
-    ) -> None:
-        self.status = status
-        self.content_type = content_type
-        self.headers = headers
-        self.body = body
-        self.vary = vary
-        self.kind = kind
+    status: int
+    content_type: Optional[str]
+    headers: Headers
+    body: bytes
+    vary: bool = False
+    kind: str = "error"
 
     def head(self, version: str, date: str, request_id: str, connection: Optional[str], cors_lines: bytes) -> bytes:
         """The reply's head (``response_head``), with a ``Connection`` header when ``connection`` is given."""
