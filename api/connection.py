@@ -37,6 +37,8 @@ from typing import Any, Optional, Tuple
 
 import cyclone.httpserver
 from cyclone.httputil import HTTPHeaders
+from twisted.python import log
+from twisted.python.failure import Failure
 
 from api.chunked import ChunkedDecoder
 from api.client_address import Network, client_address
@@ -49,7 +51,7 @@ from handlers.http.deferreds import is_deferred
 from handlers.http.errors import ApiError
 from handlers.http.reply import PROBLEM_TYPE, REASONS, Reply, header_parts, response_head
 from handlers.paths import BATCH as BATCH_PATH  # the one path whose bodies may be larger than a document
-from handlers.pipeline import Exchange, run
+from handlers.pipeline import Exchange, failed, start
 
 # Everything a head may hold, plus its blank line: more is a 431 or a 414.
 _MAX_HEAD = MAX_REQUEST_LINE + MAX_HEADER_BYTES + 4
@@ -282,11 +284,12 @@ class JetwayConnection(CycloneConnection):
             return
         exchange = routed.exchange
         started = time.time()
-        reply = run(routed.pipeline, exchange)
+        reply = start(routed.pipeline, exchange)
         if is_deferred(reply):
             # It waits (for Redis): this connection waits as it would for a handler.
             self._request = _AWAITING_REDIS
-            reply.addCallback(self._send_reply, exchange, head, routed.label, started)
+            more = (exchange, head, routed.label, started)
+            reply.addCallbacks(self._send_reply, self._send_problem, callbackArgs=more, errbackArgs=more)
         else:
             self._send_reply(reply, exchange, head, routed.label, started)
 
@@ -320,8 +323,26 @@ class JetwayConnection(CycloneConnection):
             and not self.no_keep_alive
         )
 
+    def _send_problem(
+        self, failure: Failure, exchange: Exchange, head: RequestHead, route: str, started: float
+    ) -> None:
+        """A pipeline's step failed while it waited: send its problem's reply."""
+        self._send_reply(failed(failure, exchange), exchange, head, route, at)
+
     def _send_reply(self, reply: Reply, exchange: Exchange, head: RequestHead, route: str, started: float) -> None:
-        """Send a pipeline's reply: its head from the one writer (``handlers.http.reply``), then its body."""
+        """Send a pipeline's reply: its head from the one writer (``handlers.http.reply``), then its body.
+
+        A fault of its own is logged and aborts the connection, rather than
+        leave it waiting for an answer that will never come.
+        """
+        try:
+            self._write_reply(reply, exchange, head, route, started)
+        except Exception:
+            log.err(None, "sending a pipeline's reply failed")
+            self._request = None
+            self.transport.abortConnection()
+
+    def _write_reply(self, reply: Reply, exchange: Exchange, head: RequestHead, route: str, started: float) -> None:
         self._request = None
         if self._lost:
             return

@@ -111,7 +111,10 @@ class DocumentAnswers:
         headers = exchange.headers
         value = validation.json_document(exchange.body, headers.get("Content-Type"), validation.JSON, self.max_body)
         ttl = validation.ttl(exchange.query_argument("ttl"))
-        return then(self.settings(collection), self._replace_checked, exchange, keys, value, ttl)
+        settings = self.settings(collection)
+        if is_deferred(settings):
+            return settings.addCallback(self._replace_checked, exchange, keys, value, ttl)
+        return self._replace_checked(settings, exchange, keys, value, ttl)  # the usual case: known
 
     def _replace_checked(
         self, rules: CollectionSettings, exchange: Exchange, keys: Tuple[bytes, bytes], value: Any, ttl: Optional[int]

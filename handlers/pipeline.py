@@ -118,14 +118,23 @@ def _dropping(failure: Failure, other: defer.Deferred) -> Failure:
 
 
 def run(pipeline: Pipeline, exchange: Exchange) -> Step:
-    """``pipeline``'s reply to ``exchange``, or a Deferred of it; a failure is its problem's reply."""
-    try:
-        reply = pipeline(exchange)
-    except Exception:
-        return failed(Failure(), exchange)
+    """``pipeline``'s reply to ``exchange``, or a Deferred of it that never fails (a failure is its problem's)."""
+    reply = start(pipeline, exchange)
     if is_deferred(reply):
         return reply.addErrback(failed, exchange)
     return reply
+
+
+def start(pipeline: Pipeline, exchange: Exchange) -> Step:
+    """``pipeline``'s reply now (an error raised now is its problem's), or its Deferred as it is: it may fail.
+
+    For a caller that adds its own callback and errback in one link of the
+    chain (the connection: every link is a step of ``_runCallbacks``).
+    """
+    try:
+        return pipeline(exchange)
+    except Exception:
+        return failed(Failure(), exchange)
 
 
 def failed(failure: Failure, exchange: Exchange) -> Reply:
