@@ -327,7 +327,7 @@ class JetwayConnection(CycloneConnection):
         self, failure: Failure, exchange: Exchange, head: RequestHead, route: str, started: float
     ) -> None:
         """A pipeline's step failed while it waited: send its problem's reply."""
-        self._send_reply(failed(failure, exchange), exchange, head, route, at)
+        self._send_reply(failed(failure, exchange), exchange, head, route, started)
 
     def _send_reply(self, reply: Reply, exchange: Exchange, head: RequestHead, route: str, started: float) -> None:
         """Send a pipeline's reply: its head from the one writer (``handlers.http.reply``), then its body.
