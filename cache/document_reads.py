@@ -77,11 +77,6 @@ class DocumentReads:
         hot = self._hot
         return None if hot is None else hot.get(keys.document_key(collection, doc_id))
 
-    def hot_hit(self, collection: bytes, doc_id: bytes) -> Optional[Document]:
-        """The document if the hot cache holds it, counted as a hit; else None, not counted (``get_or_wait`` will)."""
-        hot = self._hot
-        return None if hot is None else hot.hit(keys.document_key(collection, doc_id))
-
     def forget(self, collection: bytes, doc_id: bytes) -> None:
         """Drop the document's hot-cache entry: it has been written, here or elsewhere (a replay's)."""
         if self._hot is not None:

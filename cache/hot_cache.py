@@ -144,11 +144,7 @@ class HotCache:
         return document
 
     def hit(self, key: bytes) -> Any:
-        """The cached document, counted as a hit; None when not held, and not counted then.
-
-        For a read that, on None, goes on to ``get`` (which counts the miss):
-        ``get`` asks this first.
-        """
+        """The cached document, counted as a hit; None when not held, and not counted then (``get`` counts the miss)."""
         # No live check: entries exist only while the feed is up.
         entry = self._entries.get(key)
         if entry is None or (entry.expires and self._clock() >= entry.expires):
