@@ -74,8 +74,15 @@ class DocumentAnswers:
         else:
             along = self.store.get_along(name, key, grant.pending_rate, RATE_SCRIPTS, fresh)
             found = along.addCallback(_settled, grant, exchange)
-        kind = REDIS_READ if is_deferred(found) else HOT_READ
-        return both(self.settings(collection), found, self._represent, exchange, kind)
+        settings = self.settings(collection)
+        if is_deferred(settings):  # the collection's first read on this worker: read alongside the document
+            return both(settings, found, self._represent, exchange, REDIS_READ if is_deferred(found) else HOT_READ)
+        if is_deferred(found):
+            return found.addCallback(self._found, settings, exchange)
+        return self._represent(settings, found, exchange, HOT_READ)  # a hot read: no Deferred at all
+
+    def _found(self, document: Optional[Document], settings: CollectionSettings, exchange: Exchange) -> Reply:
+        return self._represent(settings, document, exchange, REDIS_READ)
 
     def _represent(
         self, settings: CollectionSettings, document: Optional[Document], exchange: Exchange, kind: str

@@ -70,6 +70,7 @@ class Gate:
         self.enabled = enabled
         self.clock = clock
         self._digests: Dict[str, bytes] = {}
+        self._grants: Dict[bytes, Grant] = {}
         self._watch: Optional[CredentialWatch] = None
 
     def admit(self, authorization: Optional[str], collection: str, write: bool, defer_rate: bool) -> defer.Deferred:
@@ -162,7 +163,7 @@ class Gate:
             raise ApiError(403, "forbidden", f"the token may not {'write' if write else 'read'} {collection}")
         limit = record.rate_limit() if record.rate else None  # no pattern to match without a rate
         if limit is None:
-            return Grant(record)
+            return self._plain_grant(record)
         if cost > limit[0]:
             raise ApiError(
                 413, "batch-too-large", f"{cost} operations are more than the token's burst of {limit[0]}; split them"
@@ -172,6 +173,18 @@ class Gate:
             return Grant(record, pending_rate=command)
         rating = self.link.pipeline_scripts([command], RATE_SCRIPTS)
         return rating.addCallback(lambda replies: Grant(record, rate=decision(replies[0], limit[0])))
+
+    def _plain_grant(self, record: TokenRecord) -> Grant:
+        """The grant of a token without a rate: one per record, made when the record is first seen.
+
+        Every request of such a token is granted the same; a frozen
+        dataclass made anew cost four ``object.__setattr__`` calls each time.
+        """
+        grant = self._grants.get(record.digest)
+        if grant is None or grant.record is not record:
+            grant = Grant(record)
+            keep_bounded(self._grants, record.digest, grant, MAX_REMEMBERED_DIGESTS)
+        return grant
 
     def _remember_digest(self, authorization: str, digest: bytes) -> None:
         """Keep a valid token's digest by the ``Authorization`` value that carried it.
