@@ -9,7 +9,7 @@ from __future__ import annotations
 import email.utils
 import itertools
 import os
-from typing import Any, List, Optional, Set, Tuple
+from typing import Any, List, Optional, Sequence, Set, Tuple
 
 import cyclone.web
 from cyclone.escape import url_unescape
@@ -106,14 +106,14 @@ class JetwayApplication(cyclone.web.Application):
         request_id = request_id_of(headers.get("X-Request-ID"), self.new_request_id)
         return Routed(spec, args, pipeline, Exchange(method, path, query, args, headers, body, request_id))
 
-    def route(self, path: str) -> Tuple[Optional[URLSpec], List[Optional[str]]]:
+    def route(self, path: str) -> Tuple[Optional[URLSpec], Sequence[Optional[str]]]:
         """The route that serves ``path`` and the arguments its handler gets (None and none: no route)."""
         for prefix, spec in self._routes:
             if path.startswith(prefix):
                 match = spec.regex.match(path)
                 if match is not None:
                     if "%" not in path and "+" not in path:
-                        return spec, list(match.groups())  # nothing to unescape: no string made anew
+                        return spec, match.groups()  # nothing to unescape: no string nor list made anew
                     return spec, [_unquote(group) for group in match.groups()]
         return None, []
 
@@ -168,7 +168,7 @@ class Routed:
     __slots__ = ("args", "exchange", "pipeline", "spec")
 
     def __init__(
-        self, spec: Optional[URLSpec], args: List[Any], pipeline: Optional[Pipeline], exchange: Optional[Exchange]
+        self, spec: Optional[URLSpec], args: Sequence[Any], pipeline: Optional[Pipeline], exchange: Optional[Exchange]
     ) -> None:
         self.spec = spec
         self.args = args

@@ -22,7 +22,7 @@ The same pipeline runs two ways (``run`` gives its reply, never a failure):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, List, Optional, Tuple, Union
+from typing import Any, Callable, Iterable, Optional, Sequence, Tuple, Union
 from urllib.parse import parse_qs
 
 from twisted.internet import defer
@@ -51,7 +51,7 @@ class Exchange:
     method: str
     path: str
     query: str
-    args: List[str]
+    args: Sequence[str]
     headers: Any
     body: bytes
     request_id: str

@@ -83,9 +83,12 @@ def response_head(version: str, status: int, reason: str, parts: List[str], cors
     once: a string per line, then the lines joined, cost half as much again
     on PyPy (docs/performance.md).
     """
-    line = _STATUS_LINES.get((version, status))
+    lines = _STATUS_LINES.get(version)
+    if lines is None:
+        lines = _STATUS_LINES[version] = {}
+    line = lines.get(status)
     if line is None:
-        line = _STATUS_LINES[(version, status)] = f"{version} {status} {reason}\r\n"
+        line = lines[status] = f"{version} {status} {reason}\r\n"
     head = line + "".join(parts)
     if not cors_lines:
         return (head + "\r\n").encode()
@@ -100,7 +103,8 @@ def header_parts(headers: Iterable[Tuple[str, str]]) -> List[str]:
     return parts
 
 
-_STATUS_LINES: Dict[Tuple[str, int], str] = {}
+# The status lines made so far, by version and status.
+_STATUS_LINES: Dict[str, Dict[int, str]] = {}
 
 
 def request_id_of(given: Optional[str], new_request_id: Callable[[], str]) -> str:
