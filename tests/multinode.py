@@ -252,8 +252,20 @@ class ReplicatedPair:
 class SentinelServers:
     """One master, one replica, three sentinels watching them as ``mymaster``."""
 
-    def __init__(self, directory: Path, down_after_ms: int = 1000, upstream: Optional[int] = None) -> None:
-        """``upstream``: as for ``ReplicatedPair``."""
+    def __init__(
+        self,
+        directory: Path,
+        down_after_ms: int = 1000,
+        upstream: Optional[int] = None,
+        failover_timeout_ms: int = 10000,
+    ) -> None:
+        """``upstream``: as for ``ReplicatedPair``.
+
+        ``failover_timeout_ms`` is also how long a sentinel leaves a replica
+        that replicates from another address than the master's before it
+        points it at the master (``+fix-slave-config``): a replica behind a
+        proxy needs it longer than the test runs.
+        """
         self.directory = directory
         self.pair = ReplicatedPair(directory, upstream)
         self.master, self.replica = self.pair.master, self.pair.replica
@@ -268,7 +280,7 @@ class SentinelServers:
                 f"port {port}\nbind 127.0.0.1\ndir {home}\n"
                 f"sentinel monitor {SERVICE} 127.0.0.1 {master_port} 2\n"
                 f"sentinel down-after-milliseconds {SERVICE} {down_after_ms}\n"
-                f"sentinel failover-timeout {SERVICE} 10000\n"
+                f"sentinel failover-timeout {SERVICE} {failover_timeout_ms}\n"
                 f"sentinel parallel-syncs {SERVICE} 1\n"
             )
             self.sentinels.append(RedisProcess(home, port, [str(config), "--sentinel"]))

@@ -40,7 +40,10 @@ LAG_SECONDS = 1.0
 @pytest.fixture
 def lagging_group(tmp_path) -> Iterator[tuple]:
     proxy = LagProxy()
-    servers = SentinelServers(tmp_path / "sentinel", upstream=proxy.port)
+    # Sentinels would point the replica straight at the master, around the proxy, once the replica has
+    # replicated from "another address" for failover-timeout (10 s by default): on a loaded machine,
+    # before the lag was made (the runs that saw no lag). Longer than a run takes.
+    servers = SentinelServers(tmp_path / "sentinel", upstream=proxy.port, failover_timeout_ms=120_000)
     proxy.target = servers.master.port
     proxy.start()
     try:
