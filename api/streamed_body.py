@@ -10,9 +10,6 @@ arrived (a slow but steady upload goes on; an idle one gets its 408),
 and not while the handler is the one holding the body up. A request
 answered before its body ended closes the connection.
 
-A handler that streams its answer (the NDJSON export) writes a part, then
-waits for ``when_drained`` before making the next one.
-
 Every attribute used here is the connection's (``JetwayConnection``).
 """
 
@@ -20,8 +17,6 @@ from __future__ import annotations
 
 import sys
 from typing import Any, Optional, Tuple
-
-from twisted.internet import defer
 
 from api.chunked import ChunkedDecoder
 from api.request_head import ProtocolError, RequestHead
@@ -44,7 +39,6 @@ class StreamedBody:
     """The connection's part that streams a body in, or an answer out."""
 
     _stream: Optional[BodyStream]
-    _drained: Optional[defer.Deferred]
     _chunks: Optional[ChunkedDecoder]
     _stream_left: int
     _stream_keep_alive: bool
@@ -55,26 +49,6 @@ class StreamedBody:
     transport: Any
     limits: Any
     keep_alive: bool
-
-    def when_drained(self) -> Any:
-        """A Deferred fired once the output queued now is sent (at once if none is), or the connection is lost.
-
-        For a handler that streams its answer (the NDJSON export): it writes
-        a part, then waits for this before making the next, so the worker
-        holds at most one part per client however slowly it reads. A client
-        that takes nothing for the send timeout is aborted.
-        """
-        if not self._output_blocked or self._lost:
-            return defer.succeed(None)
-        self._arm_send_abort()
-        self._drained = defer.Deferred()
-        return self._drained
-
-    def _fire_drained(self) -> None:
-        drained, self._drained = self._drained, None
-        if drained is not None:
-            self._disarm()
-            drained.callback(None)
 
     def _start_stream(self, head: RequestHead) -> None:
         """Dispatch an import at its head: its body goes to the handler as it arrives (``BodyStream``).
