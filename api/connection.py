@@ -110,6 +110,7 @@ class JetwayConnection(StreamedBody, CycloneConnection):
         self._chunks: Optional[ChunkedDecoder] = None
         self._stream: Optional[BodyStream] = None  # a streamed body still arriving
         self._stream_left = 0  # its bytes still to come, by Content-Length
+        self._drained: Optional[Any] = None  # a Deferred fired when queued output is sent (when_drained)
         # When the connection times out, and what it does then (a status to
         # answer, _CLOSE or _ABORT); the application's sweep checks it.
         self._deadline: Optional[float] = None
@@ -132,6 +133,7 @@ class JetwayConnection(StreamedBody, CycloneConnection):
         self._drop_input()
         self.factory.connection_closed(self)
         super().connectionLost(reason)
+        self._fire_drained(False)  # last: a streamed answer's handler finishes in there
 
     def busy(self) -> bool:
         """A request is being received or answered on this connection."""
@@ -149,6 +151,7 @@ class JetwayConnection(StreamedBody, CycloneConnection):
         self._output_blocked = False
         if self._request is None and not self._lost:
             self._await_next()
+        self._fire_drained(True)
 
     def stopProducing(self) -> None:
         self._drop_input()
@@ -395,6 +398,9 @@ class JetwayConnection(StreamedBody, CycloneConnection):
         lines.append(("Connection", "close"))
         self.transport.write(response_head("HTTP/1.1", error.status, REASONS[error.status], header_parts(lines)) + body)
         self.close()
+
+    def _arm_send_abort(self) -> None:
+        self._arm(self.limits.send_timeout, _ABORT)
 
     def _arm(self, seconds: float, action: Optional[int]) -> None:
         self._deadline = self.factory.clock.seconds() + seconds

@@ -10,6 +10,9 @@ arrived (a slow but steady upload goes on; an idle one gets its 408),
 and not while the handler is the one holding the body up. A request
 answered before its body ended closes the connection.
 
+A handler that streams its answer (the NDJSON export, ``handlers.exports``)
+writes a part, then waits for ``when_drained`` before making the next.
+
 Every attribute used here is the connection's (``JetwayConnection``).
 """
 
@@ -17,6 +20,8 @@ from __future__ import annotations
 
 import sys
 from typing import Any, Optional, Tuple
+
+from twisted.internet import defer
 
 from api.chunked import ChunkedDecoder
 from api.request_head import ProtocolError, RequestHead
@@ -39,6 +44,7 @@ class StreamedBody:
     """The connection's part that streams a body in, or an answer out."""
 
     _stream: Optional[BodyStream]
+    _drained: Optional[defer.Deferred]
     _chunks: Optional[ChunkedDecoder]
     _stream_left: int
     _stream_keep_alive: bool
@@ -49,6 +55,31 @@ class StreamedBody:
     transport: Any
     limits: Any
     keep_alive: bool
+
+    def when_drained(self) -> defer.Deferred:
+        """Fires True once the output queued now is sent (at once if none is), False if the connection is lost.
+
+        For a handler that streams its answer: it writes a part, then waits
+        for this before making the next, so the worker holds about one part
+        per client however slowly it reads (Twisted pauses the connection,
+        the transport's producer, past ``READ_SIZE`` queued, and resumes it
+        once all of it is sent). A client that takes nothing for the send
+        timeout is aborted (then this fires False).
+        """
+        if self._lost:
+            return defer.succeed(False)
+        if not self._output_blocked:
+            return defer.succeed(True)
+        self._arm_send_abort()
+        self._drained = defer.Deferred()
+        return self._drained
+
+    def _fire_drained(self, sent: bool) -> None:
+        drained, self._drained = self._drained, None
+        if drained is not None:
+            if sent:
+                self._disarm()
+            drained.callback(sent)
 
     def _start_stream(self, head: RequestHead) -> None:
         """Dispatch an import at its head: its body goes to the handler as it arrives (``BodyStream``).

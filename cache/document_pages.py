@@ -1,4 +1,4 @@
-"""Reads of many documents: a page of a collection in id order, a multi-get; both within a byte budget.
+"""Reads of many documents: a page of a collection in id order, a multi-get (both within a byte budget), a count.
 
 Part of ``cache.store.DocumentStore``. The budget is kept by
 ``cache.bounded_reads``, which reads every body at most once.
@@ -49,7 +49,15 @@ class DocumentPages:
         # A page the budget ended early continues after its last id, as a full one does.
         last_id = ids[covered - 1] if more or covered < len(ids) else None
         self._prune(collection, [doc_id for doc_id, body in zip(ids, bodies) if body is None])
-        return Page([body for body in bodies if body is not None], last_id)
+        kept = [doc_id for doc_id, body in zip(ids, bodies) if body is not None]
+        return Page([body for body in bodies if body is not None], last_id, kept)
+
+    def count(self, collection: bytes) -> defer.Deferred:
+        """How many documents the collection's index holds (expired ones not pruned yet included)."""
+        cards = self._link.pipeline(
+            [(b"ZCARD", keys.index_key(collection, shard)) for shard in range(keys.INDEX_SHARDS)]
+        )
+        return cards.addCallback(sum)
 
     def get_many(
         self, collection: bytes, doc_ids: Sequence[bytes], budget: int = bounded_reads.DEFAULT_BUDGET

@@ -10,7 +10,11 @@ the hot caches stay exact), a group's writes pipelined together; a line
 refused is reported by number, and the import goes on.
 
 A document's id is the string at the request's ``id`` (a JSON Pointer) or
-``id_field`` (a top-level member), else a new ULID. An upload cut short is
+``id_field`` (a top-level member), else a new ULID. With ``with_ids=1``
+each line is ``{"id": ..., "doc": {...}}`` (what the export writes with
+``with_ids=1``, ``handlers.exports``) and the document stored is the
+``doc`` member's bytes as they are in the line when the line has the
+export's form, else its compact serialization. An upload cut short is
 resumed without writing a line twice: ``from_line=N`` skips the lines
 before N, and under an ``Idempotency-Key`` the worker records the last line
 of each group written (``cache.idempotency.ImportProgress``) and a retry
@@ -41,6 +45,28 @@ NDJSON = "application/x-ndjson"
 GROUP = 100
 MAX_LINE_NUMBER = 2**53
 IdOf = Callable[[Any], Optional[bytes]]
+# What a with_ids line adds to its document: {"id":"<an id of up to 128 bytes>","doc":...}.
+WRAPPER_BYTES = 256
+WITH_IDS = ["id"]  # a with_ids line's id is at /id
+
+
+def with_ids_flag(text: Optional[str]) -> bool:
+    """The ``with_ids`` query flag: ``1``/``true`` or ``0``/``false``."""
+    if text is None or text in ("0", "false"):
+        return False
+    if text in ("1", "true"):
+        return True
+    raise bad_request("with_ids must be 1 or 0 (true or false)", "invalid-with-ids")
+
+
+def unwrapped(line: bytes, value: Any, doc_id: bytes) -> Tuple[Any, bytes]:
+    """A with_ids line's document and its bytes: as they are in the line when it has the export's form."""
+    if not isinstance(value, dict) or set(value) != {"id", "doc"} or not isinstance(value["doc"], dict):
+        raise bad_request('with with_ids=1 each line is {"id": "<id>", "doc": {...}}', "not-an-id-and-doc")
+    prefix = b'{"id":"' + doc_id + b'","doc":'
+    if line.startswith(prefix) and line.endswith(b"}"):
+        return value["doc"], line[len(prefix) : -1].strip(b" \t\r")
+    return value["doc"], codec.dumps(value["doc"])
 
 
 def id_source(pointer: Optional[str], member: Optional[str]) -> Optional[List[str]]:
@@ -87,6 +113,9 @@ class ImportHandler(ResourceHandler):
         name = validation.collection_name(collection)
         validation.require_media_type(self.request.headers.get("Content-Type"), NDJSON)
         path = id_source(self.query_argument("id"), self.query_argument("id_field"))
+        self.with_ids = with_ids_flag(self.query_argument("with_ids"))
+        if self.with_ids and path is not None:
+            raise bad_request("give with_ids, or id or id_field, not both", "invalid-id-source")
         ttl = validation.ttl(self.query_argument("ttl"))
         key = idempotency_key(self.request.headers.get(IDEMPOTENCY_HEADER))
         digest = self.grant.record.digest if self.grant.record is not None else b""
@@ -96,7 +125,8 @@ class ImportHandler(ResourceHandler):
             report.resumed_after = max(report.resumed_after, done)
         rules = yield self.collection_settings(name)
         reader = LineReader(
-            getattr(self.request, "body_stream", None) or BodyStream.of(self.request.body), self.max_body
+            getattr(self.request, "body_stream", None) or BodyStream.of(self.request.body),
+            self.max_body + WRAPPER_BYTES * self.with_ids,
         )
         while not reader.ended:
             lines = yield reader.group(GROUP)
@@ -128,20 +158,19 @@ class ImportHandler(ResourceHandler):
                 report.skipped += 1
                 continue
             try:
-                doc_id = self._checked(body, rules, path)
+                doc_id, document = self._checked(body, rules, path)
             except Exception as error:  # an ApiError, or the schema's violation (mapped as a PUT's is)
                 refusal = as_api_error(error)
                 if refusal is None:
                     raise
                 report.refuse(number, refusal)
                 continue
-            assert body is not None
             expiry = rules.ttl_or_default(ttl)
             if doc_id is None:
-                written = self.store.create(name, body, expiry, None, None, rules.write_replicas)
+                written = self.store.create(name, document, expiry, None, None, rules.write_replicas)
                 writes.append((number, written.addCallback(lambda _: True)))
             else:
-                written = self.store.put(name, doc_id, body, NO_CONDITIONS, expiry, None, rules.write_replicas)
+                written = self.store.put(name, doc_id, document, NO_CONDITIONS, expiry, None, rules.write_replicas)
                 writes.append((number, written.addCallback(lambda result: bool(result[1]))))
         results = yield defer.DeferredList([written for _, written in writes], consumeErrors=True)
         for (number, _), (ok, result) in zip(writes, results):
@@ -155,11 +184,22 @@ class ImportHandler(ResourceHandler):
             report.refuse(number, error)
         report.last_line = lines[-1][0]
 
-    def _checked(self, body: Optional[bytes], rules: CollectionSettings, path: Optional[List[str]]) -> Optional[bytes]:
-        """The line's id (None: a new one) once the line is a document its collection takes; else an ApiError."""
-        if body is None:
-            raise ApiError(413, "line-too-large", f"the line is larger than {self.max_body} bytes")
-        value = validation.json_document(body, validation.JSON, validation.JSON, self.max_body)
-        doc_id = id_at(value, path) if path is not None else None
+    def _checked(
+        self, line: Optional[bytes], rules: CollectionSettings, path: Optional[List[str]]
+    ) -> Tuple[Optional[bytes], bytes]:
+        """The line's id (None: a new one) and document, once it is one its collection takes; else an ApiError."""
+        room = self.max_body + WRAPPER_BYTES * self.with_ids
+        if line is None:
+            raise ApiError(413, "line-too-large", f"the line is larger than {room} bytes")
+        if not self.with_ids:
+            value = validation.json_document(line, validation.JSON, validation.JSON, self.max_body)
+            doc_id = id_at(value, path) if path is not None else None
+            rules.check(value, len(line))
+            return doc_id, line
+        value = validation.json_document(line, validation.JSON, validation.JSON, room)
+        doc_id = id_at(value, WITH_IDS)
+        value, body = unwrapped(line, value, doc_id)
+        if len(body) > self.max_body:
+            raise ApiError(413, "body-too-large", f"the document is {len(body)} bytes; the limit is {self.max_body}")
         rules.check(value, len(body))
-        return doc_id
+        return doc_id, body

@@ -166,7 +166,8 @@ OPERATIONS: Tuple[Operation, ...] = (
         {200: R("The body was read whole; every line was written or refused (`refusals`).", "ImportReport")},
         (400, 408, 415, *REDIS),
         {
-            400: "Invalid collection name, `id`, `from_line`, `ttl` or `Idempotency-Key`; or a malformed chunk.",
+            400: "Invalid collection name, `id`, `with_ids`, `from_line`, `ttl` or `Idempotency-Key`; or a malformed"
+            " chunk.",
             408: "The body stopped arriving for `JETWAY_BODY_TIMEOUT`: the groups read whole are written; resume.",
         },
         parameters=(
@@ -178,6 +179,7 @@ OPERATIONS: Tuple[Operation, ...] = (
                 "Skip the lines before this one (from 1): resume an upload cut short.",
                 {"type": "integer", "minimum": 1},
             ),
+            "with_ids",
             "ttl",
             "Idempotency-Key",
         ),
@@ -343,9 +345,19 @@ OPERATIONS: Tuple[Operation, ...] = (
         {
             200: R(
                 "A `Page` without `ids`, `Items` with `ids`; gzipped as it is sent when `Accept-Encoding` prefers"
-                " gzip and it is at least `JETWAY_COMPRESS_MIN_BYTES`. A weak `ETag` names its content.",
-                {"oneOf": [{"$ref": "#/components/schemas/Page"}, {"$ref": "#/components/schemas/Items"}]},
-                ("ETag", "Cache-Control", "Vary", "Content-Encoding"),
+                " gzip and it is at least `JETWAY_COMPRESS_MIN_BYTES`. A weak `ETag` names its content. With"
+                " `Accept: application/x-ndjson`, every document after `cursor` in id order, streamed (`limit` does"
+                " not apply): a body that ends without its last chunk was cut short; resume after its last id.",
+                headers=("ETag", "Cache-Control", "Vary", "Content-Encoding"),
+                optional=("ETag",),  # not on an NDJSON export
+                content={
+                    JSON: {
+                        "schema": {
+                            "oneOf": [{"$ref": "#/components/schemas/Page"}, {"$ref": "#/components/schemas/Items"}]
+                        }
+                    },
+                    NDJSON: {"schema": {"$ref": "#/components/schemas/NdjsonDocuments"}},
+                },
             ),
             304: R(
                 "`If-None-Match` names the page's weak ETag: its content has not changed.",
@@ -354,11 +366,11 @@ OPERATIONS: Tuple[Operation, ...] = (
         },
         (400, 406, 413, *REDIS),
         {
-            400: "Invalid collection name, `limit`, `cursor` or `ids`; `ids` with `cursor`, or with a `limit`"
-            " less than their number.",
+            400: "Invalid collection name, `limit`, `cursor`, `with_ids` or `ids`; `ids` with `cursor`, or with a"
+            " `limit` less than their number.",
             413: TOO_LARGE,
         },
-        parameters=("limit", "cursor", "ids", "If-None-Match", "Accept-Encoding"),
+        parameters=("limit", "cursor", "ids", "with_ids", "If-None-Match", "Accept-Encoding"),
         head="headCollection",
     ),
     Operation(

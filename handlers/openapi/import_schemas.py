@@ -12,7 +12,8 @@ def import_schemas() -> Json:
     return {
         "NdjsonDocuments": {
             "type": "string",
-            "description": "Newline-delimited JSON: one document (a JSON object) per line. Blank lines are skipped.",
+            "description": "Newline-delimited JSON: one document (a JSON object) per line, or with `with_ids=1`"
+            ' `{"id":"<id>","doc":<document>}` per line. Blank lines are skipped.',
         },
         "ImportReport": closed(
             {
