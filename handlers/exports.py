@@ -7,7 +7,7 @@ needs no escaping, so the document's bytes sit in the line as stored).
 ``?cursor=`` starts after an id, as a list page's ``next`` does. The head
 says how many documents the collection holds (``X-Jetway-Documents``).
 
-The collection is read a page at a time (``DocumentStore.page``, at most
+The collection is read a page at a time (``DocumentStore.scan_page``, at most
 ``PAGE_DOCUMENTS`` documents and ``PAGE_BYTES``, or one document larger
 than that); each page is written as one HTTP/1.1 chunk (to HTTP/1.0, the
 body ends with the connection), and the next is read only once the
@@ -101,7 +101,7 @@ class NdjsonExport:
                 hold.release()
 
     def _read(self) -> defer.Deferred:
-        return self.handler.store.page(self.name, PAGE_DOCUMENTS, self.after, self.budget)
+        return self.handler.store.scan_page(self.name, PAGE_DOCUMENTS, self.after, self.budget)
 
     def _write_head(self, count: int) -> None:
         handler = self.handler

@@ -14,6 +14,7 @@ import pytest
 import redis
 import requests
 
+from cache import keys
 from tests.support import JetwayServer, worker_pids
 
 SEND_TIMEOUT = 4.0
@@ -92,6 +93,14 @@ def test_every_document_verbatim_in_id_order_in_chunks_and_resumable_from_a_curs
     resumed = export(server, tokens["full"], "exp", cursor=cursor_after(ordered[1233]))
     assert resumed.content == b"".join(docs[doc_id] + b"\n" for doc_id in ordered[1234:])
     assert export(server, tokens["full"], "empty").content == b""
+
+
+def test_ids_all_in_one_index_shard_are_exported_whole_and_in_order(server, tokens):
+    """A page ends where the shards that answered in full end (cache/document_pages.scan_page): skew loses nothing."""
+    one_shard = [doc_id for doc_id in (b"s%05d" % n for n in range(40000)) if keys.shard_of(doc_id) == 0][:1500]
+    docs = {doc_id: b'{"n":%d}' % n for n, doc_id in enumerate(one_shard)}
+    load(server, tokens["full"], "skew", docs)
+    assert export(server, tokens["full"], "skew").content == b"".join(docs[d] + b"\n" for d in sorted(docs))
 
 
 def test_the_export_needs_read_scope_as_a_document_read_does(server, tokens):
