@@ -35,6 +35,7 @@ BLOCK = 64 * 1024
 STATE_SUFFIX = ".jetway-import"
 NDJSON = "application/x-ndjson"
 COUNT_HEADER = "X-Jetway-Documents"
+KEY_BUSY_RETRIES = 10
 # An import refused at its head wrote nothing: there is nothing to resume.
 NOTHING_WRITTEN = (400, 401, 403, 404, 415)
 
@@ -151,11 +152,17 @@ def run_import(args: argparse.Namespace) -> int:
         query = {"id_field": args.id_field}
     connection, prefix = connect(args.url)
     path = f"{prefix}/v1/_import/{args.collection}" + ("?" + urlencode(query) if query else "")
-    with opened(args.file, "rb") as source:
-        size = None if args.file == "-" else os.fstat(source.fileno()).st_size
-        with progress_bar(args, size, f"import {args.collection}") as bar:
-            counter = Counter(bar)
-            reply, body = post_lines(connection, path, _blocks(source, counter), headers(args, Idempotency_Key=key))
+    for attempt in range(KEY_BUSY_RETRIES + 1):
+        with opened(args.file, "rb") as source:
+            size = None if args.file == "-" else os.fstat(source.fileno()).st_size
+            with progress_bar(args, size, f"import {args.collection}") as bar:
+                counter = Counter(bar)
+                reply, body = post_lines(connection, path, _blocks(source, counter), headers(args, Idempotency_Key=key))
+        if reply.status != 409 or args.file == "-" or attempt == KEY_BUSY_RETRIES:
+            break
+        # The import cut short still holds the key (it is writing its last lines): send again shortly.
+        connection.close()
+        time.sleep(float(reply.getheader("Retry-After") or 1))
     if reply.status in NOTHING_WRITTEN or reply.status == 200:
         forget(state_path)
     if reply.status != 200:

@@ -134,6 +134,8 @@ class IdempotencyRecords:
 
 
 IMPORT_PREFIX = b"jw:import:"
+# How long an import holds its Idempotency-Key without writing a group.
+IMPORT_LEASE_SECONDS = 60
 
 
 class ImportProgress:
@@ -155,7 +157,29 @@ class ImportProgress:
         return int(value) if value is not None else 0
 
     def record(self, token_digest: bytes, collection: bytes, key: str, line: int) -> defer.Deferred:
-        return self._link.execute(b"SET", import_key(token_digest, collection, key), b"%d" % line, b"EX", self._ttl)
+        """The last line written, and the import's lease (``claim``) renewed."""
+        progress = import_key(token_digest, collection, key)
+        return self._link.pipeline(
+            [
+                (b"SET", progress, b"%d" % line, b"EX", self._ttl),
+                (b"SET", progress + b":busy", b"1", b"EX", IMPORT_LEASE_SECONDS),
+            ]
+        )
+
+    def claim(self, token_digest: bytes, collection: bytes, key: str) -> defer.Deferred:
+        """True when no other import under the key is running (it then holds the key until ``release``).
+
+        Without it, a retry sent while the cut-short upload still writes its
+        last group would read the last line before that group is recorded,
+        and write the group again. The lease outlives a worker that died
+        holding it by ``IMPORT_LEASE_SECONDS``, renewed by each group.
+        """
+        busy = import_key(token_digest, collection, key) + b":busy"
+        claiming = self._link.execute(b"SET", busy, b"1", b"NX", b"EX", IMPORT_LEASE_SECONDS)
+        return claiming.addCallback(lambda reply: reply is not None)
+
+    def release(self, token_digest: bytes, collection: bytes, key: str) -> defer.Deferred:
+        return self._link.execute(b"DEL", import_key(token_digest, collection, key) + b":busy")
 
 
 def import_key(token_digest: bytes, collection: bytes, key: str) -> bytes:

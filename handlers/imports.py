@@ -18,7 +18,8 @@ export's form, else its compact serialization. An upload cut short is
 resumed without writing a line twice: ``from_line=N`` skips the lines
 before N, and under an ``Idempotency-Key`` the worker records the last line
 of each group written (``cache.idempotency.ImportProgress``) and a retry
-with the key goes on after it. A group's lines all written or refused is
+with the key goes on after it; while an import holds its key, another with
+the same key is a 409 ``idempotency-key-in-use``. A group's lines all written or refused is
 what "written" means: a Redis failure mid-group ends the import (5xx)
 without recording that group.
 """
@@ -120,9 +121,35 @@ class ImportHandler(ResourceHandler):
         key = idempotency_key(self.request.headers.get(IDEMPOTENCY_HEADER))
         digest = self.grant.record.digest if self.grant.record is not None else b""
         report = ImportReport(line_number(self.query_argument("from_line")) - 1)
-        if key is not None:
-            done = yield self.idempotency.imports.last_line(digest, name, key)
+        if key is None:
+            yield self._run(name, ttl, path, None, digest, report)
+            return
+        imports = self.idempotency.imports
+        if not (yield imports.claim(digest, name, key)):
+            raise ApiError(
+                409,
+                "idempotency-key-in-use",
+                "an import with this Idempotency-Key is still running; retry in 1 s",
+                {"Retry-After": "1"},
+            )
+        try:
+            done = yield imports.last_line(digest, name, key)
             report.resumed_after = max(report.resumed_after, done)
+            yield self._run(name, ttl, path, key, digest, report)
+        finally:
+            # Before the answer is sent, so that a retry it prompts finds the key free.
+            yield imports.release(digest, name, key).addErrback(lambda _: None)  # else its lease ends it
+
+    @defer.inlineCallbacks
+    def _run(
+        self,
+        name: bytes,
+        ttl: Optional[int],
+        path: Optional[List[str]],
+        key: Optional[str],
+        digest: bytes,
+        report: ImportReport,
+    ) -> Any:
         rules = yield self.collection_settings(name)
         reader = LineReader(
             getattr(self.request, "body_stream", None) or BodyStream.of(self.request.body),

@@ -164,8 +164,9 @@ OPERATIONS: Tuple[Operation, ...] = (
         "collections",
         "write",
         {200: R("The body was read whole; every line was written or refused (`refusals`).", "ImportReport")},
-        (400, 408, 415, *REDIS),
+        (400, 408, 409, 415, *REDIS),
         {
+            409: "An import with this `Idempotency-Key` is still running (see `Retry-After`).",
             400: "Invalid collection name, `id`, `with_ids`, `from_line`, `ttl` or `Idempotency-Key`; or a malformed"
             " chunk.",
             408: "The body stopped arriving for `JETWAY_BODY_TIMEOUT`: the groups read whole are written; resume.",

@@ -185,3 +185,28 @@ def test_a_slow_steady_upload_goes_on_past_the_body_timeout_and_an_idle_one_gets
     status, body = raw_upload(server, [(0, b'{"id":"i1"}\n'), (BODY_TIMEOUT + 1.5, b'{"id":"i2"}\n')])
     assert status == 408
     assert requests.get(server.url("/v1/slow/i1")).status_code == 200  # what arrived whole was written
+
+
+def test_an_import_holding_its_idempotency_key_makes_a_second_one_with_it_wait(server, redis_client):
+    """A retry sent while the first upload still runs would write its last group twice: it gets a 409."""
+    headers = {**NDJSON, "Idempotency-Key": "busy-1"}
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    sock.sendall(
+        b"POST /v1/_import/busy?id=/id HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-ndjson\r\n"
+        b"Idempotency-Key: busy-1\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+    first = b"\n".join(document_lines(150)) + b"\n"
+    sock.sendall(b"%x\r\n%s\r\n" % (len(first), first))
+    settle(lambda: feed_events(redis_client, "busy"))  # its first group is written: it holds the key
+    second = requests.post(server.url("/v1/_import/busy"), params={"id": "/id"}, data=first, headers=headers)
+    assert second.status_code == 409 and second.headers["Retry-After"] == "1"
+    assert second.json()["type"].endswith(":idempotency-key-in-use")
+    sock.sendall(b"0\r\n\r\n")
+    answer = b""
+    while not answer.endswith(b"}"):
+        answer += sock.recv(65536)
+    sock.close()
+    assert json.loads(answer.partition(b"\r\n\r\n")[2])["created"] == 150
+    again = requests.post(server.url("/v1/_import/busy"), params={"id": "/id"}, data=first, headers=headers)
+    assert again.status_code == 200 and again.json()["skipped"] == 150  # the key is free once answered
+    assert feed_events(redis_client, "busy") == 150
