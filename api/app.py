@@ -30,6 +30,7 @@ from handlers.health import PING_TIMEOUT, ReadinessHandler, ReadinessProbe
 from handlers.http.auth import Gate
 from handlers.http.cors import CorsPolicy
 from handlers.http.negotiation import Negotiator
+from handlers.imports import ImportHandler
 from handlers.metrics import MetricsHandler
 from handlers.multi_get import MultiGetHandler
 from handlers.openapi.collections import OpenApiSource
@@ -90,6 +91,7 @@ def make_app(
         CollectionSettingsListHandler: documents,
         DocumentHandler: {**documents, "answers": answers},
         CollectionHandler: budgeted,
+        ImportHandler: documents,
         ReadinessHandler: {"probe": readiness},
         MetricsHandler: {"render": render_metrics(metrics)},
         OpenApiHandler: {

@@ -36,6 +36,12 @@ class ChunkedDecoder:
     def body(self) -> bytes:
         return b"".join(self._parts)
 
+    def take(self) -> bytes:
+        """The bytes decoded since the last ``take`` (a streamed body's, which is not kept whole)."""
+        data = b"".join(self._parts)
+        self._parts = []
+        return data
+
     def feed(self, buffer: bytearray) -> bool:
         while True:
             if self._state == "data":

@@ -3,7 +3,8 @@
 ``serve`` runs the master (which binds and runs the workers); ``worker``
 runs one worker on a socket another process opened (supervisor, or the
 master itself); ``keys`` and ``collections`` change tokens and collection
-settings in Redis.
+settings in Redis; ``import`` and ``export`` load and dump a collection
+through a running server (``api.transfer_cli``).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import argparse
 import sys
 from typing import List, Optional
 
-from api import check, collections_cli, config, keys
+from api import check, collections_cli, config, keys, transfer_cli
 from api.log_relay import Relay
 from api.logs import LineStream, start_logging
 from api.metrics_dir import metrics_directory
@@ -21,6 +22,8 @@ from api.sockets import BindError, bind_listeners, raise_fd_limit
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command in ("import", "export"):
+        return transfer_cli.run(args)  # a client of a running server: no settings of its own
     try:
         settings = config.from_environment()
     except config.ConfigError as error:
@@ -75,6 +78,7 @@ def _parser() -> argparse.ArgumentParser:
     serving.add_argument("--workers", type=int, help="worker processes (env JETWAY_WORKERS, default: the cores)")
     keys.add_parser(commands)
     collections_cli.add_parser(commands)
+    transfer_cli.add_parsers(commands)
     commands.add_parser("check", help="validate the configuration and reach Redis; exit 0 or 1")
     working = commands.add_parser("worker", help="serve on a listening socket opened by another process")
     working.add_argument("--fd", type=int, required=True, help="the listening socket's file descriptor")

@@ -44,8 +44,10 @@ from api.chunked import ChunkedDecoder
 from api.client_address import Network, client_address
 from api.debug_burn import burn_cpu
 from api.request_head import MAX_HEADER_BYTES, MAX_REQUEST_LINE, ProtocolError, RequestHead, parse_head
+from api.streamed_body import StreamedBody, streams
 from cache import codec
 from handlers.framework import CycloneConnection
+from handlers.http.body_stream import BodyLost, BodyStream
 from handlers.http.cache_policy import ERROR_POLICY
 from handlers.http.deferreds import is_deferred
 from handlers.http.errors import ApiError
@@ -92,7 +94,7 @@ class HttpLimits:
     trusted_proxies: Tuple[Network, ...] = ()
 
 
-class JetwayConnection(CycloneConnection):
+class JetwayConnection(StreamedBody, CycloneConnection):
     """One client connection; registered with the application while open."""
 
     # The api.application.JetwayApplication that made it (not imported: that module imports this one).
@@ -108,6 +110,9 @@ class JetwayConnection(CycloneConnection):
         self._buffer = bytearray()
         self._head: Optional[RequestHead] = None
         self._chunks: Optional[ChunkedDecoder] = None
+        self._stream: Optional[BodyStream] = None  # a streamed body still arriving
+        self._stream_left = 0  # its bytes still to come, by Content-Length
+        self._drained: Optional[Any] = None  # a Deferred fired when queued output is sent (when_drained)
         # When the connection times out, and what it does then (a status to
         # answer, _CLOSE or _ABORT); the application's sweep checks it.
         self._deadline: Optional[float] = None
@@ -126,9 +131,11 @@ class JetwayConnection(CycloneConnection):
     def connectionLost(self, reason: Any) -> None:
         self._lost = True
         self._disarm()
+        self._end_stream(BodyLost("the connection closed"))
         self._drop_input()
         self.factory.connection_closed(self)
         super().connectionLost(reason)
+        self._fire_drained(False)  # last: a streamed answer's handler finishes in there
 
     def busy(self) -> bool:
         """A request is being received or answered on this connection."""
@@ -146,6 +153,7 @@ class JetwayConnection(CycloneConnection):
         self._output_blocked = False
         if self._request is None and not self._lost:
             self._await_next()
+        self._fire_drained(True)
 
     def stopProducing(self) -> None:
         self._drop_input()
@@ -156,6 +164,9 @@ class JetwayConnection(CycloneConnection):
             # bytes do not reset it.
             self._arm(self.limits.header_timeout, 408)
         self._buffer += data
+        if self._stream is not None:
+            self._feed_stream()
+            return
         if self._request is not None:
             # A pipelined request: it waits in the buffer, and nothing more
             # is read until the buffer holds no complete request.
@@ -199,6 +210,9 @@ class JetwayConnection(CycloneConnection):
             self._head = self._read_head()
             if self._head is None:
                 return False
+            if streams(self._head):
+                self._start_stream(self._head)
+                return True
             self._expect_body(self._head)
         body = self._read_body(self._head)
         if body is None:
@@ -271,16 +285,18 @@ class JetwayConnection(CycloneConnection):
         self._head = self._chunks = None
         self._release_body()
 
-    def _dispatch(self, head: RequestHead, body: bytes) -> None:
+    def _dispatch(self, head: RequestHead, body: bytes, stream: Optional[BodyStream] = None) -> None:
         self._disarm()
         self._head = None
-        self.keep_alive = head.keep_alive
+        # A streamed body's request answered before its body ended closes the connection.
+        self.keep_alive = head.keep_alive and stream is None
+        self._stream_keep_alive = head.keep_alive
         app = self.factory
         if app.debug_burn_seconds:
             burn_cpu(app.debug_burn_seconds)
         routed = app.routed(head.method, head.target, head.headers, body, self._answers(head))
         if routed.pipeline is None:
-            self._start_request(head, body, routed)
+            self._start_request(head, body, routed, stream)
             return
         exchange = routed.exchange
         started = time.time()
@@ -293,7 +309,7 @@ class JetwayConnection(CycloneConnection):
         else:
             self._send_reply(reply, exchange, head, routed.label, started)
 
-    def _start_request(self, head: RequestHead, body: bytes, routed: Any) -> None:
+    def _start_request(self, head: RequestHead, body: bytes, routed: Any, stream: Optional[BodyStream]) -> None:
         """Hand the request to Cyclone, with its route (``api.application.Routed``): it is not routed again."""
         request = cyclone.httpserver.HTTPRequest(
             connection=self,
@@ -305,6 +321,8 @@ class JetwayConnection(CycloneConnection):
             remote_ip=self._client_address(head.headers),
         )
         request.routed = routed
+        if stream is not None:
+            request.body_stream = stream
         self._request = request
         self.request_callback(request)
 
@@ -365,6 +383,7 @@ class JetwayConnection(CycloneConnection):
 
     def _next_after_answer(self) -> None:
         """A request is answered: close, or go on to the next one."""
+        self._end_stream(BodyLost("the request was answered before its body ended"))
         self._release_body()
         self.idle_since = self.factory.clock.seconds()
         if self._lost:
@@ -400,6 +419,9 @@ class JetwayConnection(CycloneConnection):
         lines.append(("Connection", "close"))
         self.transport.write(response_head("HTTP/1.1", error.status, REASONS[error.status], header_parts(lines)) + body)
         self.close()
+
+    def _arm_send_abort(self) -> None:
+        self._arm(self.limits.send_timeout, _ABORT)
 
     def _arm(self, seconds: float, action: Optional[int]) -> None:
         self._deadline = self.factory.clock.seconds() + seconds
@@ -440,7 +462,11 @@ class JetwayConnection(CycloneConnection):
             self._expire(self._deadline_action)
 
     def _expire(self, action: Optional[int]) -> None:
-        if action is _CLOSE:
+        if self._stream is not None and action not in (_CLOSE, _ABORT):
+            # A streamed body stalled: its handler answers (what it wrote, then the 408), and the connection closes.
+            self.transport.pauseProducing()
+            self._end_stream(ApiError(408, "request-timeout", "the request's body stopped arriving"))
+        elif action is _CLOSE:
             self.close()  # idle keep-alive: close quietly
         elif action == _ABORT:
             self.transport.abortConnection()

@@ -10,7 +10,7 @@ and the HTTP dates a stored ``Last-Modified`` is written and compared in.
 from __future__ import annotations
 
 import email.utils
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, List, Optional, Sequence, Tuple
 
 from cache import keys, scripts
@@ -61,6 +61,7 @@ class Page:
 
     bodies: List[Any]  # bytes, or memoryviews of a Redis reply (cache.bounded_reads)
     last_id: Optional[bytes]
+    ids: List[bytes] = field(default_factory=list)  # each body's id (the NDJSON export's with_ids)
 
 
 NO_CONDITIONS = Conditions()

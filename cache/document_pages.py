@@ -1,4 +1,4 @@
-"""Reads of many documents: a page of a collection in id order, a multi-get; both within a byte budget.
+"""Reads of many documents: a page of a collection in id order, a multi-get (both within a byte budget), a count.
 
 Part of ``cache.store.DocumentStore``. The budget is kept by
 ``cache.bounded_reads``, which reads every body at most once.
@@ -49,7 +49,48 @@ class DocumentPages:
         # A page the budget ended early continues after its last id, as a full one does.
         last_id = ids[covered - 1] if more or covered < len(ids) else None
         self._prune(collection, [doc_id for doc_id, body in zip(ids, bodies) if body is None])
-        return Page([body for body in bodies if body is not None], last_id)
+        kept = [doc_id for doc_id, body in zip(ids, bodies) if body is not None]
+        return Page([body for body in bodies if body is not None], last_id, kept)
+
+    def scan_page(
+        self, collection: bytes, limit: int, after: Optional[bytes], budget: int = bounded_reads.DEFAULT_BUDGET
+    ) -> defer.Deferred:
+        """``page`` for a reader of the whole collection (the NDJSON export): about twice ``limit`` ids asked, not 16x.
+
+        ``page`` asks every index shard for ``limit`` + 1 ids, since any one
+        shard may hold all of the next ``limit``. Here each shard is asked
+        for its share twice over, and the page ends at the smallest last id
+        of the shards that answered in full: below it no id was left out
+        (those shards answered every id up to it, the others all they had).
+        Ids are spread over the shards by a hash, so a page is most of ``limit``.
+        """
+        per_shard = max(2 * limit // keys.INDEX_SHARDS, 16)
+        start = b"(" + after if after else b"-"
+        ranges = self._link.pipeline(
+            [
+                (b"ZRANGEBYLEX", keys.index_key(collection, shard), start, b"+", b"LIMIT", 0, per_shard)
+                for shard in range(keys.INDEX_SHARDS)
+            ]
+        )
+        return ranges.addCallback(self._read_scan, collection, limit, per_shard, budget)
+
+    def _read_scan(
+        self, shards: List[List[bytes]], collection: bytes, limit: int, per_shard: int, budget: int
+    ) -> defer.Deferred:
+        full = [ids[-1] for ids in shards if len(ids) == per_shard]
+        bound = min(full) if full else None
+        ids = [doc_id for doc_id in heapq.merge(*shards) if bound is None or doc_id <= bound]
+        more = bound is not None or len(ids) > limit
+        ids = ids[:limit]
+        read = bounded_reads.read_within(self._link, collection, ids, [1] * len(ids), budget, cut=True)
+        return read.addCallback(self._page_of, collection, ids, more)
+
+    def count(self, collection: bytes) -> defer.Deferred:
+        """How many documents the collection's index holds (expired ones not pruned yet included)."""
+        cards = self._link.pipeline(
+            [(b"ZCARD", keys.index_key(collection, shard)) for shard in range(keys.INDEX_SHARDS)]
+        )
+        return cards.addCallback(sum)
 
     def get_many(
         self, collection: bytes, doc_ids: Sequence[bytes], budget: int = bounded_reads.DEFAULT_BUDGET

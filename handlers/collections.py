@@ -6,7 +6,8 @@ document is parsed on the way out. Each has a byte budget
 past it is a 413 ``response-too-large`` before any body is read; a page
 past it ends early, with its cursor, so any collection can be paged
 through (no document is larger than the budget: ``api.config`` checks it
-against ``JETWAY_MAX_BODY``).
+against ``JETWAY_MAX_BODY``). With ``Accept: application/x-ndjson`` the
+list is the whole collection, streamed (``handlers.exports``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from cache.errors import NotReplicated, PreconditionFailed
 from cache.memory_return import MemoryReturn
 from cache.store import Page
 from handlers.base import ResourceHandler, as_api_error, document_response
+from handlers.exports import NdjsonExport, wants_ndjson
 from handlers.http import validation
 from handlers.http.errors import bad_request
 from handlers.idempotency import respond_once
@@ -65,6 +67,8 @@ class CollectionHandler(ComposedHandler):
         # Plain callbacks, as the document GET (handlers/documents.py).
         name = validation.collection_name(collection)
         ids = self.query_arguments("ids")
+        if wants_ndjson(self.request.headers.get("Accept")) and not ids:
+            return NdjsonExport(self, name).run()
         if ids:
             if self.query_argument("cursor") is not None:
                 raise bad_request("ids cannot be combined with cursor", "invalid-ids")

@@ -9,8 +9,8 @@ checked against this module, one method at a time.
 
 - ``CycloneHandler`` (the base of every handler, ``handlers.base``):
   ``__init__``, ``clear``, ``_execute``, ``_convert_header_value``,
-  ``compute_etag``, ``write``, ``_generate_headers``,
-  ``_handle_request_exception``; they rely on ``_headers``,
+  ``compute_etag``, ``write``, ``_generate_headers`` (and ``send_head_now``,
+  which writes that head early), ``_handle_request_exception``; they rely on ``_headers``,
   ``_list_headers``, ``_write_buffer``, ``_status_code``, ``_reason``,
   ``_transforms``, ``_finished``, ``_headers_written``, ``_auto_finish``,
   ``_execute_success`` and ``_execute_failure`` keeping their meaning.
@@ -168,6 +168,12 @@ class CycloneHandler(cyclone.web.RequestHandler):
         parts = header_parts(self._headers.items())
         parts += header_parts(self._list_headers)
         return response_head(self.request.version, self._status_code, self._reason, parts, self._cors_lines)
+
+    def send_head_now(self) -> None:
+        """Write the head at once, for a body written after it straight to the transport (the NDJSON export):
+        Cyclone then finishes without writing a head of its own."""
+        self.request.write(self._generate_headers())
+        self._headers_written = True
 
     def _connection_header(self) -> Optional[str]:
         """What Cyclone's connection decided in ``_finish_request``, said in the head."""

@@ -30,6 +30,7 @@ class Response:
     headers: Tuple[str, ...] = ()
     media: str = JSON_TYPE
     content: Optional[Json] = None  # several media types at once: the whole ``content`` member
+    optional: Tuple[str, ...] = ()  # of ``headers``, those this answer does not always carry
 
 
 @dataclass(frozen=True)

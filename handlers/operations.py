@@ -13,91 +13,36 @@ from __future__ import annotations
 
 from typing import Tuple
 
-from handlers import paths
-from handlers.batch import BatchHandler
-from handlers.changes import EVENT_STREAM, ChangesHandler
-from handlers.collection_settings import CollectionSettingsHandler, CollectionSettingsListHandler
-from handlers.collections import CollectionHandler
-from handlers.docs import ASSET_NAMES, ASSET_TYPES, HTML_TYPE, DocsAssetHandler, DocsPageHandler
-from handlers.documents import DocumentHandler
-from handlers.health import LivenessHandler, ReadinessHandler
+from handlers.changes import EVENT_STREAM
+from handlers.docs import ASSET_NAMES, ASSET_TYPES, HTML_TYPE
 from handlers.http.validation import JSON, MERGE_PATCH_JSON
-from handlers.metrics import METRICS_TYPE, MetricsHandler
-from handlers.multi_get import MultiGetHandler
-from handlers.openapi.handler import OpenApiHandler
+from handlers.imports import NDJSON
+from handlers.metrics import METRICS_TYPE
 from handlers.openapi.parts import closed, parameter
 from handlers.openapi.problems import FEED_OFF, KEY_IN_USE, KEY_REUSED, LOST, REDIS, STORED_REFUSED, STREAM
 from handlers.openapi.problems import RESPONSE_TOO_LARGE as TOO_LARGE
-from handlers.operation import Body, Operation, Resource, Response
-from handlers.tickets import TicketHandler
+from handlers.operation import Body, Operation, Response
+from handlers.resources import (
+    BATCH,
+    CHANGES,
+    COLLECTION,
+    DOCS,
+    DOCS_ASSET,
+    DOCUMENT,
+    HEALTHZ,
+    IMPORT,
+    METRICS,
+    MULTI_GET,
+    OPENAPI,
+    READYZ,
+    SETTINGS,
+    SETTINGS_LIST,
+    TICKETS,
+)
 
 R = Response
 STORED = ("ETag", "Last-Modified")
 FEED = ("bearer", "ticket")  # a feed is followed with a token, or a browser's ticket
-
-# The paths, in Cyclone's order: Jetway's own /v1/_… before the document path,
-# which would take "_get" for a collection; the API before the operational ones.
-MULTI_GET = Resource(paths.MULTI_GET, MultiGetHandler, "A multi-get by POST.", "MultiGet", ("collection",))
-TICKETS = Resource(
-    paths.TICKETS,
-    TicketHandler,
-    "Tickets for a browser's `EventSource`, which cannot send `Authorization`.",
-    "ChangesTicket",
-    ("collection",),
-)
-CHANGES = Resource(
-    paths.CHANGES,
-    ChangesHandler,
-    "A collection's change feed: every write (put, create, patch, delete) in order per document.",
-    "Changes",
-    ("collection",),
-)
-BATCH = Resource(paths.BATCH, BatchHandler, "Many operations in one request.", "Batch")
-SETTINGS = Resource(
-    paths.SETTINGS,
-    CollectionSettingsHandler,
-    "A collection's settings (admin scope).",
-    "CollectionSettings",
-    ("collection",),
-)
-SETTINGS_LIST = Resource(
-    paths.SETTINGS_LIST,
-    CollectionSettingsListHandler,
-    "Every collection's settings (admin scope; a trailing slash is accepted).",
-    "CollectionSettingsList",
-    slash=True,
-)
-DOCUMENT = Resource(paths.DOCUMENT, DocumentHandler, "One document.", "Document", ("collection", "id"))
-COLLECTION = Resource(
-    paths.COLLECTION,
-    CollectionHandler,
-    "A collection (a trailing slash is accepted).",
-    "Collection",
-    ("collection",),
-    slash=True,
-)
-HEALTHZ = Resource(paths.HEALTHZ, LivenessHandler, "Liveness: answers without touching Redis.", "Health")
-READYZ = Resource(
-    paths.READYZ,
-    ReadinessHandler,
-    "Readiness: answers once Redis answers a PING, within at most a second.",
-    "Readiness",
-)
-METRICS = Resource(
-    paths.METRICS, MetricsHandler, "Prometheus metrics, aggregated over every worker of this instance.", "Metrics"
-)
-OPENAPI = Resource(paths.OPENAPI, OpenApiHandler, "The OpenAPI 3.1 description of the API.", "OpenApi")
-DOCS = Resource(
-    paths.DOCS, DocsPageHandler, "Swagger UI (off with `JETWAY_DOCS=off`).", "Docs", slash=True, with_docs=True
-)
-DOCS_ASSET = Resource(
-    paths.DOCS_ASSET,
-    DocsAssetHandler,
-    "The page's assets, from a packaged Swagger UI.",
-    "DocsAsset",
-    ("asset",),
-    with_docs=True,
-)
 
 _REPLAYED = "(with an `Idempotency-Key`, perhaps the first attempt's answer again, marked `Idempotency-Replayed`)."
 _ADMIN = "The token lacks the `admin` scope."
@@ -210,6 +155,36 @@ OPERATIONS: Tuple[Operation, ...] = (
         },
         parameters=("Idempotency-Key", "Prefer"),
         body=Body(JSON, "The operations, in order.", "BatchRequest"),
+    ),
+    Operation(
+        IMPORT,
+        "POST",
+        "importDocuments",
+        "Write documents from NDJSON (one per line) as the body arrives, in bounded memory, resumably",
+        "collections",
+        "write",
+        {200: R("The body was read whole; every line was written or refused (`refusals`).", "ImportReport")},
+        (400, 408, 409, 415, *REDIS),
+        {
+            409: "An import with this `Idempotency-Key` is still running (see `Retry-After`).",
+            400: "Invalid collection name, `id`, `with_ids`, `from_line`, `ttl` or `Idempotency-Key`; or a malformed"
+            " chunk.",
+            408: "The body stopped arriving for `JETWAY_BODY_TIMEOUT`: the groups read whole are written; resume.",
+        },
+        parameters=(
+            parameter("id", "query", "A JSON Pointer to each line's id (a string), e.g. `/id`.", {"type": "string"}),
+            parameter("id_field", "query", "Each line's id is this top-level member.", {"type": "string"}),
+            parameter(
+                "from_line",
+                "query",
+                "Skip the lines before this one (from 1): resume an upload cut short.",
+                {"type": "integer", "minimum": 1},
+            ),
+            "with_ids",
+            "ttl",
+            "Idempotency-Key",
+        ),
+        body=Body(NDJSON, "Documents, one JSON object per line; each checked as a PUT's body is.", "NdjsonDocuments"),
     ),
     Operation(
         SETTINGS,
@@ -371,9 +346,19 @@ OPERATIONS: Tuple[Operation, ...] = (
         {
             200: R(
                 "A `Page` without `ids`, `Items` with `ids`; gzipped as it is sent when `Accept-Encoding` prefers"
-                " gzip and it is at least `JETWAY_COMPRESS_MIN_BYTES`. A weak `ETag` names its content.",
-                {"oneOf": [{"$ref": "#/components/schemas/Page"}, {"$ref": "#/components/schemas/Items"}]},
-                ("ETag", "Cache-Control", "Vary", "Content-Encoding"),
+                " gzip and it is at least `JETWAY_COMPRESS_MIN_BYTES`. A weak `ETag` names its content. With"
+                " `Accept: application/x-ndjson`, every document after `cursor` in id order, streamed (`limit` does"
+                " not apply): a body that ends without its last chunk was cut short; resume after its last id.",
+                headers=("ETag", "Cache-Control", "Vary", "Content-Encoding"),
+                optional=("ETag",),  # not on an NDJSON export
+                content={
+                    JSON: {
+                        "schema": {
+                            "oneOf": [{"$ref": "#/components/schemas/Page"}, {"$ref": "#/components/schemas/Items"}]
+                        }
+                    },
+                    NDJSON: {"schema": {"$ref": "#/components/schemas/NdjsonDocuments"}},
+                },
             ),
             304: R(
                 "`If-None-Match` names the page's weak ETag: its content has not changed.",
@@ -382,11 +367,11 @@ OPERATIONS: Tuple[Operation, ...] = (
         },
         (400, 406, 413, *REDIS),
         {
-            400: "Invalid collection name, `limit`, `cursor` or `ids`; `ids` with `cursor`, or with a `limit`"
-            " less than their number.",
+            400: "Invalid collection name, `limit`, `cursor`, `with_ids` or `ids`; `ids` with `cursor`, or with a"
+            " `limit` less than their number.",
             413: TOO_LARGE,
         },
-        parameters=("limit", "cursor", "ids", "If-None-Match", "Accept-Encoding"),
+        parameters=("limit", "cursor", "ids", "with_ids", "If-None-Match", "Accept-Encoding"),
         head="headCollection",
     ),
     Operation(

@@ -108,6 +108,8 @@ def response(answer: Response) -> Json:
     built: Json = {"description": answer.description}
     if answer.headers:
         built["headers"] = {name: ref("headers", name) for name in answer.headers}
+        for name in answer.optional:  # inline: a reference cannot say "not required"
+            built["headers"][name] = {**headers()[name], "required": False}
     if answer.content is not None:
         built["content"] = answer.content
     elif answer.schema is not None:

@@ -66,6 +66,13 @@ def _parameters(max_ids: int) -> Json:
         "cursor": parameter(
             "cursor", "query", "Where to continue: the `next` of the previous page.", {"type": "string"}
         ),
+        "with_ids": parameter(
+            "with_ids",
+            "query",
+            'NDJSON only: each line is `{"id":"<id>","doc":<document>}` (`1`), not the bare document (`0`, the'
+            " default); the import reads the same form back with `with_ids=1`, the document's bytes as they are.",
+            {"type": "string", "enum": ["0", "1", "false", "true"]},
+        ),
         "ids": parameter(
             "ids",
             "query",

@@ -16,6 +16,15 @@ from handlers.feed.event_stream import HEARTBEAT_SECONDS, RETRY_MS
 PROBLEM_TYPES: Tuple[Tuple[str, str], ...] = (
     ("invalid-collection", "400: the collection name does not match its pattern"),
     ("invalid-id", "400: a document id (in the path or in `ids`) does not match its pattern"),
+    (
+        "invalid-id-source",
+        "400: an import's `id` is not a JSON Pointer, or more than one of `id`, `id_field` and `with_ids` is given",
+    ),
+    ("invalid-with-ids", "400: `with_ids` (an NDJSON export's or import's) is not `1`, `0`, `true` or `false`"),
+    ("not-an-id-and-doc", '400 (an import\'s line, with `with_ids=1`): the line is not `{"id": ..., "doc": {...}}`'),
+    ("invalid-from-line", "400: an import's `from_line` is not a line number"),
+    ("missing-id", "400 (an import's line): the line has no member where its id should be"),
+    ("line-too-large", "413 (an import's line): the line is larger than `JETWAY_MAX_BODY`"),
     ("invalid-ttl", "400: `ttl` is not a whole number in range, or is given twice"),
     ("invalid-limit", "400: `limit` is not a whole number in range, or is given twice"),
     ("invalid-cursor", "400: `cursor` is not one this API made, or is given twice"),

@@ -12,13 +12,21 @@ from handlers import docs
 from handlers.http import validation
 from handlers.http.errors import PROBLEM_TYPE_PREFIX
 from handlers.openapi.batch_schemas import batch_schemas
+from handlers.openapi.import_schemas import import_schemas
 from handlers.openapi.parts import Json, anchored, closed, ref
 from handlers.openapi.problems import PROBLEM_TYPES
 
 
 def schemas(max_ids: int) -> Json:
     """Every component schema."""
-    return {**_documents(max_ids), **batch_schemas(), **_changes(), **_settings(), "Problem": _problem()}
+    return {
+        **_documents(max_ids),
+        **batch_schemas(),
+        **import_schemas(),
+        **_changes(),
+        **_settings(),
+        "Problem": _problem(),
+    }
 
 
 def _problem() -> Json:

@@ -19,6 +19,7 @@ ROUTES_BEFORE = [
     r"/v1/_changes/([^/]+)/tickets",
     r"/v1/_changes/([^/]+)",
     r"/v1/_batch",
+    r"/v1/_import/([^/]+)",  # added since (the NDJSON import), before the document path it would match
     r"/v1/_collections/([^/]+)",
     r"/v1/_collections/?",
     r"/v1/([^/]+)/([^/]+)",

@@ -1,0 +1,146 @@
+"""``GET /v1/{coll}`` as NDJSON (``Accept: application/x-ndjson``): every document, streamed in id order.
+
+Each line is a document's stored bytes, verbatim, or with ``?with_ids=1``
+``{"id":"<id>","doc":<stored bytes>}`` (what ``python -m api export``
+writes, and what ``POST /v1/_import/{coll}?with_ids=1`` reads back: an id
+needs no escaping, so the document's bytes sit in the line as stored).
+``?cursor=`` starts after an id, as a list page's ``next`` does. The head
+says how many documents the collection holds (``X-Jetway-Documents``).
+
+The collection is read a page at a time (``DocumentStore.scan_page``, at most
+``PAGE_DOCUMENTS`` documents and ``PAGE_BYTES``, or one document larger
+than that); each page is written as one HTTP/1.1 chunk (to HTTP/1.0, the
+body ends with the connection), and the next is read only once the
+transport has sent it (``when_drained`` on the connection,
+``api.streamed_body``): a worker holds about one page per export however
+slowly its client reads, and a client that stops reading for the send
+timeout is cut off. A body cut short (the token revoked meanwhile, Redis
+failing) ends without its last chunk and closes the connection, so a
+client can tell it from a whole one; it resumes from the last id it has.
+"""
+
+from __future__ import annotations
+
+from typing import Any, List, Optional
+
+from twisted.internet import defer
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from cache.store import Page
+from handlers.http import validation
+from handlers.http.auth import unauthorized
+from handlers.http.problems import problem_of
+from handlers.imports import NDJSON, with_ids_flag
+from handlers.pipeline import both
+
+PAGE_DOCUMENTS = 1000
+PAGE_BYTES = 1024 * 1024
+_LAST_CHUNK = b"0\r\n\r\n"
+# The collection's documents when the export began (the whole collection,
+# whatever the cursor; expired ones not yet pruned counted): a progress bar's total.
+COUNT_HEADER = "X-Jetway-Documents"
+_log = Logger()
+
+
+def wants_ndjson(accept: Optional[str]) -> bool:
+    """Whether ``Accept`` names NDJSON (and does not refuse it with ``q=0``)."""
+    if not accept or NDJSON not in accept:
+        return False
+    for part in accept.split(","):
+        media, *params = [piece.strip() for piece in part.split(";")]
+        if media == NDJSON:
+            return not any(param.replace(" ", "") in ("q=0", "q=0.0", "q=0.00", "q=0.000") for param in params)
+    return False
+
+
+def page_lines(page: Page, with_ids: bool, chunked: bool) -> bytes:
+    """A page's documents as NDJSON lines (one HTTP/1.1 chunk if ``chunked``), in one join: one copy of each body."""
+    parts: List[Any] = [b""]  # the chunk's size line, once the size is known
+    if with_ids:
+        for doc_id, body in zip(page.ids, page.bodies):
+            parts += (b'{"id":"', doc_id, b'","doc":', body, b"}\n")
+    else:
+        for body in page.bodies:
+            parts += (body, b"\n")
+    if len(parts) == 1:
+        return b""
+    if chunked:
+        parts[0] = b"%x\r\n" % sum(len(part) for part in parts)
+        parts.append(b"\r\n")
+    return b"".join(parts)
+
+
+class NdjsonExport:
+    """One export's loop, on its Cyclone handler (``handlers.collections.CollectionHandler``)."""
+
+    def __init__(self, handler: Any, name: bytes) -> None:
+        self.handler = handler
+        self.name = name
+        self.connection = handler.request.connection
+        self.chunked = handler.request.supports_http_1_1()
+        self.with_ids = with_ids_flag(handler.query_argument("with_ids"))
+        self.after = validation.decode_cursor(handler.query_argument("cursor"))
+        self.budget = min(handler.response_budget, max(handler.max_body, PAGE_BYTES))
+        self.credential_ended: Optional[str] = None
+
+    @defer.inlineCallbacks
+    def run(self) -> Any:
+        """Reads the first page before the head (so a Redis failure is still a problem), then streams."""
+        handler = self.handler
+        reading = handler.with_collection_policy(self.name, self._read())
+        page, count = yield both(reading, handler.store.count(self.name), lambda page, count: (page, count))
+        hold = handler.gate.hold(handler.grant, self._credential_died)
+        try:
+            self._write_head(count)
+            if handler.request.method == "HEAD":
+                return
+            yield self._stream(page)
+        finally:
+            if hold is not None:
+                hold.release()
+
+    def _read(self) -> defer.Deferred:
+        return self.handler.store.scan_page(self.name, PAGE_DOCUMENTS, self.after, self.budget)
+
+    def _write_head(self, count: int) -> None:
+        handler = self.handler
+        handler.set_status(200)
+        handler.set_header("Content-Type", NDJSON)
+        handler.set_header(COUNT_HEADER, str(count))
+        handler.set_header("Vary", "Accept")
+        handler.set_header("Cache-Control", handler.cache_control)
+        handler.set_header("X-Accel-Buffering", "no")  # a proxy should pass pages on as they come
+        if self.chunked:
+            handler.set_header("Transfer-Encoding", "chunked")
+        else:
+            self.connection.keep_alive = False  # HTTP/1.0: the body ends with the connection
+        handler.send_head_now()
+
+    @defer.inlineCallbacks
+    def _stream(self, page: Page) -> Any:
+        try:
+            while True:
+                self.connection.transport.write(page_lines(page, self.with_ids, self.chunked))
+                if page.last_id is None:
+                    break
+                self.after, page = page.last_id, None
+                sent = yield self.connection.when_drained()
+                if not sent:
+                    return  # the client went away, or stopped reading for the send timeout
+                if self.credential_ended is not None:
+                    raise unauthorized(f"the token ended during the export ({self.credential_ended})")
+                page = yield self._read()
+        except Exception:
+            # The head is sent: no problem can follow it. The body ends
+            # without its last chunk and the connection closes.
+            request = self.handler.request
+            problem = problem_of(Failure(), request.method, request.path)  # logs a bug as a 500's would be
+            _log.warn("export cut short after {after}: {detail}", after=self.after, detail=problem.detail)
+            self.connection.keep_alive = False
+            return
+        if self.chunked:
+            self.connection.transport.write(_LAST_CHUNK)
+
+    def _credential_died(self, reason: str) -> None:
+        self.credential_ended = reason

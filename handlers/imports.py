@@ -1,0 +1,232 @@
+"""``POST /v1/_import/{coll}``: documents from an NDJSON body, written as the body arrives.
+
+The body is read in groups of ``GROUP`` lines (``handlers.ndjson_lines``)
+from the request's ``BodyStream``, which the connection fills as the socket
+brings it and stops filling while a group is written (back-pressure:
+``api.streamed_body``). Each line is checked as a PUT's body is (the strict
+JSON reader, an object, the collection's size limit and schema) and
+written through the store's own writes (so the change feed, the index and
+the hot caches stay exact), a group's writes pipelined together; a line
+refused is reported by number, and the import goes on.
+
+A document's id is the string at the request's ``id`` (a JSON Pointer) or
+``id_field`` (a top-level member), else a new ULID. With ``with_ids=1``
+each line is ``{"id": ..., "doc": {...}}`` (what the export writes with
+``with_ids=1``, ``handlers.exports``) and the document stored is the
+``doc`` member's bytes as they are in the line when the line has the
+export's form, else its compact serialization. An upload cut short is
+resumed without writing a line twice: ``from_line=N`` skips the lines
+before N, and under an ``Idempotency-Key`` the worker records the last line
+of each group written (``cache.idempotency.ImportProgress``) and a retry
+with the key goes on after it; while an import holds its key, another with
+the same key is a 409 ``idempotency-key-in-use``. A group's lines all written or refused is
+what "written" means: a Redis failure mid-group ends the import (5xx)
+without recording that group.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, List, Optional, Tuple
+
+from twisted.internet import defer
+
+from cache import codec
+from cache.collection_settings import CollectionSettings
+from cache.document import NO_CONDITIONS
+from handlers.base import ResourceHandler
+from handlers.http import validation
+from handlers.http.body_stream import BodyLost, BodyStream
+from handlers.http.errors import ApiError, bad_request
+from handlers.http.problems import as_api_error
+from handlers.idempotency import HEADER as IDEMPOTENCY_HEADER
+from handlers.idempotency import idempotency_key
+from handlers.ndjson_lines import ImportReport, Line, LineReader
+
+NDJSON = "application/x-ndjson"
+GROUP = 100
+MAX_LINE_NUMBER = 2**53
+IdOf = Callable[[Any], Optional[bytes]]
+# What a with_ids line adds to its document: {"id":"<an id of up to 128 bytes>","doc":...}.
+WRAPPER_BYTES = 256
+WITH_IDS = ["id"]  # a with_ids line's id is at /id
+
+
+def with_ids_flag(text: Optional[str]) -> bool:
+    """The ``with_ids`` query flag: ``1``/``true`` or ``0``/``false``."""
+    if text is None or text in ("0", "false"):
+        return False
+    if text in ("1", "true"):
+        return True
+    raise bad_request("with_ids must be 1 or 0 (true or false)", "invalid-with-ids")
+
+
+def unwrapped(line: bytes, value: Any, doc_id: bytes) -> Tuple[Any, bytes]:
+    """A with_ids line's document and its bytes: as they are in the line when it has the export's form."""
+    if not isinstance(value, dict) or set(value) != {"id", "doc"} or not isinstance(value["doc"], dict):
+        raise bad_request('with with_ids=1 each line is {"id": "<id>", "doc": {...}}', "not-an-id-and-doc")
+    prefix = b'{"id":"' + doc_id + b'","doc":'
+    if line.startswith(prefix) and line.endswith(b"}"):
+        return value["doc"], line[len(prefix) : -1].strip(b" \t\r")
+    return value["doc"], codec.dumps(value["doc"])
+
+
+def id_source(pointer: Optional[str], member: Optional[str]) -> Optional[List[str]]:
+    """The path to a line's id: a JSON Pointer's tokens (RFC 6901), a member's name, or None (new ULIDs)."""
+    if pointer is not None and member is not None:
+        raise bad_request("give id or id_field, not both", "invalid-id-source")
+    if member is not None:
+        return [member]
+    if pointer is None:
+        return None
+    if not pointer.startswith("/"):
+        raise bad_request("id must be a JSON Pointer, such as /id", "invalid-id-source")
+    return [token.replace("~1", "/").replace("~0", "~") for token in pointer[1:].split("/")]
+
+
+def id_at(value: Any, path: List[str]) -> bytes:
+    """The document id at ``path`` in ``value``: a string that is a valid id, or a 400."""
+    for token in path:
+        if isinstance(value, dict) and token in value:
+            value = value[token]
+        elif isinstance(value, list) and token.isdigit() and int(token) < len(value):
+            value = value[int(token)]
+        else:
+            raise bad_request("the line has no id at " + "/" + "/".join(path), "missing-id")
+    if not isinstance(value, str):
+        raise bad_request("the line's id must be a string", "invalid-id")
+    return validation.document_id(value)
+
+
+def line_number(text: Optional[str]) -> int:
+    if text is None:
+        return 1
+    if not text.isdigit() or not 1 <= int(text) <= MAX_LINE_NUMBER:
+        raise bad_request("from_line must be a line number, from 1", "invalid-from-line")
+    return int(text)
+
+
+class ImportHandler(ResourceHandler):
+    ROUTE = "import"
+    SUPPORTED_METHODS = ("POST", "OPTIONS")
+
+    @defer.inlineCallbacks
+    def post(self, collection: str) -> Any:
+        name = validation.collection_name(collection)
+        validation.require_media_type(self.request.headers.get("Content-Type"), NDJSON)
+        path = id_source(self.query_argument("id"), self.query_argument("id_field"))
+        self.with_ids = with_ids_flag(self.query_argument("with_ids"))
+        if self.with_ids and path is not None:
+            raise bad_request("give with_ids, or id or id_field, not both", "invalid-id-source")
+        ttl = validation.ttl(self.query_argument("ttl"))
+        key = idempotency_key(self.request.headers.get(IDEMPOTENCY_HEADER))
+        digest = self.grant.record.digest if self.grant.record is not None else b""
+        report = ImportReport(line_number(self.query_argument("from_line")) - 1)
+        if key is None:
+            yield self._run(name, ttl, path, None, digest, report)
+            return
+        imports = self.idempotency.imports
+        if not (yield imports.claim(digest, name, key)):
+            raise ApiError(
+                409,
+                "idempotency-key-in-use",
+                "an import with this Idempotency-Key is still running; retry in 1 s",
+                {"Retry-After": "1"},
+            )
+        try:
+            done = yield imports.last_line(digest, name, key)
+            report.resumed_after = max(report.resumed_after, done)
+            yield self._run(name, ttl, path, key, digest, report)
+        finally:
+            # Before the answer is sent, so that a retry it prompts finds the key free.
+            yield imports.release(digest, name, key).addErrback(lambda _: None)  # else its lease ends it
+
+    @defer.inlineCallbacks
+    def _run(
+        self,
+        name: bytes,
+        ttl: Optional[int],
+        path: Optional[List[str]],
+        key: Optional[str],
+        digest: bytes,
+        report: ImportReport,
+    ) -> Any:
+        rules = yield self.collection_settings(name)
+        reader = LineReader(
+            getattr(self.request, "body_stream", None) or BodyStream.of(self.request.body),
+            self.max_body + WRAPPER_BYTES * self.with_ids,
+        )
+        while not reader.ended:
+            lines = yield reader.group(GROUP)
+            if not lines:
+                continue
+            yield self._write_group(name, lines, rules, ttl, path, report)
+            report.last_line = reader.number
+            if key is not None:
+                yield self.idempotency.imports.record(digest, name, key, report.last_line)
+        if isinstance(reader.error, BodyLost):
+            return  # no one to answer: what was read whole is written
+        if reader.error is not None:
+            raise reader.error
+        self.send_bytes(200, codec.dumps(report.as_json(True)))
+
+    @defer.inlineCallbacks
+    def _write_group(
+        self,
+        name: bytes,
+        lines: List[Line],
+        rules: CollectionSettings,
+        ttl: Optional[int],
+        path: Optional[List[str]],
+        report: ImportReport,
+    ) -> Any:
+        writes: List[Tuple[int, defer.Deferred]] = []
+        for number, body in lines:
+            if number <= report.resumed_after:
+                report.skipped += 1
+                continue
+            try:
+                doc_id, document = self._checked(body, rules, path)
+            except Exception as error:  # an ApiError, or the schema's violation (mapped as a PUT's is)
+                refusal = as_api_error(error)
+                if refusal is None:
+                    raise
+                report.refuse(number, refusal)
+                continue
+            expiry = rules.ttl_or_default(ttl)
+            if doc_id is None:
+                written = self.store.create(name, document, expiry, None, None, rules.write_replicas)
+                writes.append((number, written.addCallback(lambda _: True)))
+            else:
+                written = self.store.put(name, doc_id, document, NO_CONDITIONS, expiry, None, rules.write_replicas)
+                writes.append((number, written.addCallback(lambda result: bool(result[1]))))
+        results = yield defer.DeferredList([written for _, written in writes], consumeErrors=True)
+        for (number, _), (ok, result) in zip(writes, results):
+            if ok:
+                report.created += result
+                report.replaced += not result
+                continue
+            error = as_api_error(result.value)
+            if error is None or (error.status_code >= 500 and error.problem != "not-replicated"):
+                result.raiseException()
+            report.refuse(number, error)
+        report.last_line = lines[-1][0]
+
+    def _checked(
+        self, line: Optional[bytes], rules: CollectionSettings, path: Optional[List[str]]
+    ) -> Tuple[Optional[bytes], bytes]:
+        """The line's id (None: a new one) and document, once it is one its collection takes; else an ApiError."""
+        room = self.max_body + WRAPPER_BYTES * self.with_ids
+        if line is None:
+            raise ApiError(413, "line-too-large", f"the line is larger than {room} bytes")
+        if not self.with_ids:
+            value = validation.json_document(line, validation.JSON, validation.JSON, self.max_body)
+            doc_id = id_at(value, path) if path is not None else None
+            rules.check(value, len(line))
+            return doc_id, line
+        value = validation.json_document(line, validation.JSON, validation.JSON, room)
+        doc_id = id_at(value, WITH_IDS)
+        value, body = unwrapped(line, value, doc_id)
+        if len(body) > self.max_body:
+            raise ApiError(413, "body-too-large", f"the document is {len(body)} bytes; the limit is {self.max_body}")
+        rules.check(value, len(body))
+        return doc_id, body
