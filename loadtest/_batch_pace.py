@@ -1,0 +1,186 @@
+"""Whether a batch's writes go at Redis's pace: 100 PUTs in one batch against 100 single PUTs.
+
+One Jetway worker (production defaults, access log on) and a private Redis
+on a unix socket. On one keep-alive connection, ``--rounds`` rounds, each
+of 100 single ``PUT``s of ~200 B documents and one ``POST /v1/_batch`` of
+100 such PUTs (interleaved, so both meet the same machine); documents/s of
+each, and the script calls Redis made for one batch (``INFO
+commandstats``). Then the worker's RSS before and after ``--batches``
+batches of 1,000 mixed operations (``loadtest._batch_memory``'s), and the
+store's ceiling: ``redis-benchmark -P 100 -t hset`` on the same Redis.
+Writes ``loadtest/results/batch_pace.md``.
+
+    /work/main/.venv/bin/python -m loadtest._batch_pace [--rounds 20] [--batches 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict, List, Tuple
+from urllib.parse import urlsplit
+
+from loadtest import _data, _token
+from loadtest._batch_memory import mixed_batch, rss_mb
+from loadtest._servers import Processes, stop_on_sigterm
+from loadtest._token import ROOT
+
+REPORT = ROOT / "loadtest" / "results" / "batch_pace.md"
+DOCUMENTS = 100
+SIZE = 200
+
+
+class Client:
+    """One keep-alive connection to the worker."""
+
+    def __init__(self, base: str, headers: Dict[str, str]) -> None:
+        parts = urlsplit(base)
+        self.connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=60)
+        self.headers = headers
+
+    def send(self, method: str, path: str, body: bytes) -> Tuple[int, bytes]:
+        self.connection.request(method, path, body, {**self.headers, "Content-Type": "application/json"})
+        response = self.connection.getresponse()
+        return response.status, response.read()
+
+
+def singles(client: Client, round_number: int) -> float:
+    """Seconds for 100 single PUTs, one after another."""
+    bodies = [(f"s{n}", _data.document(f"s{n}", SIZE, round_number)) for n in range(DOCUMENTS)]
+    started = time.perf_counter()
+    for doc_id, body in bodies:
+        status, answer = client.send("PUT", f"/v1/pace/{doc_id}", body)
+        if status not in (200, 201):
+            raise RuntimeError(f"PUT {doc_id}: {status} {answer[:200]!r}")
+    return time.perf_counter() - started
+
+
+def batch_body(round_number: int) -> bytes:
+    operations = [
+        {"op": "put", "collection": "pace", "id": f"b{n}", "document": json.loads(_data.document(f"b{n}", SIZE, round_number))}
+        for n in range(DOCUMENTS)
+    ]
+    return json.dumps({"operations": operations}).encode()
+
+
+def batch(client: Client, round_number: int) -> float:
+    """Seconds for one batch of 100 PUTs."""
+    body = batch_body(round_number)
+    started = time.perf_counter()
+    status, answer = client.send("POST", "/v1/_batch", body)
+    elapsed = time.perf_counter() - started
+    statuses = {result["status"] for result in json.loads(answer)["results"]} if status == 200 else {status}
+    if not statuses <= {200, 201}:
+        raise RuntimeError(f"batch: statuses {sorted(statuses)} {answer[:300]!r}")
+    return elapsed
+
+
+def redis_cli(socket: str, *command: str) -> str:
+    return subprocess.run(["redis-cli", "-s", socket, *command], capture_output=True, text=True, check=True).stdout
+
+
+def script_calls(socket: str) -> int:
+    """EVALSHA and EVAL calls Redis has counted so far."""
+    stats = redis_cli(socket, "INFO", "commandstats")
+    return sum(int(found) for found in re.findall(r"cmdstat_eval(?:sha)?:calls=(\d+)", stats))
+
+
+def ceiling(socket: str) -> float:
+    """``redis-benchmark -P 100 -t hset``'s requests/s on the same Redis."""
+    out = subprocess.run(
+        ["redis-benchmark", "-s", socket, "-P", "100", "-t", "hset", "-n", "500000", "-q"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    found = re.findall(r"([\d.]+) requests per second", out)
+    return float(found[-1]) if found else float("nan")
+
+
+def pace(client: Client, socket: str, rounds: int) -> List[str]:
+    for warm in range(30):  # the JIT compiles both paths before anything is timed
+        singles(client, warm)
+        batch(client, warm)
+    single_rates, batch_rates = [], []
+    for number in range(rounds):
+        single_rates.append(DOCUMENTS / singles(client, 100 + number))
+        batch_rates.append(DOCUMENTS / batch(client, 100 + number))
+    before = script_calls(socket)
+    batch(client, 999)
+    calls = script_calls(socket) - before
+    ratios = [b / s for b, s in zip(batch_rates, single_rates)]
+    return [
+        "| | documents/s (median) | min | max |",
+        "|---|---:|---:|---:|",
+        f"| 100 single PUTs | {statistics.median(single_rates):,.0f} | {min(single_rates):,.0f} | {max(single_rates):,.0f} |",
+        f"| 1 batch of 100 PUTs | {statistics.median(batch_rates):,.0f} | {min(batch_rates):,.0f} | {max(batch_rates):,.0f} |",
+        f"| batch / single (per round) | {statistics.median(ratios):.1f}x | {min(ratios):.1f}x | {max(ratios):.1f}x |",
+        "",
+        f"Script calls Redis ran for one batch of 100 PUTs: {calls}.",
+    ]
+
+
+def memory(client: Client, worker: int, batches: int, size: int) -> List[str]:
+    for warm in range(5):  # "after the first few"
+        client.send("POST", "/v1/_batch", mixed_batch(warm, size))
+    time.sleep(1)
+    before = rss_mb(worker)
+    body_bytes, answer_bytes, peak = len(mixed_batch(0, size)), 0, before
+    for number in range(10, 10 + batches):
+        status, answer = client.send("POST", "/v1/_batch", mixed_batch(number, size))
+        if status != 200:
+            raise RuntimeError(f"mixed batch: {status} {answer[:300]!r}")
+        answer_bytes = max(answer_bytes, len(answer))
+        peak = max(peak, rss_mb(worker))
+    own = (body_bytes + answer_bytes) / 2**20
+    return [
+        f"| worker RSS after 5 mixed batches of 1,000 ({size} B documents) | {before:.1f} MB |",
+        f"| largest RSS over the next {batches} | {peak:.1f} MB |",
+        f"| rise / the batch's bytes (body {body_bytes / 2**20:.2f} + answer {answer_bytes / 2**20:.2f} MiB) |"
+        f" {(peak - before) / own:.1f}x |",
+    ]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--batches", type=int, default=20)
+    parser.add_argument("--size", type=int, default=1024, help="bytes of each document of the mixed batches")
+    parser.add_argument("--label", default="", help="a name for this run in the report (before, after)")
+    args = parser.parse_args()
+    stop_on_sigterm()
+    python = Path(sys.executable)
+    with tempfile.TemporaryDirectory(prefix="jetway-batch-pace-") as scratch, Processes(Path(scratch)) as processes:
+        redis_url = processes.redis()
+        socket = redis_url[len("unix://") :]
+        base = processes.jetway("jetway", python, redis_url, 1, settings=(("JETWAY_ACCESS_LOG", "on"),))
+        client = Client(base, _token.resolve(str(python), redis_url).headers())
+        master = processes.named["jetway"].pid
+        worker = int(Path(f"/proc/{master}/task/{master}/children").read_text().split()[0])
+        lines = pace(client, socket, args.rounds)
+        lines += ["", "| memory | |", "|---|---:|", *memory(client, worker, args.batches, args.size)]
+        lines += ["", f"Ceiling: `redis-benchmark -P 100 -t hset` on the same Redis: {ceiling(socket):,.0f} HSET/s."]
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout
+    heading = [
+        f"## {args.label or 'run'}: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {commit.strip()}",
+        "",
+        f"`python -m loadtest._batch_pace --rounds {args.rounds} --batches {args.batches} --size {args.size}`",
+        "",
+    ]
+    REPORT.parent.mkdir(parents=True, exist_ok=True)
+    existing = REPORT.read_text() if REPORT.exists() else "# Batches at Redis's pace\n"
+    REPORT.write_text(existing.rstrip("\n") + "\n\n" + "\n".join(heading + lines) + "\n")
+    print("\n".join(heading + lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
