@@ -19,6 +19,7 @@ import argparse
 import http.client
 import json
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -63,11 +64,9 @@ def singles(client: Client, round_number: int) -> float:
     return time.perf_counter() - started
 
 
-def batch_body(round_number: int) -> bytes:
-    operations = [
-        {"op": "put", "collection": "pace", "id": f"b{n}", "document": json.loads(_data.document(f"b{n}", SIZE, round_number))}
-        for n in range(DOCUMENTS)
-    ]
+def batch_body(number: int) -> bytes:
+    documents = [(f"b{n}", json.loads(_data.document(f"b{n}", SIZE, number))) for n in range(DOCUMENTS)]
+    operations = [{"op": "put", "collection": "pace", "id": doc_id, "document": value} for doc_id, value in documents]
     return json.dumps({"operations": operations}).encode()
 
 
@@ -120,12 +119,16 @@ def pace(client: Client, socket: str, rounds: int) -> List[str]:
     return [
         "| | documents/s (median) | min | max |",
         "|---|---:|---:|---:|",
-        f"| 100 single PUTs | {statistics.median(single_rates):,.0f} | {min(single_rates):,.0f} | {max(single_rates):,.0f} |",
-        f"| 1 batch of 100 PUTs | {statistics.median(batch_rates):,.0f} | {min(batch_rates):,.0f} | {max(batch_rates):,.0f} |",
+        _row("100 single PUTs", single_rates),
+        _row("1 batch of 100 PUTs", batch_rates),
         f"| batch / single (per round) | {statistics.median(ratios):.1f}x | {min(ratios):.1f}x | {max(ratios):.1f}x |",
         "",
         f"Script calls Redis ran for one batch of 100 PUTs: {calls}.",
     ]
+
+
+def _row(name: str, rates: List[float]) -> str:
+    return f"| {name} | {statistics.median(rates):,.0f} | {min(rates):,.0f} | {max(rates):,.0f} |"
 
 
 def memory(client: Client, worker: int, batches: int, size: int) -> List[str]:
@@ -149,15 +152,42 @@ def memory(client: Client, worker: int, batches: int, size: int) -> List[str]:
     ]
 
 
+def profile(python: Path, batches: int) -> int:
+    """One worker as ``loadtest._request_path --serve`` runs it; vmprof over ``batches`` batches of 100 PUTs."""
+    from loadtest._request_path import _child_env
+    from loadtest._servers import free_port, http_ok, wait_until
+
+    with tempfile.TemporaryDirectory(prefix="jetway-batch-pace-") as scratch, Processes(Path(scratch)) as processes:
+        redis_url = processes.redis()
+        token = _token.resolve(str(python), redis_url).token or ""
+        port, result = free_port(), Path(scratch) / "profile.txt"
+        command = [str(python), "-m", "loadtest._request_path", "--child", "--port", str(port), "--result", str(result)]
+        worker = processes.start("worker", command, env=_child_env(redis_url, token, "on", "on"))
+        base = f"http://127.0.0.1:{port}"
+        wait_until(lambda: http_ok(base + "/healthz"), 30, "the served worker")
+        client = Client(base, {"Authorization": f"Bearer {token}"})
+        for warm in range(200):
+            batch(client, warm)
+        worker.send_signal(signal.SIGUSR1)  # vmprof on
+        for number in range(batches):
+            batch(client, number)
+        processes.stop(worker)
+        print(result.read_text())
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--batches", type=int, default=20)
     parser.add_argument("--size", type=int, default=1024, help="bytes of each document of the mixed batches")
     parser.add_argument("--label", default="", help="a name for this run in the report (before, after)")
+    parser.add_argument("--profile", type=int, default=0, help="vmprof over this many batches of 100 PUTs instead")
     args = parser.parse_args()
     stop_on_sigterm()
     python = Path(sys.executable)
+    if args.profile:
+        return profile(python, args.profile)
     with tempfile.TemporaryDirectory(prefix="jetway-batch-pace-") as scratch, Processes(Path(scratch)) as processes:
         redis_url = processes.redis()
         socket = redis_url[len("unix://") :]
