@@ -112,6 +112,7 @@ class BatchHandler(ResourceHandler):
         values = [
             raw.get("document") if isinstance(item, Operation) else None for item, raw in zip(checked, self.operations)
         ]
+        self.operations = []  # the parsed body: only the documents' values are wanted past here (schemas)
         # Ids and ETags are chosen before anything is written: an
         # Idempotency-Key's retry writes with the same ones.
         # Only a create needs a new id (a ULID is the dearer of the two).
@@ -139,6 +140,10 @@ class BatchHandler(ResourceHandler):
         clock = self.application.clock
         # A put's document is checked against its collection's schema here: in slices too.
         ready = yield in_turns(clock, zip(checked, values, json.loads(plan)), lambda each: _ready(rules, *each))
+        # Checked against their schemas: the parsed documents can go before the writes' round trip (a
+        # retry under an Idempotency-Key runs this once at most, and its claim holds the plan, not these).
+        values.clear()
+        checked.clear()
         operations = [item for item in ready if isinstance(item, Operation)]
         fresh = validation.wants_fresh(self.request.headers.get("Cache-Control"))
         minimal = "return=minimal" in self.request.headers.get("Prefer", "").replace(" ", "")
@@ -149,7 +154,7 @@ class BatchHandler(ResourceHandler):
         parts = yield in_turns(clock, ready, lambda item: _rendered(item, answers, minimal))
         # One join of every piece, the documents among them as Redis gave them: no copy of each result first.
         body = b"".join(_framed(parts, b'{"results":[', b",", b"]}"))
-        self.memory.after_answer(len(body))
+        self.memory.after_batch(len(self.request.body) + len(body), len(body))
         return StoredResponse(200, (("Content-Type", JSON_TYPE),), body)
 
     def _settings_of(self, collections: Any) -> defer.Deferred:
