@@ -4,8 +4,8 @@ One Jetway worker (production defaults, access log on) and a private Redis
 on a unix socket. On one keep-alive connection, ``--rounds`` rounds, each
 of 100 single ``PUT``s of ~200 B documents and one ``POST /v1/_batch`` of
 100 such PUTs (interleaved, so both meet the same machine); documents/s of
-each, and the script calls Redis made for one batch (``INFO
-commandstats``). Then the worker's RSS before and after ``--batches``
+each, and the script calls Redis made for one batch and its time in them
+(``INFO commandstats``). Then the worker's RSS before and after ``--batches``
 batches of 1,000 mixed operations (``loadtest._batch_memory``'s), and the
 store's ceiling: ``redis-benchmark -P 100 -t hset`` on the same Redis.
 Writes ``loadtest/results/batch_pace.md``.
@@ -86,10 +86,11 @@ def redis_cli(socket: str, *command: str) -> str:
     return subprocess.run(["redis-cli", "-s", socket, *command], capture_output=True, text=True, check=True).stdout
 
 
-def script_calls(socket: str) -> int:
-    """EVALSHA and EVAL calls Redis has counted so far."""
+def script_calls(socket: str) -> Tuple[int, int]:
+    """EVALSHA and EVAL calls Redis has counted so far, and the microseconds it spent in them."""
     stats = redis_cli(socket, "INFO", "commandstats")
-    return sum(int(found) for found in re.findall(r"cmdstat_eval(?:sha)?:calls=(\d+)", stats))
+    found = re.findall(r"cmdstat_eval(?:sha)?:calls=(\d+),usec=(\d+)", stats)
+    return sum(int(calls) for calls, _ in found), sum(int(usec) for _, usec in found)
 
 
 def ceiling(socket: str) -> float:
@@ -112,9 +113,10 @@ def pace(client: Client, socket: str, rounds: int) -> List[str]:
     for number in range(rounds):
         single_rates.append(DOCUMENTS / singles(client, 100 + number))
         batch_rates.append(DOCUMENTS / batch(client, 100 + number))
-    before = script_calls(socket)
-    batch(client, 999)
-    calls = script_calls(socket) - before
+    calls_before, usec_before = script_calls(socket)
+    took = batch(client, 999)
+    calls_after, usec_after = script_calls(socket)
+    calls, usec = calls_after - calls_before, usec_after - usec_before
     ratios = [b / s for b, s in zip(batch_rates, single_rates)]
     return [
         "| | documents/s (median) | min | max |",
@@ -123,7 +125,8 @@ def pace(client: Client, socket: str, rounds: int) -> List[str]:
         _row("1 batch of 100 PUTs", batch_rates),
         f"| batch / single (per round) | {statistics.median(ratios):.1f}x | {min(ratios):.1f}x | {max(ratios):.1f}x |",
         "",
-        f"Script calls Redis ran for one batch of 100 PUTs: {calls}.",
+        f"Script calls Redis ran for one batch of 100 PUTs: {calls}, taking {usec / 1000:.2f} ms of Redis's time"
+        f" (the whole batch, client to client: {took * 1000:.2f} ms).",
     ]
 
 
