@@ -10,7 +10,10 @@ batches of 1,000 mixed operations (``loadtest._batch_memory``'s), and the
 store's ceiling: ``redis-benchmark -P 100 -t hset`` on the same Redis.
 Writes ``loadtest/results/batch_pace.md``.
 
-    /work/main/.venv/bin/python -m loadtest._batch_pace [--rounds 20] [--batches 20]
+    /work/main/.venv/bin/python -m loadtest._batch_pace [--rounds 20] [--batches 20] [--healthz 20]
+
+``--healthz SECONDS``: then ``/healthz``'s wait, probed every 20 ms on a
+connection of its own while another sends 1,000-op batches back to back.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Dict, List, Tuple
@@ -155,6 +159,38 @@ def memory(client: Client, worker: int, batches: int, size: int) -> List[str]:
     ]
 
 
+def healthz_behind(base: str, headers: Dict[str, str], seconds: float, size: int) -> List[str]:
+    """``/healthz``'s wait on its own connection, every 20 ms, while another sends 1,000-op batches back to back."""
+    bodies = [mixed_batch(number, size) for number in range(10)]
+    loader, probe = Client(base, headers), Client(base, {})
+    done = threading.Event()
+
+    def load() -> None:
+        number = 0
+        while not done.is_set():
+            loader.send("POST", "/v1/_batch", bodies[number % len(bodies)])
+            number += 1
+
+    thread = threading.Thread(target=load)
+    thread.start()
+    waits: List[float] = []
+    end = time.monotonic() + seconds
+    try:
+        while time.monotonic() < end:
+            started = time.perf_counter()
+            probe.send("GET", "/healthz", b"")
+            waits.append((time.perf_counter() - started) * 1000)
+            time.sleep(0.02)
+    finally:
+        done.set()
+        thread.join()
+    waits.sort()
+    return [
+        f"| /healthz behind 1,000-op batches ({len(waits)} probes) | median {statistics.median(waits):.1f} ms,"
+        f" p99 {waits[int(len(waits) * 0.99)]:.1f} ms, max {waits[-1]:.1f} ms |"
+    ]
+
+
 def profile(python: Path, batches: int) -> int:
     """One worker as ``loadtest._request_path --serve`` runs it; vmprof over ``batches`` batches of 100 PUTs."""
     from loadtest._request_path import _child_env
@@ -185,6 +221,7 @@ def main() -> int:
     parser.add_argument("--batches", type=int, default=20)
     parser.add_argument("--size", type=int, default=1024, help="bytes of each document of the mixed batches")
     parser.add_argument("--label", default="", help="a name for this run in the report (before, after)")
+    parser.add_argument("--healthz", type=float, default=0, help="seconds of /healthz probes behind mixed batches")
     parser.add_argument("--profile", type=int, default=0, help="vmprof over this many batches of 100 PUTs instead")
     args = parser.parse_args()
     stop_on_sigterm()
@@ -200,6 +237,8 @@ def main() -> int:
         worker = int(Path(f"/proc/{master}/task/{master}/children").read_text().split()[0])
         lines = pace(client, socket, args.rounds)
         lines += ["", "| memory | |", "|---|---:|", *memory(client, worker, args.batches, args.size)]
+        if args.healthz:
+            lines += healthz_behind(base, client.headers, args.healthz, args.size)
         lines += ["", f"Ceiling: `redis-benchmark -P 100 -t hset` on the same Redis: {ceiling(socket):,.0f} HSET/s."]
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout
     heading = [
