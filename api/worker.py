@@ -38,6 +38,7 @@ from cache.change_feed import NO_FEED, FeedLog, FeedReader
 from cache.collection_settings import CollectionSettingsStore
 from cache.hot_cache import HotCache
 from cache.idempotency import IdempotencyRecords
+from cache.redis.address import CLUSTER
 from cache.redis.lazy_link import LazyLink
 from cache.redis.metered import MeteredLink
 from cache.redis.topology import connect
@@ -172,7 +173,8 @@ def assemble(
     collections = SettingsCache(CollectionSettingsStore(link), settings.redis, reactor, settings.redis_timeout)
     on_shutdown(collections.close)
     idempotency = IdempotencyRecords(link, settings.idempotency_lease)
-    batches = BatchRunner(store, link, settings.write_concern, write_link)
+    # A batch's writes share script calls by slot on a cluster, and all together on one Redis (cache.batch_groups).
+    batches = BatchRunner(store, link, settings.write_concern, write_link, spans_slots=settings.redis.kind != CLUSTER)
     gate = Gate(tokens, link, settings.auth)
     app = app_factory(
         settings,

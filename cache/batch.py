@@ -7,7 +7,8 @@ another client may write between them. Each operation's outcome is its own:
 an ``OperationResult`` with the document or the error it met.
 
 Round trips: the operations go to Redis in one pipeline (split by node and
-put back in order on a cluster). A merge patch needs the document it merges
+put back in order on a cluster), the writes gathered into one script call
+per slot group (``cache.batch_groups``), not one call each. A merge patch needs the document it merges
 into first, so a batch with patches reads their documents in one pipeline
 before; and a patch of a document that an earlier operation of the same
 batch writes starts a new segment (read, then write), so that it merges
@@ -44,13 +45,13 @@ them, read it once.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from twisted.internet import defer, reactor
 
 from cache import codec, keys, scripts
 from cache.batch_budget import AnswerBudget, admitted_gets
+from cache.batch_groups import SegmentPlan
 from cache.batch_operations import CREATE, DELETE, GET, PATCH, PUT, WRITES, Operation, OperationResult
 from cache.batch_segments import PatchReads, segment_bytes, segments
 from cache.bounded_reads import DEFAULT_BUDGET, OverBudget
@@ -71,20 +72,9 @@ from cache.store import DocumentStore
 from cache.turns import in_turns
 from cache.write_concern import WriteConcern
 
+_SCRIPTS = [scripts.WRITE_MANY, scripts.PUT, scripts.DELETE, scripts.READ_ONE_WITHIN]
 # A merge of a document this large (~1.5 ms of CPU here, more under load) gets a reactor turn of its own.
 HEAVY_MERGE = 256 * 1024
-
-
-@dataclass
-class _SegmentPlan:
-    """The commands of one segment as they are planned, and what the planning must remember."""
-
-    commands: List[Any] = field(default_factory=list)
-    sent: List[Tuple[OperationResult, Any]] = field(default_factory=list)
-    written: Set[Tuple[bytes, bytes]] = field(default_factory=set)
-    # The get that reads each document, while no write of it comes between: later gets share its read.
-    reading: Dict[Tuple[bytes, bytes], OperationResult] = field(default_factory=dict)
-    sharing: List[Tuple[OperationResult, OperationResult]] = field(default_factory=list)
 
 
 class BatchRunner:
@@ -102,6 +92,7 @@ class BatchRunner:
         concern: WriteConcern,
         write_link: Optional[Link] = None,
         clock: Optional[Any] = None,
+        spans_slots: bool = False,
     ) -> None:
         if concern.waits and write_link is None:
             raise ValueError("a write concern that waits for replicas needs a write link")
@@ -110,6 +101,8 @@ class BatchRunner:
         self._link = link
         self._write_link = write_link
         self._concern = concern
+        # Whether one script may name keys of any slot (one Redis, not a cluster): cache.batch_groups.
+        self._spans_slots = spans_slots
 
     @defer.inlineCallbacks
     def run(
@@ -181,7 +174,7 @@ class BatchRunner:
         if cut is not None:
             end = start + next(index for index, result in enumerate(window) if result is cut)
         results = batch[start:end]
-        plan = _SegmentPlan()
+        plan = SegmentPlan(self._spans_slots)
         # A patch merges a document of up to JETWAY_MAX_BODY: in slices (cache.turns), and a large one alone.
         yield in_turns(
             self._clock,
@@ -189,6 +182,7 @@ class BatchRunner:
             lambda result: self._plan(plan, result, bases, caps, fresh),
             pause_after=lambda result: _heavy(result, reads),
         )
+        plan.close()
         if not plan.commands:
             self._forget(plan.written)  # patches found done by an earlier attempt
             return end
@@ -196,10 +190,10 @@ class BatchRunner:
         link = self._write_link if wait is not None else self._link
         assert link is not None
         outcomes = yield self._store.forgetting(
-            link.pipeline_outcomes(plan.commands, [scripts.PUT, scripts.DELETE, scripts.READ_ONE_WITHIN], wait),
+            link.pipeline_outcomes(plan.commands, _SCRIPTS, wait),
             [keys.document_key(*target) for target in plan.written],
         )
-        for (result, prepared), (ok, reply) in zip(plan.sent, outcomes):
+        for result, prepared, ok, reply in plan.settled(outcomes):
             _settle(result, prepared, ok, reply)
         for result, read in plan.sharing:
             result.document, result.error = read.document, read.error
@@ -208,7 +202,7 @@ class BatchRunner:
         return end
 
     def _plan(
-        self, plan: _SegmentPlan, result: OperationResult, bases: Dict[int, Any], caps: Dict[int, int], fresh: bool
+        self, plan: SegmentPlan, result: OperationResult, bases: Dict[int, Any], caps: Dict[int, int], fresh: bool
     ) -> None:
         """``result``'s operation into ``plan``: answered from the hot cache, shared with an earlier get, or sent."""
         target = (result.operation.collection, result.operation.doc_id)
@@ -227,9 +221,10 @@ class BatchRunner:
             plan.written.add(target)
             plan.reading.pop(target, None)
         prepared = self._prepare(result, bases.pop(id(result), None), caps.get(id(result)))
-        if prepared is not None:
-            plan.sent.append((result, prepared))
-            plan.commands.append(prepared if isinstance(prepared, tuple) else prepared.command())
+        if isinstance(prepared, tuple):
+            plan.read(result, prepared, target)
+        elif prepared is not None:
+            plan.write(result, prepared, target)
 
     def _forget(self, written: Set[Tuple[bytes, bytes]]) -> None:
         for target in written:

@@ -84,9 +84,8 @@ class DocumentReads:
 
     def forgetting(self, sent: defer.Deferred, doc_keys: Sequence[bytes]) -> defer.Deferred:
         """``sent`` (writes of ``doc_keys``): their hot-cache entries go before its callbacks, whatever the outcome."""
-        if self._hot is not None:
-            for key in doc_keys:
-                sent.addBoth(_forgetting, self._hot, key)
+        if self._hot is not None and doc_keys:
+            sent.addBoth(_forgetting, self._hot, doc_keys)  # one callback for all: not one each (a batch's 100)
         return sent
 
     def _filled(self, replies: Any, key: bytes, ticket: int) -> Any:
@@ -110,6 +109,7 @@ def _along(replies: List[Any], document: Document) -> Tuple[Any, Document]:
     return replies[0], document
 
 
-def _forgetting(result: Any, hot: HotCache, key: bytes) -> Any:
-    hot.written(key)
+def _forgetting(result: Any, hot: HotCache, doc_keys: Sequence[bytes]) -> Any:
+    for key in doc_keys:
+        hot.written(key)
     return result

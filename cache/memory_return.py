@@ -17,6 +17,13 @@ a slow client under ``JETWAY_SEND_TIMEOUT``), ``MemoryReturn`` runs PyPy's
 collector one step per reactor turn (``gc.collect_step``, a few ms each)
 until a major collection ends, then ``malloc_trim(0)`` gives back the free
 pages of the heap (a few ms). Several large answers share one pass.
+
+Batches sent back to back never leave a second idle: the collector ran
+only as they allocated, and a worker grew by ~10x each 1,000-operation
+batch's bytes (a 1.4 MiB body and answer) before its major collections
+caught up. So a batch of at least ``STEP_BATCH`` bytes (body and answer)
+is also followed, in the next reactor turn, by one collector step: the
+rise fell to ~3x (``loadtest/_batch_pace.py``, docs/performance.md).
 """
 
 from __future__ import annotations
@@ -29,6 +36,8 @@ from typing import Any, Callable, Optional
 LARGE_ANSWER = 4 * 1024 * 1024
 # How long after the answer the pass starts: its bytes are sent by then on any ordinary connection.
 DELAY_SECONDS = 1.0
+# A batch this large (its body and answer) is followed by one collector step.
+STEP_BATCH = 256 * 1024
 # Steps of one pass at most (a major collection of a worker's heap took 3-12 here).
 MAX_STEPS = 200
 
@@ -52,11 +61,26 @@ class MemoryReturn:
         self._pending: Optional[Any] = None
         self._trim = _malloc_trim()
         self.passes = 0  # passes completed (for tests)
+        self._stepping: Optional[Any] = None
+        self.steps = 0  # single steps after batches (for tests)
 
     def after_answer(self, size: int) -> None:
         """An answer of ``size`` bytes was made; a large one is followed by a pass, unless one is due."""
         if size >= self._large and self._pending is None:
             self._pending = self._clock.callLater(self._delay, self._step, 0)
+
+    def after_batch(self, size: int, answer: int) -> None:
+        """A batch of ``size`` bytes (body and answer) answered ``answer`` bytes: one step at once if it is large."""
+        self.after_answer(answer)
+        if size >= STEP_BATCH and self._stepping is None:
+            self._stepping = self._clock.callLater(0, self._one_step)
+
+    def _one_step(self) -> None:
+        self._stepping = None
+        collect_step = getattr(gc, "collect_step", None)
+        if collect_step is not None:
+            collect_step()
+        self.steps += 1
 
     def _step(self, steps: int) -> None:
         collect_step = getattr(gc, "collect_step", None)  # PyPy's; CPython frees at once

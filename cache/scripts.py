@@ -35,17 +35,20 @@ end
 # channel to nudge and the shard's name. The nudge is the shard and the
 # new event's id: a worker that follows the collection reads the shard.
 _FEED = """
-local feed_at = #ARGV
-if KEYS[3] then feed_at = #ARGV - 5 end
-local function log_change(id, etag)
-  if not KEYS[3] then return end
-  local event = redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[feed_at + 2], '*',
-    'o', ARGV[feed_at + 1], 'i', id, 'e', etag)
-  if ARGV[feed_at + 3] ~= '0' then
-    local oldest = tonumber(string.match(event, '^%d+')) - tonumber(ARGV[feed_at + 3])
-    redis.call('XTRIM', KEYS[3], 'MINID', '~', string.format('%d', oldest))
+local function feed_start(K, A)
+  if K[3] then return #A - 5 end
+  return #A
+end
+local function log_change(K, A, id, etag)
+  if not K[3] then return end
+  local feed_at = #A - 5
+  local event = redis.call('XADD', K[3], 'MAXLEN', '~', A[feed_at + 2], '*',
+    'o', A[feed_at + 1], 'i', id, 'e', etag)
+  if A[feed_at + 3] ~= '0' then
+    local oldest = tonumber(string.match(event, '^%d+')) - tonumber(A[feed_at + 3])
+    redis.call('XTRIM', K[3], 'MINID', '~', string.format('%d', oldest))
   end
-  redis.call('PUBLISH', ARGV[feed_at + 4], ARGV[feed_at + 5] .. ' ' .. event)
+  redis.call('PUBLISH', A[feed_at + 4], A[feed_at + 5] .. ' ' .. event)
 end
 """
 FEED_ARGS = 5
@@ -62,46 +65,82 @@ FEED_ARGS = 5
 # ETags are never reused, so this very write was applied before (a retry
 # carrying out an Idempotency-Key's plan again, cache.idempotency); it
 # logs no second event, as the first application logged it.
-PUT = Script(
-    (
-        _CONDITIONS
-        + _FEED
-        + """
-local current = redis.call('HGET', KEYS[1], 'e')
-if current == ARGV[3] then return {3, redis.call('HGET', KEYS[1], 'm')} end
-if not holds(current, ARGV[6], ARGV[7]) then return 0 end
-local stale = 9 + 2 * tonumber(ARGV[8])
-local fields = {'b', ARGV[2], 'e', ARGV[3], 'm', ARGV[4]}
-for i = 9, stale - 1 do fields[#fields + 1] = ARGV[i] end
-redis.call('HSET', KEYS[1], unpack(fields))
-if current and feed_at >= stale then redis.call('HDEL', KEYS[1], unpack(ARGV, stale, feed_at)) end
-if ARGV[5] == '0' then
-  redis.call('PERSIST', KEYS[1])
-elseif ARGV[5] ~= '' then
-  redis.call('EXPIRE', KEYS[1], ARGV[5])
+# The write of one document as a Lua function of its keys K and arguments
+# A (a table): the single PUT's script calls it with KEYS and ARGV, and
+# WRITE_MANY with each document's share of its own.
+_PUT = """
+local function put(K, A)
+  local current = redis.call('HGET', K[1], 'e')
+  if current == A[3] then return {3, redis.call('HGET', K[1], 'm')} end
+  if not holds(current, A[6], A[7]) then return 0 end
+  local feed_at = feed_start(K, A)
+  local stale = 9 + 2 * tonumber(A[8])
+  local fields = {'b', A[2], 'e', A[3], 'm', A[4]}
+  for i = 9, stale - 1 do fields[#fields + 1] = A[i] end
+  redis.call('HSET', K[1], unpack(fields))
+  if current and feed_at >= stale then redis.call('HDEL', K[1], unpack(A, stale, feed_at)) end
+  if A[5] == '0' then
+    redis.call('PERSIST', K[1])
+  elseif A[5] ~= '' then
+    redis.call('EXPIRE', K[1], A[5])
+  end
+  redis.call('ZADD', K[2], 0, A[1])
+  log_change(K, A, A[1], A[3])
+  if current then return 1 end
+  return 2
 end
-redis.call('ZADD', KEYS[2], 0, ARGV[1])
-log_change(ARGV[1], ARGV[3])
-if current then return 1 end
-return 2
 """
-    ).encode()
-)
+PUT = Script((_CONDITIONS + _FEED + _PUT + "return put(KEYS, ARGV)\n").encode())
 
 # KEYS: document, index shard[, change feed]. ARGV: id, If-Match[, the feed's (_FEED)].
 # Returns 0 when the condition failed, -1 when missing, 1 when deleted.
-DELETE = Script(
+_DELETE = """
+local function delete(K, A)
+  local current = redis.call('HGET', K[1], 'e')
+  if not holds(current, A[2], '') then return 0 end
+  if not current then return -1 end
+  redis.call('DEL', K[1])
+  redis.call('ZREM', K[2], A[1])
+  log_change(K, A, A[1], '')
+  return 1
+end
+"""
+DELETE = Script((_CONDITIONS + _FEED + _DELETE + "return delete(KEYS, ARGV)\n").encode())
+
+# Many writes in one call (a batch's, cache.batch_groups), each as PUT or
+# DELETE would make it alone, in order. KEYS: each write's own (document,
+# index shard[, change feed]), ARGV[1] of them each. ARGV after it, per
+# write: 'p' (put) or 'd' (delete), the number N of its arguments, then
+# those N (PUT's or DELETE's ARGV). On a cluster every key is of one slot.
+# Returns each write's answer as PUT or DELETE gives it, or {'err', message}
+# for a write a Redis error refused (the others go on, as in a pipeline).
+WRITE_MANY = Script(
     (
         _CONDITIONS
         + _FEED
+        + _PUT
+        + _DELETE
         + """
-local current = redis.call('HGET', KEYS[1], 'e')
-if not holds(current, ARGV[2], '') then return 0 end
-if not current then return -1 end
-redis.call('DEL', KEYS[1])
-redis.call('ZREM', KEYS[2], ARGV[1])
-log_change(ARGV[1], '')
-return 1
+local per = tonumber(ARGV[1])
+local results = {}
+local at, k = 2, 0
+while at <= #ARGV do
+  local n = tonumber(ARGV[at + 1])
+  local K = {KEYS[k + 1], KEYS[k + 2]}
+  if per == 3 then K[3] = KEYS[k + 3] end
+  local A = {}
+  for i = 1, n do A[i] = ARGV[at + 1 + i] end
+  local write = put
+  if ARGV[at] == 'd' then write = delete end
+  local ok, answer = pcall(write, K, A)
+  if not ok then
+    if type(answer) == 'table' then answer = answer.err end
+    answer = {'err', tostring(answer)}
+  end
+  results[#results + 1] = answer
+  at, k = at + 2 + n, k + per
+end
+return results
 """
     ).encode()
 )

@@ -2,7 +2,7 @@
 
 from twisted.internet import task
 
-from cache.memory_return import MemoryReturn
+from cache.memory_return import STEP_BATCH, MemoryReturn
 
 
 def test_a_large_answer_is_followed_by_one_pass_a_second_later():
@@ -21,3 +21,17 @@ def test_a_large_answer_is_followed_by_one_pass_a_second_later():
     assert memory.passes == 1 and not clock.getDelayedCalls()
     memory.after_answer(5000)  # a later answer gets a pass of its own
     assert len(clock.getDelayedCalls()) == 1
+
+
+def test_a_large_batch_is_followed_by_one_collector_step_in_the_next_turn():
+    clock = task.Clock()
+    memory = MemoryReturn(clock, large=10 * STEP_BATCH)
+    memory.after_batch(STEP_BATCH - 1, 100)
+    assert not clock.getDelayedCalls()
+    memory.after_batch(STEP_BATCH, 100)
+    memory.after_batch(STEP_BATCH * 2, 100)  # shares the step already due
+    assert [call.getTime() for call in clock.getDelayedCalls()] == [0]
+    clock.advance(0)
+    assert memory.steps == 1 and memory.passes == 0 and not clock.getDelayedCalls()
+    memory.after_batch(STEP_BATCH, 10 * STEP_BATCH)  # an answer this large also gets its pass a second later
+    assert sorted(call.getTime() for call in clock.getDelayedCalls()) == [0, 1.0]

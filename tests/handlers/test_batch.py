@@ -64,6 +64,21 @@ def test_stored_bytes_are_inlined_verbatim(api):
     assert b'"document":{ "a" :  1 }' in response.content
 
 
+def test_a_put_or_create_stores_its_documents_own_bytes_as_a_single_put_does(api):
+    """The document's bytes in the batch's body, spaces, escapes and all: not a re-encoding of its value."""
+    document = b'{ "a" : "\\u00e9t\xc3\xa9 \\"}{[",\n  "b":[1, 2.50, {}] }'
+    head = b'{"operations": [{"op": "put", "collection": "users", "id": "v1", "document" :  '
+    body = head + document + b' }, {"op":"create","collection":"users","document":' + document + b"}]}"
+    response = api.post_json("/v1/_batch", body)
+    answer = results(response)
+    assert [result["status"] for result in answer] == [201, 201]
+    assert api.get("/v1/users/v1").content == document
+    assert api.get(f"/v1/users/{answer[1]['id']}").content == document
+    assert response.content.count(b'"document":' + document + b"}") == 2
+    assert api.put_json("/v1/users/v2", document).status_code == 201
+    assert api.get("/v1/users/v2").content == document
+
+
 def test_operations_take_effect_in_order_within_one_batch(api):
     answer = results(
         batch(
@@ -280,8 +295,9 @@ def test_writes_are_answered_once_a_replica_has_them(pair, one_replica):
     operations = [{"op": "put", "collection": "wc", "id": f"d{n}", "document": {"n": n}} for n in range(20)]
     assert [result["status"] for result in results(post(one_replica, *operations))] == [201] * 20
     with pair.replica.client() as replica:
+        # As json.dumps wrote each document in the body: stored verbatim.
         assert [replica.hget(document_key(b"wc", b"d%d" % n), "b") for n in range(20)] == [
-            b'{"n":%d}' % n for n in range(20)
+            b'{"n": %d}' % n for n in range(20)
         ]
     pair.replica.process.send_signal(signal.SIGSTOP)
     try:
