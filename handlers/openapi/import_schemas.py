@@ -32,7 +32,19 @@ def import_schemas() -> Json:
                     "type": "array",
                     "maxItems": MAX_REFUSALS_LISTED,
                     "description": "The first refused lines: `line` (from 1) and its problem's members.",
-                    "items": {"type": "object", "required": ["line", "type", "status", "detail"]},
+                    "items": {
+                        "type": "object",
+                        "description": "A refused line: its number and its problem's members (`errors` too for a"
+                        " schema violation).",
+                        "properties": {
+                            "line": {"type": "integer", "minimum": 1},
+                            "type": {"type": "string"},
+                            "title": {"type": "string"},
+                            "status": {"type": "integer"},
+                            "detail": {"type": "string"},
+                        },
+                        "required": ["line", "type", "status", "detail"],
+                    },
                 },
                 "refusals_listed": _COUNT,
             },

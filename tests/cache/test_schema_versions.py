@@ -13,10 +13,12 @@ GET and other collections carry on; storing new settings ends it.
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from typing import Any, Callable, List
 
 import pytest
+import requests
 from twisted.internet import defer
 
 from cache.collection_settings import CHANGED_CHANNEL, NAMES_KEY, settings_key
@@ -118,6 +120,17 @@ def store_raw(redis_client, collection: str, values: dict) -> None:
     redis_client.publish(CHANGED_CHANNEL, collection)
 
 
+def every_worker_sees(api, path: str, seen: Callable[[Any], bool]) -> None:
+    """Wait until ``seen`` holds for 10 answers in a row to ``GET path``, each on a new connection (so on any
+    worker): a settings change reaches a worker by a published message, a moment after it is stored."""
+    deadline = time.monotonic() + 10
+    in_a_row = 0
+    while in_a_row < 10:
+        assert time.monotonic() < deadline, f"the workers did not all see the change of {path} in time"
+        answer = requests.get(api.server.url(path), headers={**api.auth_header, "Connection": "close"}, timeout=10)
+        in_a_row = in_a_row + 1 if seen(answer) else 0
+
+
 def refused_write(response, words: str) -> None:
     assert response.status_code == 409, response.text
     problem = response.json()
@@ -144,6 +157,7 @@ def test_writes_to_a_collection_whose_stored_schema_is_refused_are_409s_and_read
     name = fresh(kind)
     assert api.put_json(f"/v1/{name}/kept", b'{"a":1}').status_code == 201
     store_raw(redis_client, name, {"schema": schema, "cache_control": "max-age=7"})
+    every_worker_sees(api, f"/v1/{name}/kept", lambda read: read.headers.get("Cache-Control") == "max-age=7")
     for _ in range(4):  # both workers, the direct write path once the settings are known
         refused_write(api.put_json(f"/v1/{name}/d", b'{"a":2}'), words)
     refused_write(api.put_json(f"/v1/{name}/d", b'{"a":2}', headers={"If-None-Match": "*"}), words)
@@ -170,11 +184,15 @@ def test_writes_to_a_collection_whose_stored_schema_is_refused_are_409s_and_read
 
 def test_storing_new_settings_ends_the_refusal_on_every_worker(api, redis_client):
     name = fresh("fixed")
-    store_raw(redis_client, name, {"schema": {"pattern": "(?=a)"}})
+    assert api.put_json(f"/v1/{name}/kept", b'{"a":0}').status_code == 201
+    store_raw(redis_client, name, {"schema": {"pattern": "(?=a)"}, "cache_control": "max-age=7"})
+    every_worker_sees(api, f"/v1/{name}/kept", lambda read: read.headers.get("Cache-Control") == "max-age=7")
     for _ in range(4):
         refused_write(api.put_json(f"/v1/{name}/d", b'{"a":1}'), "pattern")
-    fixed = api.put_json(f"/v1/_collections/{name}", json.dumps({"schema": {"required": ["a"]}}).encode())
+    fixed_settings = {"schema": {"required": ["a"]}, "cache_control": "max-age=9"}
+    fixed = api.put_json(f"/v1/_collections/{name}", json.dumps(fixed_settings).encode())
     assert fixed.status_code == 200, fixed.text
+    every_worker_sees(api, f"/v1/{name}/kept", lambda read: read.headers.get("Cache-Control") == "max-age=9")
     statuses = set()
     for n in range(6):
         statuses.add(api.put_json(f"/v1/{name}/d{n}", b'{"a":1}').status_code)

@@ -77,6 +77,7 @@ def test_python_client_generates_without_warnings_and_does_every_operation(api, 
     path = {"PATH": f"{CLIENTS_BIN}:{os.environ['PATH']}"}
     package = tmp_path / "jetway_client"
     generate = [str(CLIENTS_BIN / "openapi-python-client"), "generate", "--path", str(spec_file)]
+    generate += ["--config", str(CLIENTS / "openapi-python-client.yaml")]
     output = run([*generate, "--output-path", str(package), "--meta", "none"], tmp_path, path)
     assert "warning" not in output.lower(), output
     assert (package / "api" / "collections" / "get_documents.py").exists()
