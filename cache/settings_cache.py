@@ -181,3 +181,12 @@ class SettingsCache:
         self._guard.down(protocol)
         self._entries.clear()
         self._tell()
+
+
+def settings_of(collections: Optional[SettingsCache], name: str) -> Any:
+    """``collections.resolve(name)``, or ``NO_SETTINGS`` for a worker without the settings cache.
+
+    The one way a request learns its collection's settings: the pipelines
+    (``handlers.document_answers``) and the handlers (``handlers.base``) both ask here.
+    """
+    return NO_SETTINGS if collections is None else collections.resolve(name)

@@ -13,10 +13,10 @@ from urllib.parse import parse_qs
 import cyclone.web
 from twisted.internet import defer
 
-from cache.collection_settings import NO_SETTINGS, CollectionSettings
+from cache.collection_settings import CollectionSettings
 from cache.idempotency import IdempotencyRecords, StoredResponse
 from cache.ratelimit import RateDecision
-from cache.settings_cache import SettingsCache
+from cache.settings_cache import SettingsCache, settings_of
 from cache.store import Document, DocumentStore
 from cache.variants import gzip_of
 from handlers.framework import CycloneHandler
@@ -196,9 +196,7 @@ class ResourceHandler(JsonHandler):
 
     def settings_now(self, collection: bytes) -> Any:
         """The collection's settings, now when this worker knows them, else a Deferred (``SettingsCache.resolve``)."""
-        if self.collections is None:
-            return NO_SETTINGS
-        return self.collections.resolve(collection.decode())
+        return settings_of(self.collections, collection.decode())
 
     def with_collection_policy(self, collection: bytes, reading: Any) -> Any:
         """``reading``'s result once the collection's cache policy replaces the default (read alongside it)."""

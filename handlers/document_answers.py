@@ -20,8 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional, Tuple
 
-from cache.collection_settings import NO_SETTINGS, CollectionSettings
-from cache.settings_cache import SettingsCache
+from cache.collection_settings import CollectionSettings
+from cache.settings_cache import SettingsCache, settings_of
 from cache.store import NO_CONDITIONS, Conditions, Document, DocumentStore
 from cache.variants import base_tag
 from handlers.http import conditional, validation
@@ -51,9 +51,7 @@ class DocumentAnswers:
 
     def settings(self, collection: str) -> Any:
         """The collection's settings, now or a Deferred (``SettingsCache.resolve``)."""
-        if self.collections is None:
-            return NO_SETTINGS
-        return self.collections.resolve(collection)
+        return settings_of(self.collections, collection)
 
     # The read.
 
