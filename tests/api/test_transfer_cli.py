@@ -37,7 +37,12 @@ def cli(server: JetwayServer, *args: str, **popen) -> subprocess.Popen:
 
 def run_cli(server: JetwayServer, *args: str) -> subprocess.CompletedProcess:
     process = cli(server, *args)
-    out, err = process.communicate(timeout=120)
+    try:
+        out, err = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:  # timed out, or the test failed meanwhile: not left running
+            process.kill()
+            process.wait()
     return subprocess.CompletedProcess(process.args, process.returncode, out, err)
 
 
