@@ -22,6 +22,7 @@ from api.connection import HttpLimits, JetwayConnection
 from api.observe import Observer
 from handlers.http.cors import NO_CORS, CorsPolicy
 from handlers.http.reply import request_id_of
+from handlers.operation import Route
 from handlers.pipeline import Exchange, Pipeline
 
 # How often the application looks for connections past their deadline, so a
@@ -67,18 +68,14 @@ class JetwayApplication(cyclone.web.Application):
         self._paused = False
         self._sweeping = task.LoopingCall(self._time_out_connections)
         self._sweeping.clock = clock
-        # Every route with what each path it matches starts with, in order.
-        self._routes = [(literal_prefix(spec.regex.pattern), spec) for _, specs in self.handlers for spec in specs]
+        # Every route, in order; each matches a path by its template (handlers.operation.Route).
+        self._routes: List[Route] = [spec for _, specs in self.handlers for spec in specs]
 
     def __call__(self, request: Any) -> Any:
-        """Cyclone's dispatch, trying only the routes whose literal start the path has.
+        """Cyclone's dispatch, by the routes' templates (``route``).
 
-        Cyclone matched the path against every route's regex in turn (the
-        document route came after six others), and the host against a
-        catch-all pattern: ~8% of a hot document read's worker CPU (vmprof).
-        The first route whose pattern matches still wins, with its groups
-        unquoted as Cyclone does; no route, the ``error_handler``'s 404. A
-        request the connection routed already (``Routed``) is not routed again.
+        No route, the ``error_handler``'s 404. A request the connection
+        routed already (``api.connection.Routed``) is not routed again.
         """
         routed = getattr(request, "routed", None)
         spec, args = (routed.spec, routed.args) if routed is not None else self.route(request.path)
@@ -89,32 +86,35 @@ class JetwayApplication(cyclone.web.Application):
         handler._execute([], *args)
         return handler
 
-    def routed(self, method: str, target: str, headers: Any, body: bytes, answer: bool) -> Routed:
-        """Where a request goes: its route, and (when the caller will ``answer`` it) the pipeline and exchange
-        its route's handler declares for ``method``.
+    def pipeline_of(self, spec: Optional[URLSpec], method: str) -> Optional[Pipeline]:
+        """The pipeline ``spec``'s handler declares for ``method``, if any, which the connection may run itself.
 
         The operation table names an operation's pipeline, and its route's
         arguments carry it bound (``pipelines``, ``handlers.operation.routes``);
         the handler runs the same ones for what the connection leaves it.
         """
-        path, _, query = target.partition("?")
-        spec, args = self.route(path)
-        pipelines = spec.kwargs.get("pipelines") if answer and spec is not None else None
-        pipeline = pipelines.get(method) if pipelines is not None else None
-        if pipeline is None:
-            return Routed(spec, args, None, None)
+        pipelines = spec.kwargs.get("pipelines") if spec is not None else None
+        return pipelines.get(method) if pipelines is not None else None
+
+    def exchange(self, method: str, path: str, query: str, args: Sequence[str], headers: Any, body: bytes) -> Exchange:
+        """The request as a pipeline sees it, with its id (the client's ``X-Request-ID`` if sane)."""
         request_id = request_id_of(headers.get("X-Request-ID"), self.new_request_id)
-        return Routed(spec, args, pipeline, Exchange(method, path, query, args, headers, body, request_id))
+        return Exchange(method, path, query, args, headers, body, request_id)
 
     def route(self, path: str) -> Tuple[Optional[URLSpec], Sequence[Optional[str]]]:
-        """The route that serves ``path`` and the arguments its handler gets (None and none: no route)."""
-        for prefix, spec in self._routes:
-            if path.startswith(prefix):
-                match = spec.regex.match(path)
-                if match is not None:
-                    if "%" not in path and "+" not in path:
-                        return spec, match.groups()  # nothing to unescape: no string nor list made anew
-                    return spec, [_unquote(group) for group in match.groups()]
+        """The route that serves ``path`` and the arguments its handler gets (None and none: no route).
+
+        The first route whose template matches wins, its arguments unquoted
+        as Cyclone does. Cyclone matched the path against every route's
+        regex in turn, and the host against a catch-all pattern: ~8% of a
+        hot document read's worker CPU (vmprof).
+        """
+        for spec in self._routes:
+            found = spec.arguments(path)
+            if found is not None:
+                if "%" not in path and "+" not in path:
+                    return spec, found  # nothing to unescape: no string nor list made anew
+                return spec, [_unquote(group) for group in found]
         return None, []
 
     def http_date(self) -> str:
@@ -160,37 +160,6 @@ class JetwayApplication(cyclone.web.Application):
             self._paused = False
             if self.accepting:
                 self.port.startReading()
-
-
-class Routed:
-    """A request's route (None: no route) and its arguments; its pipeline and exchange if it has one."""
-
-    __slots__ = ("args", "exchange", "pipeline", "spec")
-
-    def __init__(
-        self, spec: Optional[URLSpec], args: Sequence[Any], pipeline: Optional[Pipeline], exchange: Optional[Exchange]
-    ) -> None:
-        self.spec = spec
-        self.args = args
-        self.pipeline = pipeline
-        self.exchange = exchange
-
-    @property
-    def label(self) -> str:
-        """The route's label in the metrics."""
-        return "none" if self.spec is None else self.spec.handler_class.ROUTE
-
-
-def literal_prefix(pattern: str) -> str:
-    """What every path ``pattern`` matches starts with: its characters before any regex syntax."""
-    prefix: List[str] = []
-    for char in pattern:
-        if char in "?*{":
-            return "".join(prefix[:-1])  # the character before may be absent
-        if char in ".^$+[]()|\\":
-            break
-        prefix.append(char)
-    return "".join(prefix)
 
 
 def _unquote(group: Optional[str]) -> Optional[str]:

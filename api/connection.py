@@ -33,10 +33,11 @@ import struct
 import termios
 import time
 from dataclasses import dataclass
-from typing import Any, Optional, Tuple
+from typing import Any, Optional, Sequence, Tuple
 
 import cyclone.httpserver
 from cyclone.httputil import HTTPHeaders
+from cyclone.web import URLSpec
 from twisted.python import log
 from twisted.python.failure import Failure
 
@@ -79,6 +80,20 @@ BUSY_RETRY_AFTER = "1"
 # What the connection's request is while a pipeline it runs waits (for
 # Redis): no Cyclone request, but one being answered.
 _AWAITING_REDIS: Any = object()
+
+
+class Routed:
+    """A request's route (None: no route) and its arguments, as the connection found them.
+
+    Cyclone's dispatch (``api.application.JetwayApplication.__call__``)
+    takes them and does not route the request again.
+    """
+
+    __slots__ = ("args", "spec")
+
+    def __init__(self, spec: Optional[URLSpec], args: Sequence[Any]) -> None:
+        self.spec = spec
+        self.args = args
 
 
 @dataclass(frozen=True)
@@ -295,23 +310,26 @@ class JetwayConnection(StreamedBody, CycloneConnection):
         app = self.factory
         if app.debug_burn_seconds:
             burn_cpu(app.debug_burn_seconds)
-        routed = app.routed(head.method, head.target, head.headers, body, self._answers(head))
-        if routed.pipeline is None:
-            self._start_request(head, body, routed, stream)
+        path, _, query = head.target.partition("?")
+        spec, args = app.route(path)  # once: Cyclone's dispatch takes it as found (Routed)
+        pipeline = app.pipeline_of(spec, head.method) if self._answers(head) else None
+        if pipeline is None:
+            self._start_request(head, body, Routed(spec, args), stream)
             return
-        exchange = routed.exchange
+        exchange = app.exchange(head.method, path, query, args, head.headers, body)
+        route = spec.handler_class.ROUTE  # type: ignore[union-attr]  # a pipeline has a route
         started = time.time()
-        reply = start(routed.pipeline, exchange)
+        reply = start(pipeline, exchange)
         if is_deferred(reply):
             # It waits (for Redis): this connection waits as it would for a handler.
             self._request = _AWAITING_REDIS
-            more = (exchange, head, routed.label, started)
+            more = (exchange, head, route, started)
             reply.addCallbacks(self._send_reply, self._send_problem, callbackArgs=more, errbackArgs=more)
         else:
-            self._send_reply(reply, exchange, head, routed.label, started)
+            self._send_reply(reply, exchange, head, route, started)
 
-    def _start_request(self, head: RequestHead, body: bytes, routed: Any, stream: Optional[BodyStream]) -> None:
-        """Hand the request to Cyclone, with its route (``api.application.Routed``): it is not routed again."""
+    def _start_request(self, head: RequestHead, body: bytes, routed: Routed, stream: Optional[BodyStream]) -> None:
+        """Hand the request to Cyclone, with its route: it is not routed again."""
         request = cyclone.httpserver.HTTPRequest(
             connection=self,
             method=head.method,

@@ -34,17 +34,18 @@ ROUTES_BEFORE = [
 
 
 def test_the_derived_routes_are_the_hand_written_ones_in_their_order():
-    assert [pattern for pattern, _, _ in routes(OPERATIONS, {})] == ROUTES_BEFORE
+    assert [route.pattern for route in routes(OPERATIONS, {})] == ROUTES_BEFORE
 
 
 def test_without_docs_the_docs_routes_are_left_out():
-    assert [pattern for pattern, _, _ in routes(OPERATIONS, {}, with_docs=False)] == ROUTES_BEFORE[:-2]
+    assert [route.pattern for route in routes(OPERATIONS, {}, with_docs=False)] == ROUTES_BEFORE[:-2]
 
 
 def test_each_route_gets_its_handlers_dependencies():
     handler = OPERATIONS[0].resource.handler
     given = {"x": 1}
-    assert routes(OPERATIONS, {handler: given})[0] == (ROUTES_BEFORE[0], handler, given)
+    first = routes(OPERATIONS, {handler: given})[0]
+    assert (first.pattern, first.handler_class, first.kwargs) == (ROUTES_BEFORE[0], handler, given)
 
 
 @pytest.mark.parametrize(
@@ -93,6 +94,8 @@ def test_the_document_routes_pipelines_are_the_tables_bound_to_its_answers():
 
     answers = Answers()
     document = next(op.resource for op in OPERATIONS if op.operation_id == "getDocument")
-    routed = {handler: kwargs for _, handler, kwargs in routes(OPERATIONS, {document.handler: {"answers": answers}})}
+    routed = {
+        route.handler_class: route.kwargs for route in routes(OPERATIONS, {document.handler: {"answers": answers}})
+    }
     pipelines = routed[document.handler]["pipelines"]
     assert pipelines == {"GET": answers.read, "HEAD": answers.read, "PUT": answers.replace}
