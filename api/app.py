@@ -91,7 +91,7 @@ def make_app(
         CollectionSettingsListHandler: documents,
         DocumentHandler: {**documents, "answers": answers},
         CollectionHandler: budgeted,
-        ImportHandler: documents,
+        ImportHandler: {**documents, "batches": batches},
         ReadinessHandler: {"probe": readiness},
         MetricsHandler: {"render": render_metrics(metrics)},
         OpenApiHandler: {

@@ -12,8 +12,8 @@ The collection is read a page at a time (``DocumentStore.scan_page``, at most
 than that); each page is written as one HTTP/1.1 chunk (to HTTP/1.0, the
 body ends with the connection), and the next is read only once the
 transport has sent it (``when_drained`` on the connection,
-``api.streamed_body``): a worker holds about one page per export however
-slowly its client reads, and a client that stops reading for the send
+``api.streamed_body``), while the next is read: a worker holds about two
+pages per export however slowly its client reads, and a client that stops reading for the send
 timeout is cut off. A body cut short (the token revoked meanwhile, Redis
 failing) ends without its last chunk and closes the connection, so a
 client can tell it from a whole one; it resumes from the last id it has.
@@ -119,18 +119,22 @@ class NdjsonExport:
 
     @defer.inlineCallbacks
     def _stream(self, page: Page) -> Any:
+        following: Optional[defer.Deferred] = None
         try:
             while True:
                 self.connection.transport.write(page_lines(page, self.with_ids, self.chunked))
                 if page.last_id is None:
                     break
+                # The next page is read while this one is sent (Redis and the
+                # network at work together): two pages held at most.
                 self.after, page = page.last_id, None
+                following = self._read()
                 sent = yield self.connection.when_drained()
                 if not sent:
                     return  # the client went away, or stopped reading for the send timeout
                 if self.credential_ended is not None:
                     raise unauthorized(f"the token ended during the export ({self.credential_ended})")
-                page = yield self._read()
+                page, following = (yield following), None
         except Exception:
             # The head is sent: no problem can follow it. The body ends
             # without its last chunk and the connection closes.
@@ -139,6 +143,9 @@ class NdjsonExport:
             _log.warn("export cut short after {after}: {detail}", after=self.after, detail=problem.detail)
             self.connection.keep_alive = False
             return
+        finally:
+            if following is not None:
+                following.addErrback(lambda _: None)  # a page read for an export that ended: not an error to log
         if self.chunked:
             self.connection.transport.write(_LAST_CHUNK)
 

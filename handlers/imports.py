@@ -21,7 +21,9 @@ of each group written (``cache.idempotency.ImportProgress``) and a retry
 with the key goes on after it; while an import holds its key, another with
 the same key is a 409 ``idempotency-key-in-use``. A group's lines all written or refused is
 what "written" means: a Redis failure mid-group ends the import (5xx)
-without recording that group.
+without recording that group. A group's writes go as a batch's do
+(``cache.batch``: one script call per slot group), and the next group is
+read and checked while Redis writes them: at most two groups in flight.
 """
 
 from __future__ import annotations
@@ -31,8 +33,8 @@ from typing import Any, Callable, List, Optional, Tuple
 from twisted.internet import defer
 
 from cache import codec
+from cache.batch import CREATE, PUT, BatchRunner, Operation
 from cache.collection_settings import CollectionSettings
-from cache.document import NO_CONDITIONS
 from handlers.base import ResourceHandler
 from handlers.http import validation
 from handlers.http.body_stream import BodyLost, BodyStream
@@ -109,6 +111,10 @@ class ImportHandler(ResourceHandler):
     ROUTE = "import"
     SUPPORTED_METHODS = ("POST", "OPTIONS")
 
+    def initialize(self, batches: BatchRunner, **dependencies: Any) -> None:
+        super().initialize(**dependencies)
+        self.batches = batches
+
     @defer.inlineCallbacks
     def post(self, collection: str) -> Any:
         name = validation.collection_name(collection)
@@ -155,14 +161,24 @@ class ImportHandler(ResourceHandler):
             getattr(self.request, "body_stream", None) or BodyStream.of(self.request.body),
             self.max_body + WRAPPER_BYTES * self.with_ids,
         )
-        while not reader.ended:
-            lines = yield reader.group(GROUP)
-            if not lines:
-                continue
-            yield self._write_group(name, lines, rules, ttl, path, report)
-            report.last_line = reader.number
-            if key is not None:
-                yield self.idempotency.imports.record(digest, name, key, report.last_line)
+        # The group Redis is writing, and the number of its last line: the next group is read, checked and
+        # sent meanwhile (the worker's work and Redis's overlap; one link keeps them in order).
+        in_flight: Optional[Tuple[defer.Deferred, int]] = None
+        try:
+            while not reader.ended:
+                lines = yield reader.group(GROUP)
+                if not lines:
+                    continue
+                writing = self._write_group(name, lines, rules, ttl, path, report)
+                if in_flight is not None:
+                    yield self._written(*in_flight, report, name, key, digest)
+                in_flight = (writing, reader.number)
+            if in_flight is not None:
+                written, in_flight = in_flight, None
+                yield self._written(*written, report, name, key, digest)
+        finally:
+            if in_flight is not None:
+                in_flight[0].addErrback(lambda _: None)  # the import failed before it: its failure is not news
         if isinstance(reader.error, BodyLost):
             return  # no one to answer: what was read whole is written
         if reader.error is not None:
@@ -179,7 +195,9 @@ class ImportHandler(ResourceHandler):
         path: Optional[List[str]],
         report: ImportReport,
     ) -> Any:
-        writes: List[Tuple[int, defer.Deferred]] = []
+        numbers: List[int] = []
+        operations: List[Operation] = []
+        expiry = b"%d" % (rules.ttl_or_default(ttl) or 0)  # as a single PUT: no TTL clears an expiry
         for number, body in lines:
             if number <= report.resumed_after:
                 report.skipped += 1
@@ -192,24 +210,37 @@ class ImportHandler(ResourceHandler):
                     raise
                 report.refuse(number, refusal)
                 continue
-            expiry = rules.ttl_or_default(ttl)
-            if doc_id is None:
-                written = self.store.create(name, document, expiry, None, None, rules.write_replicas)
-                writes.append((number, written.addCallback(lambda _: True)))
-            else:
-                written = self.store.put(name, doc_id, document, NO_CONDITIONS, expiry, None, rules.write_replicas)
-                writes.append((number, written.addCallback(lambda result: bool(result[1]))))
-        results = yield defer.DeferredList([written for _, written in writes], consumeErrors=True)
-        for (number, _), (ok, result) in zip(writes, results):
-            if ok:
-                report.created += result
-                report.replaced += not result
+            op = PUT if doc_id is not None else CREATE
+            new_id = doc_id or self.store.new_id()
+            operations.append(Operation(op, name, new_id, document, ttl=expiry, replicas=rules.write_replicas))
+            numbers.append(number)
+        # The group's writes as a batch's: one script call per slot group, not one each (cache.batch_groups).
+        results = (yield self.batches.run(operations, minimal=True)) if operations else []
+        for number, result in zip(numbers, results):
+            if result.error is None:
+                report.created += bool(result.created)
+                report.replaced += not result.created
                 continue
-            error = as_api_error(result.value)
+            error = as_api_error(result.error)
             if error is None or (error.status_code >= 500 and error.problem != "not-replicated"):
-                result.raiseException()
+                raise result.error
             report.refuse(number, error)
-        report.last_line = lines[-1][0]
+
+    @defer.inlineCallbacks
+    def _written(
+        self,
+        writing: defer.Deferred,
+        last_line: int,
+        report: ImportReport,
+        name: bytes,
+        key: Optional[str],
+        digest: bytes,
+    ) -> Any:
+        """A group written whole (or its failure raised): its last line is done, and recorded under the key."""
+        yield writing
+        report.last_line = last_line
+        if key is not None:
+            yield self.idempotency.imports.record(digest, name, key, last_line)
 
     def _checked(
         self, line: Optional[bytes], rules: CollectionSettings, path: Optional[List[str]]

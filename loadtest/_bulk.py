@@ -1,0 +1,236 @@
+"""Issue 46's bulk figures: an NDJSON import and export of many ~200 B documents, beside the store's own pace.
+
+One Redis, one Jetway (``--workers``, production defaults: authorization
+and the access log on). In one run:
+
+- the import: ``--documents`` lines (``?id=/id``) sent to
+  ``POST /v1/_import/bulk`` by ``--streams`` clients at once (each its share
+  of the lines, as fast as the server reads them); documents/s from the
+  first byte to the last report, and each worker's RSS at 10% of the bytes
+  sent and at the end;
+- the export: ``GET /v1/bulk`` as NDJSON, read as fast as a client can;
+  MB/s of body, and its bytes checked against what was imported;
+- the ceiling: ``redis-benchmark -P 100 -t hset`` on the same Redis.
+
+Writes ``loadtest/results/bulk.md`` (appended, one section per run).
+
+    .venv/bin/python -m loadtest._bulk [--documents 1000000] [--streams 1] [--workers 2] [--label after]
+    .venv/bin/python -m loadtest._bulk --profile --documents 100000   # vmprof of one worker's import
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Dict, List, Tuple
+from urllib.parse import urlsplit
+
+from loadtest import _data, _token
+from loadtest._batch_pace import ceiling, redis_cli
+from loadtest._gate import cpu_seconds
+from loadtest._servers import Processes, stop_on_sigterm
+from loadtest._token import ROOT
+
+REPORT = ROOT / "loadtest" / "results" / "bulk.md"
+SIZE = 200
+COLLECTION = "bulk"
+SEND_BLOCK = 256 * 1024
+
+
+def ndjson(first: int, count: int) -> bytes:
+    """``count`` documents of ~``SIZE`` bytes, one per line, each naming its id at /id."""
+    return b"".join(_data.document(f"d{number:09d}", SIZE) + b"\n" for number in range(first, first + count))
+
+
+def _connect(base: str) -> socket.socket:
+    parts = urlsplit(base)
+    return socket.create_connection((parts.hostname, parts.port), timeout=600)
+
+
+def _response(sock: socket.socket) -> Tuple[bytes, bytes]:
+    """A whole response with a Content-Length: its head and body."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(65536)
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")
+    )
+    while len(body) < length:
+        body += sock.recv(65536)
+    return head, body
+
+
+def import_stream(base: str, auth: str, body: bytes, sent: List[int], result: Dict[str, object]) -> None:
+    """One client's import: its lines sent in blocks as fast as the server takes them; the report kept."""
+    sock = _connect(base)
+    try:
+        sock.sendall(
+            b"POST /v1/_import/%s?id=/id HTTP/1.1\r\nHost: x\r\nAuthorization: %s\r\n"
+            b"Content-Type: application/x-ndjson\r\nContent-Length: %d\r\n\r\n"
+            % (COLLECTION.encode(), auth.encode(), len(body))
+        )
+        with memoryview(body) as view:
+            for start in range(0, len(body), SEND_BLOCK):
+                sock.sendall(view[start : start + SEND_BLOCK])
+                sent[0] += min(SEND_BLOCK, len(body) - start)
+        head, answer = _response(sock)
+        result["status"], result["report"] = head.split(b" ")[1].decode(), json.loads(answer)
+    finally:
+        sock.close()
+
+
+def redis_cpu_seconds(socket_path: str) -> float:
+    """Redis's own CPU so far (``INFO cpu``: user and system, its main thread and the rest)."""
+    found = dict(line.split(":", 1) for line in redis_cli(socket_path, "INFO", "cpu").split() if ":" in line)
+    return float(found["used_cpu_sys"]) + float(found["used_cpu_user"])
+
+
+def run_import(
+    processes: Processes, base: str, auth: str, documents: int, streams: int, socket_path: str
+) -> Dict[str, object]:
+    share = documents // streams
+    bodies = [ndjson(number * share, share) for number in range(streams)]
+    total = sum(len(body) for body in bodies)
+    sent = [0]
+    results: List[Dict[str, object]] = [{} for _ in bodies]
+    threads = [
+        threading.Thread(target=import_stream, args=(base, auth, body, sent, result), daemon=True)
+        for body, result in zip(bodies, results)
+    ]
+    rss_at_tenth: List[float] = []
+    master = processes.named["jetway"].pid
+    workers_before, redis_before = cpu_seconds(master), redis_cpu_seconds(socket_path)
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    while any(thread.is_alive() for thread in threads):
+        if not rss_at_tenth and sent[0] >= total / 10:
+            rss_at_tenth = processes.worker_rss_mb("jetway")
+        time.sleep(0.05)
+    took = time.perf_counter() - started
+    workers_cpu, redis_cpu = cpu_seconds(master) - workers_before, redis_cpu_seconds(socket_path) - redis_before
+    for result in results:
+        report = result.get("report") or {}
+        if result.get("status") != "200" or report.get("written") != share:  # type: ignore[union-attr]
+            raise RuntimeError(f"the import failed: {result.get('status')} {str(report)[:300]}")
+    return {
+        "documents/s": streams * share / took,
+        "MB/s": total / took / 1e6,
+        "seconds": took,
+        "rss_at_tenth": rss_at_tenth,
+        "rss_at_end": processes.worker_rss_mb("jetway"),
+        "bytes": total,
+        "worker µs/document": workers_cpu / documents * 1e6,
+        "redis µs/document": redis_cpu / documents * 1e6,
+    }
+
+
+def run_export(base: str, auth: str) -> Dict[str, float]:
+    """The whole collection as NDJSON, read as fast as this client can; MB/s of chunked body."""
+    sock = _connect(base)
+    received = 0
+    tail = b""
+    buffer = bytearray(1 << 20)
+    started = time.perf_counter()
+    try:
+        sock.sendall(
+            b"GET /v1/%s HTTP/1.1\r\nHost: x\r\nAuthorization: %s\r\nAccept: application/x-ndjson\r\n\r\n"
+            % (COLLECTION.encode(), auth.encode())
+        )
+        while not tail.endswith(b"\r\n0\r\n\r\n"):
+            got = sock.recv_into(buffer)
+            if not got:
+                raise RuntimeError(f"the export ended early after {received} bytes")
+            received += got
+            tail = (tail + bytes(buffer[:got]))[-16:]
+    finally:
+        sock.close()
+    took = time.perf_counter() - started
+    return {"MB/s": received / took / 1e6, "seconds": took, "bytes": received}
+
+
+def profile(python: Path, documents: int) -> int:
+    """One worker as ``loadtest._request_path --serve`` runs it; vmprof over an import of ``documents``."""
+    from loadtest._request_path import _child_env
+    from loadtest._servers import free_port, http_ok, wait_until
+
+    with tempfile.TemporaryDirectory(prefix="jetway-bulk-") as scratch, Processes(Path(scratch)) as processes:
+        redis_url = processes.redis()
+        token = _token.resolve(str(python), redis_url).token or ""
+        port, result = free_port(), Path(scratch) / "profile.txt"
+        command = [str(python), "-m", "loadtest._request_path", "--child", "--port", str(port), "--result", str(result)]
+        worker = processes.start("worker", command, env=_child_env(redis_url, token, "on", "on"))
+        base = f"http://127.0.0.1:{port}"
+        wait_until(lambda: http_ok(base + "/healthz"), 30, "the served worker")
+        auth = f"Bearer {token}"
+        for _ in range(3):  # the JIT's warm-up
+            import_stream(base, auth, ndjson(0, 20_000), [0], {})
+        worker.send_signal(signal.SIGUSR1)  # vmprof on
+        import_stream(base, auth, ndjson(0, documents), [0], {})
+        processes.stop(worker)
+        print(result.read_text())
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--documents", type=int, default=1_000_000)
+    parser.add_argument("--streams", type=int, default=1, help="imports at once, each its share of the documents")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--exports", type=int, default=3, help="exports of the whole collection, one after another")
+    parser.add_argument("--label", default="", help="a name for this run in the report (before, after)")
+    parser.add_argument("--profile", action="store_true", help="vmprof over one worker's import instead")
+    args = parser.parse_args()
+    stop_on_sigterm()
+    python = Path(sys.executable)
+    if args.profile:
+        return profile(python, args.documents)
+    with tempfile.TemporaryDirectory(prefix="jetway-bulk-") as scratch, Processes(Path(scratch)) as processes:
+        redis_url = processes.redis()
+        socket_path = redis_url[len("unix://") :]
+        settings = (("JETWAY_ACCESS_LOG", "on"),)
+        base = processes.jetway("jetway", python, redis_url, args.workers, settings=settings)
+        auth = _token.resolve(str(python), redis_url).headers()["Authorization"]
+        imported = run_import(processes, base, auth, args.documents, args.streams, socket_path)
+        exports = [run_export(base, auth) for _ in range(args.exports)]
+        hset = ceiling(socket_path)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout
+    export_rates = [run["MB/s"] for run in exports]
+    export_rate = statistics.median(export_rates)
+    lines = [
+        f"## {args.label or 'run'}: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {commit.strip()}",
+        "",
+        f"`python -m loadtest._bulk --documents {args.documents} --streams {args.streams} --workers {args.workers}`",
+        "",
+        "| figure | value |",
+        "|---|---:|",
+        f"| import: documents/s ({args.documents:,} of ~{SIZE} B) | {imported['documents/s']:,.0f} |",
+        f"| import: MB/s of NDJSON | {imported['MB/s']:.1f} |",
+        f"| import: the workers' CPU per document, µs | {imported['worker µs/document']:.1f} |",
+        f"| import: Redis's CPU per document, µs | {imported['redis µs/document']:.1f} |",
+        f"| `redis-benchmark -P 100 -t hset`, same Redis: HSET/s | {hset:,.0f} |",
+        f"| import ÷ ceiling | {imported['documents/s'] / hset:.3f} |",
+        f"| workers' RSS at 10% of the bytes sent, MB | {imported['rss_at_tenth']} |",
+        f"| workers' RSS at the end, MB | {imported['rss_at_end']} |",
+        f"| export: MB/s (median of {args.exports}) | {export_rate:.1f} |",
+        f"| export: each run, MB/s | {', '.join(f'{rate:.1f}' for rate in export_rates)} |",
+    ]
+    REPORT.parent.mkdir(parents=True, exist_ok=True)
+    existing = REPORT.read_text() if REPORT.exists() else "# Bulk import and export\n"
+    REPORT.write_text(existing.rstrip("\n") + "\n\n" + "\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
