@@ -15,7 +15,7 @@ and the access log on). In one run:
 Writes ``loadtest/results/bulk.md`` (appended, one section per run).
 
     .venv/bin/python -m loadtest._bulk [--documents 1000000] [--streams 1] [--workers 2] [--label after]
-    .venv/bin/python -m loadtest._bulk --profile --documents 100000   # vmprof of one worker's import
+    .venv/bin/python -m loadtest._bulk --profile import --documents 100000   # vmprof of one worker's import
 """
 
 from __future__ import annotations
@@ -135,12 +135,14 @@ def run_import(
     }
 
 
-def run_export(base: str, auth: str) -> Dict[str, float]:
-    """The whole collection as NDJSON, read as fast as this client can; MB/s of chunked body."""
+def run_export(base: str, auth: str, socket_path: str = "") -> Dict[str, float]:
+    """The whole collection as NDJSON, read as fast as this client can; MB/s of chunked body, and Redis's
+    CPU seconds per MB (given its socket)."""
     sock = _connect(base)
     received = 0
     tail = b""
     buffer = bytearray(1 << 20)
+    redis_before = redis_cpu_seconds(socket_path) if socket_path else 0.0
     started = time.perf_counter()
     try:
         sock.sendall(
@@ -156,11 +158,13 @@ def run_export(base: str, auth: str) -> Dict[str, float]:
     finally:
         sock.close()
     took = time.perf_counter() - started
-    return {"MB/s": received / took / 1e6, "seconds": took, "bytes": received}
+    redis_cpu = redis_cpu_seconds(socket_path) - redis_before if socket_path else float("nan")
+    return {"MB/s": received / took / 1e6, "seconds": took, "bytes": received, "redis s/MB": redis_cpu / received * 1e6}
 
 
-def profile(python: Path, documents: int) -> int:
-    """One worker as ``loadtest._request_path --serve`` runs it; vmprof over an import of ``documents``."""
+def profile(python: Path, documents: int, case: str) -> int:
+    """One worker as ``loadtest._request_path --serve`` runs it; vmprof over an import of ``documents``,
+    or (``case`` export) over three exports of them."""
     from loadtest._request_path import _child_env
     from loadtest._servers import free_port, http_ok, wait_until
 
@@ -175,8 +179,15 @@ def profile(python: Path, documents: int) -> int:
         auth = f"Bearer {token}"
         for _ in range(3):  # the JIT's warm-up
             import_stream(base, auth, ndjson(0, 20_000), [0], {})
+        if case == "export":
+            import_stream(base, auth, ndjson(0, documents), [0], {})
+            run_export(base, auth)
         worker.send_signal(signal.SIGUSR1)  # vmprof on
-        import_stream(base, auth, ndjson(0, documents), [0], {})
+        if case == "export":
+            for _ in range(3):
+                run_export(base, auth)
+        else:
+            import_stream(base, auth, ndjson(0, documents), [0], {})
         processes.stop(worker)
         print(result.read_text())
     return 0
@@ -189,12 +200,12 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--exports", type=int, default=3, help="exports of the whole collection, one after another")
     parser.add_argument("--label", default="", help="a name for this run in the report (before, after)")
-    parser.add_argument("--profile", action="store_true", help="vmprof over one worker's import instead")
+    parser.add_argument("--profile", choices=("import", "export"), help="vmprof over one worker's import or export")
     args = parser.parse_args()
     stop_on_sigterm()
     python = Path(sys.executable)
     if args.profile:
-        return profile(python, args.documents)
+        return profile(python, args.documents, args.profile)
     with tempfile.TemporaryDirectory(prefix="jetway-bulk-") as scratch, Processes(Path(scratch)) as processes:
         redis_url = processes.redis()
         socket_path = redis_url[len("unix://") :]
@@ -202,7 +213,7 @@ def main() -> int:
         base = processes.jetway("jetway", python, redis_url, args.workers, settings=settings)
         auth = _token.resolve(str(python), redis_url).headers()["Authorization"]
         imported = run_import(processes, base, auth, args.documents, args.streams, socket_path)
-        exports = [run_export(base, auth) for _ in range(args.exports)]
+        exports = [run_export(base, auth, socket_path) for _ in range(args.exports)]
         hset = ceiling(socket_path)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout
     export_rates = [run["MB/s"] for run in exports]
@@ -224,6 +235,7 @@ def main() -> int:
         f"| workers' RSS at the end, MB | {imported['rss_at_end']} |",
         f"| export: MB/s (median of {args.exports}) | {export_rate:.1f} |",
         f"| export: each run, MB/s | {', '.join(f'{rate:.1f}' for rate in export_rates)} |",
+        f"| export: Redis's CPU per MB sent, ms | {statistics.median(run['redis s/MB'] for run in exports) * 1e3:.1f} |",
     ]
     REPORT.parent.mkdir(parents=True, exist_ok=True)
     existing = REPORT.read_text() if REPORT.exists() else "# Bulk import and export\n"
