@@ -34,7 +34,12 @@ end
 # operation, the stream's length cap, its age cap in ms (0: none), the
 # channel to nudge and the shard's name. The nudge is the shard and the
 # new event's id: a worker that follows the collection reads the shard.
+# WRITE_MANY nudges each shard once, after its writes, with the last
+# event's id (a follower reads the shard from where it was, so the last
+# nudge brings the others' events too): one PUBLISH per shard a call, not
+# one per write.
 _FEED = """
+local nudges, channels = nil, nil  -- WRITE_MANY's: each shard's last event and its channel, nudged at its end
 local function feed_start(K, A)
   if K[3] then return #A - 5 end
   return #A
@@ -48,7 +53,12 @@ local function log_change(K, A, id, etag)
     local oldest = tonumber(string.match(event, '^%d+')) - tonumber(A[feed_at + 3])
     redis.call('XTRIM', K[3], 'MINID', '~', string.format('%d', oldest))
   end
-  redis.call('PUBLISH', A[feed_at + 4], A[feed_at + 5] .. ' ' .. event)
+  if nudges then
+    nudges[A[feed_at + 5]] = event
+    channels[A[feed_at + 5]] = A[feed_at + 4]
+  else
+    redis.call('PUBLISH', A[feed_at + 4], A[feed_at + 5] .. ' ' .. event)
+  end
 end
 """
 FEED_ARGS = 5
@@ -80,7 +90,7 @@ local function put(K, A)
   redis.call('HSET', K[1], unpack(fields))
   if current and feed_at >= stale then redis.call('HDEL', K[1], unpack(A, stale, feed_at)) end
   if A[5] == '0' then
-    redis.call('PERSIST', K[1])
+    if current then redis.call('PERSIST', K[1]) end  -- a hash just made has no expiry
   elseif A[5] ~= '' then
     redis.call('EXPIRE', K[1], A[5])
   end
@@ -123,6 +133,7 @@ WRITE_MANY = Script(
         + """
 local per = tonumber(ARGV[1])
 local results = {}
+nudges, channels = {}, {}
 local at, k = 2, 0
 while at <= #ARGV do
   local n = tonumber(ARGV[at + 1])
@@ -140,6 +151,7 @@ while at <= #ARGV do
   results[#results + 1] = answer
   at, k = at + 2 + n, k + per
 end
+for shard, event in pairs(nudges) do redis.call('PUBLISH', channels[shard], shard .. ' ' .. event) end
 return results
 """
     ).encode()

@@ -392,6 +392,33 @@ def test_a_batchs_writes_are_events_as_the_same_writes_alone_are_and_its_failure
     assert etags[("create", results[3]["id"])] == results[3]["etag"] and etags[("delete", "a")] is None
 
 
+def test_a_batch_nudges_each_shard_once_with_its_last_event_and_a_stream_gets_every_write(api, redis_client):
+    """WRITE_MANY publishes one nudge per shard after its writes (cache/scripts.py), naming the shard's last
+    event: a follower woken by it reads the shard's writes up to there."""
+    listener = redis_client.pubsub()
+    listener.subscribe("jw:feed:feednudge")
+    assert listener.get_message(timeout=5)["type"] == "subscribe"
+    operations = [
+        {"op": "put", "collection": "feednudge", "id": f"d{number}", "document": {"n": number}}
+        for number in range(60)  # ~4 a shard of the 16: several writes behind each nudge
+    ]
+    with stream(api, "feednudge") as client:
+        ready(client)
+        answer = post_batch(api, *operations)
+        assert answer.status_code == 200 and {r["status"] for r in answer.json()["results"]} == {201}
+        events = client.events(60)
+    assert sorted(event.json()["id"] for event in events) == sorted(f"d{number}" for number in range(60))
+    nudges = []
+    while (message := listener.get_message(timeout=0.5)) is not None:
+        nudges.append(message["data"].decode().split(" "))
+    listener.close()
+    shards = {shard for shard, _ in nudges}
+    assert len(nudges) == len(shards) <= 16, nudges  # one a shard, not one a write
+    for shard, event_id in nudges:
+        last = redis_client.xrevrange(f"jw:{{feednudge:{shard}}}:f", count=1)[0][0].decode()
+        assert event_id == last, (shard, event_id, last)
+
+
 def test_a_retried_batch_or_post_with_its_idempotency_key_is_one_event_per_write(api):
     since = api.get("/v1/_changes/feedretry").json()["next"]
     operations = [
