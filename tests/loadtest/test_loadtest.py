@@ -339,3 +339,27 @@ def test_loadtest_check_fails_on_a_real_slowdown_and_passes_without_it(tmp_path)
     level = short_check(tmp_path, "level")
     assert level.returncode == 0, level.stdout[-3000:] + level.stderr[-3000:]
     assert "loadtest-check: passed" in level.stdout
+
+
+# --- the PUT's tail and the bulk figures ---------------------------------------------
+
+
+def test_the_gc_log_s_pauses_are_each_event_s_ticks_from_its_start_to_its_end():
+    from loadtest._put_tail import pauses
+
+    log = (
+        b"[100] {gc-minor\n[105] {gc-minor-walkroots\n[107] gc-minor-walkroots}\nminor collect\n[130] gc-minor}\n"
+        b"[200] {gc-collect-step\nstarting gc state:  MARKING\n[2c0] gc-collect-step}\n"
+        b"[300] {gc-minor\n[310] gc-minor}\n[400] {gc-collect-step\n"  # a step the run's end cut: not counted
+    )
+    found, first, last = pauses(log)
+    assert found == {"gc-minor": [0x30, 0x10], "gc-collect-step": [0xC0]}
+    assert (first, last) == (0x100, 0x400)
+
+
+def test_an_import_s_lines_are_documents_of_about_200_bytes_each_naming_its_id():
+    from loadtest._bulk import ndjson
+
+    lines = ndjson(5, 3).splitlines()
+    assert [json.loads(line)["id"] for line in lines] == ["d000000005", "d000000006", "d000000007"]
+    assert all(190 <= len(line) <= 210 for line in lines)
