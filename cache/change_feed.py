@@ -38,7 +38,7 @@ from twisted.internet import defer
 from cache import keys
 from cache.feed_position import ZERO, Position, StreamId, advanced, format_id, parse_id
 from cache.redis.link import Link
-from cache.scripts import FEED_ARGS, Script
+from cache.scripts import Script
 
 CHANNEL_PREFIX = b"jw:feed:"
 OPS = (b"put", b"create", b"patch", b"delete")
@@ -81,6 +81,10 @@ return {0, redis.call('XRANGE', KEYS[1], '(' .. ARGV[1] .. '-' .. ARGV[2], ARGV[
 )
 
 
+# Each shard as the nudge names it: two hex digits.
+_SHARD_NAMES = tuple(b"%02x" % shard for shard in range(keys.INDEX_SHARDS))
+
+
 def channel(collection: bytes) -> bytes:
     """Where the write scripts nudge the workers that follow ``collection``."""
     return CHANNEL_PREFIX + collection
@@ -101,19 +105,19 @@ class FeedLog:
 
     def script_keys(self, collection: bytes, doc_id: bytes) -> List[bytes]:
         """The write script's extra key: the shard's stream (none with the feed off)."""
-        if not self.enabled:
-            return []
-        return [keys.feed_key(collection, keys.shard_of(doc_id))]
+        return self.script_parts(b"", collection, keys.shard_of(doc_id))[0]
 
     def script_args(self, op: bytes, collection: bytes, doc_id: bytes) -> List[Any]:
         """The write script's last arguments (``cache.scripts._FEED``)."""
+        return self.script_parts(op, collection, keys.shard_of(doc_id))[1]
+
+    def script_parts(self, op: bytes, collection: bytes, shard: int) -> Tuple[List[bytes], List[Any]]:
+        """``script_keys`` and ``script_args`` of a write to ``shard`` (its id hashed once, by the caller)."""
         if not self.enabled:
-            return []
+            return [], []
         per_shard = -(-self.max_events // keys.INDEX_SHARDS)
-        shard = keys.shard_of(doc_id)
-        args = [op, per_shard, self.max_age * 1000, channel(collection), b"%02x" % shard]
-        assert len(args) == FEED_ARGS
-        return args
+        args = [op, per_shard, self.max_age * 1000, channel(collection), _SHARD_NAMES[shard]]
+        return [keys.feed_key(collection, shard)], args
 
 
 NO_FEED = FeedLog(enabled=False)

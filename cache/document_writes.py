@@ -258,32 +258,29 @@ class DocumentWrites:
         """
         encoded = self._variants.encode(body)
         document = Document(body, etag or self._etags.new(), self._now_as_http_date(), encoded)
-        stored = {FIELDS[coding] for coding, _ in encoded}
-        args = [
-            doc_id,
-            body,
-            document.etag,
-            document.last_modified,
-            ttl,
-            conditions.if_match,
-            conditions.if_none_match,
-            len(encoded),
-            *(part for coding, data in encoded for part in (FIELDS[coding], data)),
-            # Variants an earlier version had and this one has not.
-            *(field for field in VARIANT_FIELDS if field not in stored),
-            *self._feed.script_args(op, collection, doc_id),
-        ]
-        return PreparedPut(
-            document,
-            [*keys.document_and_index_keys(collection, doc_id), *self._feed.script_keys(collection, doc_id)],
-            args,
-        )
+        shard = keys.shard_of(doc_id)
+        feed_keys, feed_args = self._feed.script_parts(op, collection, shard)
+        head = [doc_id, body, document.etag, document.last_modified, ttl, conditions.if_match, conditions.if_none_match]
+        if not encoded:  # the usual document, too small to compress: every variant field is an earlier version's
+            args = [*head, 0, *VARIANT_FIELDS, *feed_args]
+        else:
+            stored = {FIELDS[coding] for coding, _ in encoded}
+            args = [
+                *head,
+                len(encoded),
+                *(part for coding, data in encoded for part in (FIELDS[coding], data)),
+                # Variants an earlier version had and this one has not.
+                *(field for field in VARIANT_FIELDS if field not in stored),
+                *feed_args,
+            ]
+        return PreparedPut(document, [*keys.document_and_index_keys(collection, doc_id, shard), *feed_keys], args)
 
     def prepare_delete(self, collection: bytes, doc_id: bytes, if_match: bytes) -> PreparedDelete:
         """A delete as the script call that makes it (``delete_outcome`` reads its reply)."""
+        shard = keys.shard_of(doc_id)
+        feed_keys, feed_args = self._feed.script_parts(b"delete", collection, shard)
         return PreparedDelete(
-            [*keys.document_and_index_keys(collection, doc_id), *self._feed.script_keys(collection, doc_id)],
-            [doc_id, if_match, *self._feed.script_args(b"delete", collection, doc_id)],
+            [*keys.document_and_index_keys(collection, doc_id, shard), *feed_keys], [doc_id, if_match, *feed_args]
         )
 
     def _concern(self, replicas: Optional[int]) -> WriteConcern:

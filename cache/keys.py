@@ -44,7 +44,7 @@ Why this fits Redis Cluster (``cache.redis.cluster``):
 from __future__ import annotations
 
 import zlib
-from typing import Tuple
+from typing import Optional, Tuple
 
 INDEX_SHARDS = 16
 PREFIX = b"jw:"
@@ -64,9 +64,10 @@ def document_key(collection: bytes, doc_id: bytes) -> bytes:
     return _tag(collection, shard_of(doc_id)) + b":d:" + doc_id
 
 
-def document_and_index_keys(collection: bytes, doc_id: bytes) -> Tuple[bytes, bytes]:
-    """``document_key`` and ``index_key_for`` together, the id hashed once (every write needs both)."""
-    tag = _tag(collection, shard_of(doc_id))
+def document_and_index_keys(collection: bytes, doc_id: bytes, shard: Optional[int] = None) -> Tuple[bytes, bytes]:
+    """``document_key`` and ``index_key_for`` together, the id hashed once (every write needs both; one that
+    hashed it already gives its ``shard``)."""
+    tag = _tag(collection, shard_of(doc_id) if shard is None else shard)
     return tag + b":d:" + doc_id, tag + b":i"
 
 
