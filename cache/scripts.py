@@ -39,7 +39,8 @@ end
 # nudge brings the others' events too): one PUBLISH per shard a call, not
 # one per write.
 _FEED = """
-local nudges, channels = nil, nil  -- WRITE_MANY's: each shard's last event and its channel, nudged at its end
+-- WRITE_MANY's: by channel (a collection's), each shard's last event, nudged at its end.
+local nudges = nil
 local function feed_start(K, A)
   if K[3] then return #A - 5 end
   return #A
@@ -54,8 +55,9 @@ local function log_change(K, A, id, etag)
     redis.call('XTRIM', K[3], 'MINID', '~', string.format('%d', oldest))
   end
   if nudges then
-    nudges[A[feed_at + 5]] = event
-    channels[A[feed_at + 5]] = A[feed_at + 4]
+    local channel = A[feed_at + 4]
+    nudges[channel] = nudges[channel] or {}
+    nudges[channel][A[feed_at + 5]] = event
   else
     redis.call('PUBLISH', A[feed_at + 4], A[feed_at + 5] .. ' ' .. event)
   end
@@ -133,7 +135,7 @@ WRITE_MANY = Script(
         + """
 local per = tonumber(ARGV[1])
 local results = {}
-nudges, channels = {}, {}
+nudges = {}
 local at, k = 2, 0
 while at <= #ARGV do
   local n = tonumber(ARGV[at + 1])
@@ -151,7 +153,9 @@ while at <= #ARGV do
   results[#results + 1] = answer
   at, k = at + 2 + n, k + per
 end
-for shard, event in pairs(nudges) do redis.call('PUBLISH', channels[shard], shard .. ' ' .. event) end
+for channel, shards in pairs(nudges) do
+  for shard, event in pairs(shards) do redis.call('PUBLISH', channel, shard .. ' ' .. event) end
+end
 return results
 """
     ).encode()

@@ -18,6 +18,7 @@ from typing import Dict, List, Tuple
 import pytest
 import requests
 
+from cache.keys import shard_of
 from tests.sse_client import SseClient
 
 ISO_MS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\Z")
@@ -394,13 +395,17 @@ def test_a_batchs_writes_are_events_as_the_same_writes_alone_are_and_its_failure
 
 def test_a_batch_nudges_each_shard_once_with_its_last_event_and_a_stream_gets_every_write(api, redis_client):
     """WRITE_MANY publishes one nudge per shard after its writes (cache/scripts.py), naming the shard's last
-    event: a follower woken by it reads the shard's writes up to there."""
+    event: a follower woken by it reads the shard's writes up to there. Two collections in one call share
+    shard numbers, not channels: each is nudged on its own."""
+    collections = ("feednudge", "feednudge2")
     listener = redis_client.pubsub()
-    listener.subscribe("jw:feed:feednudge")
-    assert listener.get_message(timeout=5)["type"] == "subscribe"
+    listener.subscribe(*(f"jw:feed:{name}" for name in collections))
+    for _ in collections:
+        assert listener.get_message(timeout=5)["type"] == "subscribe"
     operations = [
-        {"op": "put", "collection": "feednudge", "id": f"d{number}", "document": {"n": number}}
+        {"op": "put", "collection": name, "id": f"d{number}", "document": {"n": number}}
         for number in range(60)  # ~4 a shard of the 16: several writes behind each nudge
+        for name in collections
     ]
     with stream(api, "feednudge") as client:
         ready(client)
@@ -408,15 +413,19 @@ def test_a_batch_nudges_each_shard_once_with_its_last_event_and_a_stream_gets_ev
         assert answer.status_code == 200 and {r["status"] for r in answer.json()["results"]} == {201}
         events = client.events(60)
     assert sorted(event.json()["id"] for event in events) == sorted(f"d{number}" for number in range(60))
-    nudges = []
+    nudges: Dict[str, List[List[str]]] = {name: [] for name in collections}
     while (message := listener.get_message(timeout=0.5)) is not None:
-        nudges.append(message["data"].decode().split(" "))
+        nudges[message["channel"].decode()[len("jw:feed:") :]].append(message["data"].decode().split(" "))
     listener.close()
-    shards = {shard for shard, _ in nudges}
-    assert len(nudges) == len(shards) <= 16, nudges  # one a shard, not one a write
-    for shard, event_id in nudges:
-        last = redis_client.xrevrange(f"jw:{{feednudge:{shard}}}:f", count=1)[0][0].decode()
-        assert event_id == last, (shard, event_id, last)
+    written = {f"{shard_of(f'd{number}'.encode()):02x}" for number in range(60)}
+    for name, sent in nudges.items():
+        last_nudge = dict(sent)  # each shard's last
+        assert set(last_nudge) == written, (name, sent)  # every shard written, in each collection
+        # 120 writes go in two calls (cache.batch_groups.GROUP_WRITES): a shard once a call, not once a write.
+        assert len(sent) <= 2 * len(written) < 60, (name, sent)
+        for shard, event_id in last_nudge.items():
+            last = redis_client.xrevrange(f"jw:{{{name}:{shard}}}:f", count=1)[0][0].decode()
+            assert event_id == last, (name, shard, event_id, last)
 
 
 def test_a_retried_batch_or_post_with_its_idempotency_key_is_one_event_per_write(api):
