@@ -14,10 +14,12 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import redis
 import requests
+
+from cache import keys
 
 # One copy of these, shared with the load tools (which never import the tests).
 from loadtest._servers import free_port, wait_until
@@ -256,3 +258,21 @@ def failure_kind(outcome: str) -> str:
         if "Connection reset" in outcome or "Connection aborted" in outcome:
             return "reset"
     return outcome
+
+
+def settled(read: Callable[[], int], seconds: float = 10.0) -> int:
+    """``read()`` once it stopped changing for 0.3 s (a worker finishing what it had taken on)."""
+    last, deadline = read(), time.time() + seconds
+    while time.time() < deadline:
+        time.sleep(0.3)
+        now = read()
+        if now == last:
+            return now
+        last = now
+    raise AssertionError("never settled")
+
+
+def feed_events(client: redis.Redis, collection: str) -> int:
+    """The collection's change-feed events, over every shard's stream: one per write."""
+    name = collection.encode()
+    return sum(client.xlen(keys.feed_key(name, shard)) for shard in range(keys.INDEX_SHARDS))

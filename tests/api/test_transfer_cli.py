@@ -14,8 +14,7 @@ from typing import Iterator, List
 import pytest
 import requests
 
-from cache import keys
-from tests.support import ROOT, JetwayServer, wait_until
+from tests.support import ROOT, JetwayServer, feed_events, settled, wait_until
 
 NDJSON = "application/x-ndjson"
 COUNT = 24000
@@ -57,12 +56,6 @@ def wrapped_lines(count: int, seed: int, pad: int = 0) -> List[bytes]:
 
 def bare_export(server: JetwayServer, collection: str) -> bytes:
     return requests.get(server.url(f"/v1/{collection}"), headers={"Accept": NDJSON}).content
-
-
-def feed_events(redis_client, collection: str) -> int:
-    """The collection's change-feed events: one per write."""
-    name = collection.encode()
-    return sum(redis_client.xlen(keys.feed_key(name, shard)) for shard in range(keys.INDEX_SHARDS))
 
 
 def test_an_export_imported_into_an_empty_collection_gives_the_same_documents(server, redis_client, tmp_path):
@@ -134,7 +127,7 @@ def test_an_interrupted_import_resumed_writes_each_document_once(server, redis_c
     assert b"--resume" in err
     state = Path(str(source) + ".jetway-import")
     assert state.exists()
-    written = wait_until_settled(lambda: feed_events(redis_client, "many"))
+    written = settled(lambda: feed_events(redis_client, "many"))
     assert 0 < written < COUNT
     refused = run_cli(server, "import", "many", str(source), "--with-ids")
     assert refused.returncode == 1 and b"--resume" in refused.stderr  # not started again by mistake
@@ -144,14 +137,3 @@ def test_an_interrupted_import_resumed_writes_each_document_once(server, redis_c
     assert feed_events(redis_client, "many") == COUNT  # each document written once
     assert bare_export(server, "many").count(b"\n") == COUNT
     assert not state.exists()
-
-
-def wait_until_settled(read, seconds: float = 10.0) -> int:
-    last, deadline = read(), time.time() + seconds
-    while time.time() < deadline:
-        time.sleep(0.3)
-        now = read()
-        if now == last:
-            return now
-        last = now
-    raise AssertionError("never settled")

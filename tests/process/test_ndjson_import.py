@@ -11,7 +11,7 @@ from typing import Iterator, List, Tuple
 import pytest
 import requests
 
-from tests.support import JetwayServer
+from tests.support import JetwayServer, feed_events, settled
 
 MAX_BODY = 2000
 BODY_TIMEOUT = 1.5
@@ -31,10 +31,6 @@ def server(redis_server, tmp_path_factory) -> Iterator[JetwayServer]:
 def document_lines(count: int) -> List[bytes]:
     # Varied spacing and member order: stored bytes must be the line's, not a re-serialization.
     return [b'{"id": "d%05d",  "n":%d, "s":"\\u00e9x"}' % (n, n) for n in range(1, count + 1)]
-
-
-def feed_events(redis_client, collection: str) -> int:
-    return sum(redis_client.xlen(key) for key in redis_client.scan_iter(f"jw:{{{collection}:*}}:f"))
 
 
 def stored(server: JetwayServer, collection: str) -> List[dict]:
@@ -112,24 +108,12 @@ def cut_upload(server: JetwayServer, collection: str, body: bytes, upto: int, qu
     sock.close()
 
 
-def settle(read, seconds: float = 5.0) -> int:
-    """A value once it stopped changing (the worker finishes the groups it had read)."""
-    last, deadline = read(), time.time() + seconds
-    while time.time() < deadline:
-        time.sleep(0.3)
-        now = read()
-        if now == last:
-            return now
-        last = now
-    raise AssertionError("never settled")
-
-
 def test_an_upload_cut_at_a_random_line_resumes_with_from_line_writing_each_once(server, redis_client):
     lines = document_lines(2000)
     body = b"\n".join(lines) + b"\n"
     cut = random.Random(7).randrange(len(body) // 4, len(body) * 3 // 4)
     cut_upload(server, "cut", body, cut, "id=/id")
-    written = settle(lambda: len(stored(server, "cut")))
+    written = settled(lambda: len(stored(server, "cut")))
     whole_lines = body[:cut].count(b"\n")
     assert written == whole_lines  # every line that arrived whole, and only those
     assert [document["id"] for document in stored(server, "cut")] == [f"d{n:05d}" for n in range(1, written + 1)]
@@ -144,7 +128,7 @@ def test_a_retry_with_the_same_idempotency_key_goes_on_where_the_first_stopped(s
     lines = document_lines(1500)
     body = b"\n".join(lines) + b"\n"
     cut_upload(server, "key", body, len(body) // 2, "id=/id", b"Idempotency-Key: up-1\r\n")
-    written = settle(lambda: feed_events(redis_client, "key"))
+    written = settled(lambda: feed_events(redis_client, "key"))
     assert 0 < written < 1500
     headers = {**NDJSON, "Idempotency-Key": "up-1"}
     report = requests.post(server.url("/v1/_import/key"), params={"id": "/id"}, data=body, headers=headers).json()
@@ -197,7 +181,7 @@ def test_an_import_holding_its_idempotency_key_makes_a_second_one_with_it_wait(s
     )
     first = b"\n".join(document_lines(150)) + b"\n"
     sock.sendall(b"%x\r\n%s\r\n" % (len(first), first))
-    settle(lambda: feed_events(redis_client, "busy"))  # its first group is written: it holds the key
+    settled(lambda: feed_events(redis_client, "busy"))  # its first group is written: it holds the key
     second = requests.post(server.url("/v1/_import/busy"), params={"id": "/id"}, data=first, headers=headers)
     assert second.status_code == 409 and second.headers["Retry-After"] == "1"
     assert second.json()["type"].endswith(":idempotency-key-in-use")
