@@ -35,6 +35,7 @@ from urllib.parse import urlsplit
 
 from loadtest import _data, _token
 from loadtest._batch_memory import mixed_batch, rss_mb
+from loadtest._served import append_report, serve_one
 from loadtest._servers import Processes, stop_on_sigterm
 from loadtest._token import ROOT
 
@@ -196,17 +197,10 @@ def healthz_behind(base: str, headers: Dict[str, str], seconds: float, size: int
 
 def profile(python: Path, batches: int) -> int:
     """One worker as ``loadtest._request_path --serve`` runs it; vmprof over ``batches`` batches of 100 PUTs."""
-    from loadtest._request_path import _child_env
-    from loadtest._servers import free_port, http_ok, wait_until
-
     with tempfile.TemporaryDirectory(prefix="jetway-batch-pace-") as scratch, Processes(Path(scratch)) as processes:
         redis_url = processes.redis()
         token = _token.resolve(str(python), redis_url).token or ""
-        port, result = free_port(), Path(scratch) / "profile.txt"
-        command = [str(python), "-m", "loadtest._request_path", "--child", "--port", str(port), "--result", str(result)]
-        worker = processes.start("worker", command, env=_child_env(redis_url, token, "on", "on"))
-        base = f"http://127.0.0.1:{port}"
-        wait_until(lambda: http_ok(base + "/healthz"), 30, "the served worker")
+        worker, base, result = serve_one(processes, python, redis_url, token, Path(scratch))
         client = Client(base, {"Authorization": f"Bearer {token}"})
         for warm in range(200):
             batch(client, warm)
@@ -244,18 +238,11 @@ def main() -> int:
         if args.healthz:
             lines += healthz_behind(base, client.headers, args.healthz, args.size)
         lines += ["", f"Ceiling: `redis-benchmark -P 100 -t hset` on the same Redis: {ceiling(socket):,.0f} HSET/s."]
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout
-    heading = [
-        f"## {args.label or 'run'}: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {commit.strip()}",
-        "",
+    command = (
         f"`python -m loadtest._batch_pace --rounds {args.rounds} --warm {args.warm} --batches {args.batches}"
-        f" --size {args.size}`",
-        "",
-    ]
-    REPORT.parent.mkdir(parents=True, exist_ok=True)
-    existing = REPORT.read_text() if REPORT.exists() else "# Batches at Redis's pace\n"
-    REPORT.write_text(existing.rstrip("\n") + "\n\n" + "\n".join(heading + lines) + "\n")
-    print("\n".join(heading + lines))
+        f" --size {args.size}`"
+    )
+    append_report(REPORT, "Batches at Redis's pace", args.label or "run", [command, "", *lines])
     return 0
 
 

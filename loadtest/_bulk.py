@@ -25,7 +25,6 @@ import json
 import signal
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -37,6 +36,7 @@ from urllib.parse import urlsplit
 from loadtest import _data, _token
 from loadtest._batch_pace import ceiling, redis_cli
 from loadtest._gate import cpu_seconds
+from loadtest._served import append_report, serve_one
 from loadtest._servers import Processes, stop_on_sigterm
 from loadtest._token import ROOT
 
@@ -165,17 +165,10 @@ def run_export(base: str, auth: str, socket_path: str = "") -> Dict[str, float]:
 def profile(python: Path, documents: int, case: str) -> int:
     """One worker as ``loadtest._request_path --serve`` runs it; vmprof over an import of ``documents``,
     or (``case`` export) over three exports of them."""
-    from loadtest._request_path import _child_env
-    from loadtest._servers import free_port, http_ok, wait_until
-
     with tempfile.TemporaryDirectory(prefix="jetway-bulk-") as scratch, Processes(Path(scratch)) as processes:
         redis_url = processes.redis()
         token = _token.resolve(str(python), redis_url).token or ""
-        port, result = free_port(), Path(scratch) / "profile.txt"
-        command = [str(python), "-m", "loadtest._request_path", "--child", "--port", str(port), "--result", str(result)]
-        worker = processes.start("worker", command, env=_child_env(redis_url, token, "on", "on"))
-        base = f"http://127.0.0.1:{port}"
-        wait_until(lambda: http_ok(base + "/healthz"), 30, "the served worker")
+        worker, base, result = serve_one(processes, python, redis_url, token, Path(scratch))
         auth = f"Bearer {token}"
         for _ in range(3):  # the JIT's warm-up
             import_stream(base, auth, ndjson(0, 20_000), [0], {})
@@ -215,13 +208,10 @@ def main() -> int:
         imported = run_import(processes, base, auth, args.documents, args.streams, socket_path)
         exports = [run_export(base, auth, socket_path) for _ in range(args.exports)]
         hset = ceiling(socket_path)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout
     export_rates = [run["MB/s"] for run in exports]
     export_rate = statistics.median(export_rates)
     redis_per_mb = statistics.median(run["redis s/MB"] for run in exports)
     lines = [
-        f"## {args.label or 'run'}: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {commit.strip()}",
-        "",
         f"`python -m loadtest._bulk --documents {args.documents} --streams {args.streams} --workers {args.workers}`",
         "",
         "| figure | value |",
@@ -238,10 +228,7 @@ def main() -> int:
         f"| export: each run, MB/s | {', '.join(f'{rate:.1f}' for rate in export_rates)} |",
         f"| export: Redis's CPU per MB sent, ms | {redis_per_mb * 1e3:.1f} |",
     ]
-    REPORT.parent.mkdir(parents=True, exist_ok=True)
-    existing = REPORT.read_text() if REPORT.exists() else "# Bulk import and export\n"
-    REPORT.write_text(existing.rstrip("\n") + "\n\n" + "\n".join(lines) + "\n")
-    print("\n".join(lines))
+    append_report(REPORT, "Bulk import and export", args.label or "run", lines)
     return 0
 
 

@@ -32,8 +32,9 @@ from typing import Dict, List, Tuple
 
 from loadtest import _token
 from loadtest._batch_pace import redis_cli
-from loadtest._request_path import DOCUMENT, DOCUMENT_PATH, WRK_SCRIPT, _child_env
-from loadtest._servers import Processes, free_port, http_ok, stop_on_sigterm, wait_until
+from loadtest._request_path import DOCUMENT, DOCUMENT_PATH, WRK_SCRIPT
+from loadtest._served import append_report, serve_one
+from loadtest._servers import Processes, stop_on_sigterm
 from loadtest._token import ROOT
 
 REPORT = ROOT / "loadtest" / "results" / "put_tail.md"
@@ -66,16 +67,14 @@ def _ms(ticks: List[int], per_ms: float, at: float) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * at))] / per_ms if ordered else 0.0
 
 
-def measure(python: Path, redis_url: str, token: str, env: Dict[str, str], seconds: float, scratch: Path) -> Dict:
-    port, gc_log = free_port(), scratch / f"gc-{time.monotonic_ns()}.log"
-    command = [str(python), "-m", "loadtest._request_path", "--child", "--port", str(port)]
-    command += ["--result", str(scratch / "unused.txt")]
-    child_env = {**_child_env(redis_url, token, "on", "on"), **env, "PYPYLOG": f"gc-minor,gc-collect-step:{gc_log}"}
-    worker = subprocess.Popen(command, cwd=ROOT, env=child_env, stdout=subprocess.DEVNULL)
+def measure(
+    processes: Processes, python: Path, redis_url: str, token: str, env: Dict[str, str], seconds: float, scratch: Path
+) -> Dict:
+    gc_log = scratch / f"gc-{time.monotonic_ns()}.log"
+    env = {**env, "PYPYLOG": f"gc-minor,gc-collect-step:{gc_log}"}
+    worker, base, _ = serve_one(processes, python, redis_url, token, scratch, env)
     socket_path = redis_url[len("unix://") :]
     try:
-        base = f"http://127.0.0.1:{port}"
-        wait_until(lambda: http_ok(base + "/healthz"), 30, "the served worker")
         body = scratch / "document.json"
         body.write_bytes(DOCUMENT)
         load = ["wrk", "-t1", "-c64", "-s", str(WRK_SCRIPT), f"-HAuthorization: Bearer {token}", base + DOCUMENT_PATH]
@@ -96,8 +95,7 @@ def measure(python: Path, redis_url: str, token: str, env: Dict[str, str], secon
         slow = int(redis_cli(socket_path, "SLOWLOG", "LEN").strip() or 0)
         slowest = slow_commands(socket_path)
     finally:
-        worker.terminate()
-        worker.wait(60)
+        processes.stop(worker)
     per_ms = (last - first) / (wall * 1000) if last > first else 1.0  # the log's ticks are the CPU's clock
     minor, major = found["gc-minor"], found["gc-collect-step"]
     return {
@@ -156,23 +154,17 @@ def main() -> int:
         token = _token.resolve(str(python), redis_url).token or ""
         for round_number in range(args.rounds):
             for name, env in VARIANTS if round_number % 2 == 0 else reversed(VARIANTS):
-                result = measure(python, redis_url, token, env, args.seconds, Path(scratch))
+                result = measure(processes, python, redis_url, token, env, args.seconds, Path(scratch))
                 lines.append(row(f"{name} (round {round_number + 1})", result))
                 medians.setdefault(name, []).append(result["p99"])
                 print(lines[-1], flush=True)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout
     heading = [
-        f"## {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {commit.strip()}",
-        "",
         f"`python -m loadtest._put_tail --seconds {args.seconds:g} --rounds {args.rounds}`: one worker, wrk -c64,"
         " a ~200 B PUT of one document; p99 medians: "
         + ", ".join(f"{name} {statistics.median(values):.2f} ms" for name, values in medians.items()),
         "",
     ]
-    REPORT.parent.mkdir(parents=True, exist_ok=True)
-    existing = REPORT.read_text() if REPORT.exists() else "# Where a slow PUT's time goes\n"
-    REPORT.write_text(existing.rstrip("\n") + "\n\n" + "\n".join(heading + lines) + "\n")
-    print("\n".join(heading + lines))
+    append_report(REPORT, "Where a slow PUT's time goes", "run", heading + lines)
     return 0
 
 
