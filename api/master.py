@@ -51,12 +51,15 @@ KILL_AFTER_GRACE = 5.0
 # collections copy less. The major collection threshold (PyPy's default
 # 1.82): 1.5 keeps a worker's heap, and so its resident memory, smaller at
 # no CPU cost seen. The increment step: PyPy's default (twice the nursery)
-# made marking steps long enough to be the read path's p99. The figures
-# behind each: docs/performance.md, "PyPy's garbage collector".
+# made marking steps long enough to be the read path's p99, and 4 MB steps
+# were still the PUT's: 2 MB halves each step (~3 → ~1.8 ms) for twice as
+# many, at the same share of CPU. The figures behind each:
+# docs/performance.md, "PyPy's garbage collector" and "Where a slow PUT's
+# time goes".
 DEFAULT_GC_ENVIRONMENT = {
     "PYPY_GC_NURSERY": "8MB",
     "PYPY_GC_MAJOR_COLLECT": "1.5",
-    "PYPY_GC_INCREMENT_STEP": "4MB",
+    "PYPY_GC_INCREMENT_STEP": "2MB",
 }
 
 

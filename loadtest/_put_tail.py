@@ -9,7 +9,11 @@ measured run: req/s, latency percentiles, and the pauses the worker's
 collector made in it (minor collections and major steps: count, median,
 p99, max, their share of the run), and Redis's latency events and slow
 commands. Variants: production defaults, the change feed off, the
-collector's increment step at 2 MB, the hot cache off.
+collector's increment step at 2 MB, the hot cache off; and two befores,
+the causes of the tail that were cut: PyPy's own increment step (twice the
+8 MB nursery: 16 MB, before ``api.master`` set 4 MB) and a cold JIT (no
+warm-up at all: the first ``--seconds`` of PUTs measured, as ``bench.sh``
+measured them before each worker warmed itself up, ``api.warm_up``).
 
 Writes ``loadtest/results/put_tail.md`` (appended).
 
@@ -38,11 +42,14 @@ from loadtest._servers import Processes, stop_on_sigterm
 from loadtest._token import ROOT
 
 REPORT = ROOT / "loadtest" / "results" / "put_tail.md"
-VARIANTS: List[Tuple[str, Dict[str, str]]] = [
-    ("defaults", {}),
-    ("feed off", {"JETWAY_FEED": "off"}),
-    ("GC step 2 MB", {"PYPY_GC_INCREMENT_STEP": "2MB"}),
-    ("hot cache off", {"JETWAY_HOT_CACHE_BYTES": "0"}),
+# A variant's name, its worker's environment, and whether wrk warms the JIT up first.
+VARIANTS: List[Tuple[str, Dict[str, str], bool]] = [
+    ("defaults", {}, True),
+    ("feed off", {"JETWAY_FEED": "off"}, True),
+    ("GC step 2 MB", {"PYPY_GC_INCREMENT_STEP": "2MB"}, True),
+    ("hot cache off", {"JETWAY_HOT_CACHE_BYTES": "0"}, True),
+    ("before: PyPy's GC step (16 MB)", {"PYPY_GC_INCREMENT_STEP": "16MB"}, True),
+    ("before: cold JIT", {}, False),
 ]
 _EVENT = re.compile(rb"^\[([0-9a-f]+)\] (\{)?(gc-minor|gc-collect-step)(\})?$", re.M)
 
@@ -68,7 +75,14 @@ def _ms(ticks: List[int], per_ms: float, at: float) -> float:
 
 
 def measure(
-    processes: Processes, python: Path, redis_url: str, token: str, env: Dict[str, str], seconds: float, scratch: Path
+    processes: Processes,
+    python: Path,
+    redis_url: str,
+    token: str,
+    env: Dict[str, str],
+    seconds: float,
+    scratch: Path,
+    warm: bool = True,
 ) -> Dict:
     gc_log = scratch / f"gc-{time.monotonic_ns()}.log"
     env = {**env, "PYPYLOG": f"gc-minor,gc-collect-step:{gc_log}"}
@@ -79,7 +93,8 @@ def measure(
         body.write_bytes(DOCUMENT)
         load = ["wrk", "-t1", "-c64", "-s", str(WRK_SCRIPT), f"-HAuthorization: Bearer {token}", base + DOCUMENT_PATH]
         load_env = {**os.environ, "BENCH_METHOD": "PUT", "BENCH_BODY_FILE": str(body)}
-        subprocess.run([*load, "-d10s"], env=load_env, check=True, stdout=subprocess.DEVNULL)  # the JIT's warm-up
+        if warm:
+            subprocess.run([*load, "-d10s"], env=load_env, check=True, stdout=subprocess.DEVNULL)  # the JIT's warm-up
         redis_cli(socket_path, "CONFIG", "SET", "latency-monitor-threshold", "1")
         redis_cli(socket_path, "CONFIG", "SET", "slowlog-log-slower-than", "1000")
         redis_cli(socket_path, "LATENCY", "RESET")
@@ -153,8 +168,8 @@ def main() -> int:
         redis_url = processes.redis()
         token = _token.resolve(str(python), redis_url).token or ""
         for round_number in range(args.rounds):
-            for name, env in VARIANTS if round_number % 2 == 0 else reversed(VARIANTS):
-                result = measure(processes, python, redis_url, token, env, args.seconds, Path(scratch))
+            for name, env, warm in VARIANTS if round_number % 2 == 0 else reversed(VARIANTS):
+                result = measure(processes, python, redis_url, token, env, args.seconds, Path(scratch), warm)
                 lines.append(row(f"{name} (round {round_number + 1})", result))
                 medians.setdefault(name, []).append(result["p99"])
                 print(lines[-1], flush=True)
