@@ -1,0 +1,122 @@
+"""A document's values for a declared index, as bytes that sort as the values do.
+
+A declared index (issue #47) lists a collection's documents by one or more
+members, each named by a JSON Pointer (RFC 6901) and typed: ``string``,
+``number`` or ``boolean``. Its entries live in a sorted set whose members
+all have score 0, so Redis orders them by their bytes (``ZRANGEBYLEX``):
+an entry is the encoding of each of its values, in the index's order, then
+the document's id. For that byte order to be the values' order:
+
+- a number is its IEEE 754 double, big-endian, with the sign bit flipped
+  (all bits, for a negative one): the bytes of -1.5 < -0 = 0 < 2 < 1e300
+  sort as the numbers do; -0 is stored as 0, and an integer beyond 2**53
+  (which a double cannot hold exactly, so that two such integers would
+  share an entry and an equality query could answer the other one) is not
+  indexed;
+- a string is its UTF-8 bytes (whose byte order is the code points'
+  order), each 0x00 byte written 0x00 0xFF and the end marked 0x00 0x00, so
+  that "a" sorts before "a\\u0000" and "ab", and a value is never a prefix
+  of another's encoding;
+- a boolean is one byte, 0x00 for false and 0x01 for true.
+
+A document whose member is missing, or of another type than the index's
+(a number where a string is declared, an object, null, an integer past
+2**53), has no entry in that index: it is simply not found by its queries.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any, Optional, Sequence, Tuple
+
+STRING, NUMBER, BOOLEAN = "string", "number", "boolean"
+TYPES = (STRING, NUMBER, BOOLEAN)
+# The largest integer a double holds exactly, with its neighbours: past it, two integers share one double.
+EXACT_INTEGERS = 2**53
+# Above every byte an entry's id may hold (ids are ASCII): the end of a prefix's range.
+AFTER = b"\xff"
+
+_MISSING = object()
+
+
+def pointer_tokens(pointer: str) -> Tuple[str, ...]:
+    """The reference tokens of a JSON Pointer (``/a/b~1c`` is ``a``, ``b/c``); ValueError if it is not one.
+
+    The empty pointer (the whole document) is refused: an index is of a member.
+    """
+    if not pointer.startswith("/"):
+        raise ValueError(f"{pointer!r} is not a JSON Pointer to a member: it must start with /")
+    tokens = []
+    for token in pointer[1:].split("/"):
+        if "~" in token.replace("~0", "").replace("~1", ""):
+            raise ValueError(f"{pointer!r}: ~ must be followed by 0 or 1 (RFC 6901)")
+        tokens.append(token.replace("~1", "/").replace("~0", "~"))
+    return tuple(tokens)
+
+
+def member(document: Any, tokens: Sequence[str]) -> Any:
+    """The value at ``tokens`` in ``document`` (parsed JSON), or ``MISSING``.
+
+    Arrays are stepped into by decimal index, as RFC 6901 says (``0``, ``12``;
+    not ``01`` nor ``-``).
+    """
+    value = document
+    for token in tokens:
+        if isinstance(value, dict):
+            value = value.get(token, _MISSING)
+        elif isinstance(value, list) and token.isdigit() and token.isascii() and (token == "0" or token[0] != "0"):
+            index = int(token)
+            value = value[index] if index < len(value) else _MISSING
+        else:
+            return _MISSING
+        if value is _MISSING:
+            return _MISSING
+    return value
+
+
+MISSING = _MISSING
+
+
+def encode(value: Any, kind: str) -> Optional[bytes]:
+    """``value``'s bytes in an index of ``kind``, or None when it has no entry there (another type, or inexact)."""
+    if kind == STRING:
+        if not isinstance(value, str):
+            return None
+        return value.encode("utf-8", "surrogatepass").replace(b"\x00", b"\x00\xff") + b"\x00\x00"
+    if kind == BOOLEAN:
+        if not isinstance(value, bool):
+            return None
+        return b"\x01" if value else b"\x00"
+    if kind == NUMBER:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return None
+        if isinstance(value, int) and not -EXACT_INTEGERS <= value <= EXACT_INTEGERS:
+            return None
+        number = float(value)
+        if number != number or number in (float("inf"), float("-inf")):
+            return None  # not JSON's; a parser that let one through does not make it an entry
+        if number == 0:
+            number = 0.0  # -0 and 0 are one value
+        (bits,) = struct.unpack(">Q", struct.pack(">d", number))
+        bits = bits ^ 0xFFFFFFFFFFFFFFFF if bits >> 63 else bits | 0x8000000000000000
+        return struct.pack(">Q", bits)
+    raise ValueError(f"an index's type is one of {', '.join(TYPES)}, not {kind!r}")
+
+
+def decode_number(encoded: bytes) -> float:
+    """The number ``encode(value, NUMBER)`` made ``encoded`` from (a cursor's, a test's)."""
+    (bits,) = struct.unpack(">Q", encoded)
+    bits = bits & 0x7FFFFFFFFFFFFFFF if bits >> 63 else bits ^ 0xFFFFFFFFFFFFFFFF
+    return struct.unpack(">d", struct.pack(">Q", bits))[0]
+
+
+def entry(document: Any, fields: Sequence[Tuple[Tuple[str, ...], str]], doc_id: bytes) -> Optional[bytes]:
+    """The document's entry in an index of ``fields`` (each a pointer's tokens and a type), or None: not in it."""
+    parts = []
+    for tokens, kind in fields:
+        encoded = encode(member(document, tokens), kind)
+        if encoded is None:
+            return None
+        parts.append(encoded)
+    parts.append(doc_id)
+    return b"".join(parts)

@@ -1,0 +1,145 @@
+"""Index entries sort as their values do: ``cache.index_values`` held to Python's own order over generated values.
+
+A query over a declared index will be a ``ZRANGEBYLEX`` over these bytes,
+so an entry that sorts in the wrong place is a document a range query
+misses or returns wrongly. The properties: two numbers' encodings compare
+as the numbers do (and equal numbers, ``1`` and ``1.0``, ``0`` and ``-0``,
+share one); two strings' as their code points do; a composite entry (values
+then id) as the tuple does, which needs no value's encoding to be a prefix
+of another's.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cache.index_values import (
+    AFTER,
+    BOOLEAN,
+    EXACT_INTEGERS,
+    MISSING,
+    NUMBER,
+    STRING,
+    decode_number,
+    encode,
+    entry,
+    member,
+    pointer_tokens,
+)
+
+numbers = st.one_of(
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.integers(min_value=-EXACT_INTEGERS, max_value=EXACT_INTEGERS),
+)
+texts = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=12)
+ids = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789_-.", min_size=1, max_size=8).map(str.encode)
+
+
+def _sign(a: object, b: object) -> int:
+    return (a > b) - (a < b)  # type: ignore[operator]
+
+
+@settings(max_examples=2000)
+@given(numbers, numbers)
+def test_numbers_sort_as_numbers(a: float, b: float) -> None:
+    assert _sign(encode(a, NUMBER), encode(b, NUMBER)) == _sign(a, b)
+
+
+@given(numbers)
+def test_a_number_comes_back(value: float) -> None:
+    encoded = encode(value, NUMBER)
+    assert encoded is not None and len(encoded) == 8
+    assert decode_number(encoded) == value
+
+
+@settings(max_examples=2000)
+@given(texts, texts)
+def test_strings_sort_by_code_point(a: str, b: str) -> None:
+    assert _sign(encode(a, STRING), encode(b, STRING)) == _sign(a, b)
+
+
+@settings(max_examples=2000)
+@given(st.tuples(texts, numbers, ids), st.tuples(texts, numbers, ids))
+def test_composite_entries_sort_as_tuples(a: tuple, b: tuple) -> None:
+    fields = [(("s",), STRING), (("n",), NUMBER)]
+    first = entry({"s": a[0], "n": a[1]}, fields, a[2])
+    second = entry({"s": b[0], "n": b[1]}, fields, b[2])
+    # Equal numbers (1 and 1.0) are one value; ids compare as bytes.
+    assert _sign(first, second) == _sign((a[0], float(a[1]), a[2]), (b[0], float(b[1]), b[2]))
+
+
+@given(texts, ids)
+def test_an_equality_range_holds_exactly_its_value(value: str, doc_id: bytes) -> None:
+    """``[prefix`` to ``(prefix + AFTER``: every entry of the value, and none of a value it is a prefix of."""
+    prefix = encode(value, STRING)
+    assert prefix is not None
+    own = prefix + doc_id
+    assert prefix <= own < prefix + AFTER
+    longer = encode(value + "a", STRING) + doc_id  # type: ignore[operator]
+    nul = encode(value + "\x00", STRING) + doc_id  # type: ignore[operator]
+    assert not prefix <= longer < prefix + AFTER
+    assert not prefix <= nul < prefix + AFTER
+
+
+def test_equal_numbers_share_an_entry() -> None:
+    assert encode(1, NUMBER) == encode(1.0, NUMBER)
+    assert encode(0, NUMBER) == encode(-0.0, NUMBER) == encode(0.0, NUMBER)
+    assert encode(-1.5, NUMBER) < encode(-0.0, NUMBER) < encode(5e-324, NUMBER) < encode(1e308, NUMBER)
+
+
+@pytest.mark.parametrize(
+    ("value", "kind"),
+    [
+        (True, NUMBER),  # a boolean is not a number here, though Python's bool is an int
+        ("1", NUMBER),
+        (None, STRING),
+        (1, STRING),
+        ({"a": 1}, STRING),
+        ([1], NUMBER),
+        (1, BOOLEAN),
+        (EXACT_INTEGERS + 1, NUMBER),  # a double cannot tell it from 2**53: an equality query would
+        (-EXACT_INTEGERS - 1, NUMBER),
+        (math.inf, NUMBER),
+        (math.nan, NUMBER),
+        (MISSING, STRING),
+    ],
+)
+def test_values_of_another_type_have_no_entry(value: object, kind: str) -> None:
+    assert encode(value, kind) is None
+
+
+def test_booleans() -> None:
+    assert encode(False, BOOLEAN) < encode(True, BOOLEAN)  # type: ignore[operator]
+
+
+def test_an_unknown_type_is_refused() -> None:
+    with pytest.raises(ValueError, match="string, number, boolean"):
+        encode("a", "date")
+
+
+@pytest.mark.parametrize(
+    ("pointer", "tokens"),
+    [("/a", ("a",)), ("/a/b", ("a", "b")), ("/a~1b", ("a/b",)), ("/m~0n", ("m~n",)), ("/~01", ("~1",)), ("/", ("",))],
+)
+def test_pointer_tokens(pointer: str, tokens: tuple) -> None:
+    assert pointer_tokens(pointer) == tokens
+
+
+@pytest.mark.parametrize("pointer", ["", "a", "/a~2", "/a~"])
+def test_bad_pointers(pointer: str) -> None:
+    with pytest.raises(ValueError):
+        pointer_tokens(pointer)
+
+
+def test_member_follows_rfc_6901() -> None:
+    document = {"a": {"b": [10, {"c": "x"}]}, "": 1, "k/l": 2}
+    assert member(document, ("a", "b", "0")) == 10
+    assert member(document, ("a", "b", "1", "c")) == "x"
+    assert member(document, ("",)) == 1
+    assert member(document, pointer_tokens("/k~1l")) == 2
+    for missing in [("a", "b", "2"), ("a", "b", "01"), ("a", "b", "-"), ("a", "x"), ("a", "b", "0", "c"), ("z",)]:
+        assert member(document, missing) is MISSING
