@@ -1,0 +1,293 @@
+"""The Lua that keeps declared indexes exact: in each write's script, in the build's steps, in the query's reads.
+
+Layout, beside a shard's documents (``cache.keys``), all under the shard's
+hash tag so every script stays on one slot:
+
+    jw:{<coll>:<shard>}:xs              STRING the shard's spec: {"g": generation,
+                                               "i": [{"n", "v", "f", "b"?}, ...]}
+    jw:{<coll>:<shard>}:x:<name>:<v>    ZSET   the index's entries, all score 0
+    jw:{<coll>:<shard>}:d:<id>  field x:<name>:<v>  the document's entry in it
+
+An entry is its values' bytes then the id (``cache.index_values``, whose
+encoding ``_ENCODE`` repeats). ``b`` in an index's spec is its build's
+position in the shard (the last id done; "" before the first): absent,
+the index is built there.
+
+Writes: ``reindex`` runs in the PUT's script after its document is
+stored, ``unindex`` in the DELETE's before it is removed. A write reads the
+shard's spec itself, so an index declared a moment ago is kept by every
+write from the moment its spec reached the shard, whatever the worker's
+settings cache says; the build (``BUILD``) does the documents written
+before. A document whose body Redis's cjson cannot read (nested past its
+1,000 levels, a lone surrogate escape) is refused by a shard with indexes
+(``UNINDEXABLE``) before anything is written.
+"""
+
+from __future__ import annotations
+
+from cache.redis.script import Script
+
+UNINDEXABLE = "UNINDEXABLE"
+
+# The encoding of cache.index_values, value by value; nil: no entry.
+_ENCODE = r"""
+local function index_value(value, kind)
+  if kind == 's' then
+    if type(value) ~= 'string' then return nil end
+    return (string.gsub(value, '%z', '\0\255')) .. '\0\0'
+  elseif kind == 'b' then
+    if type(value) ~= 'boolean' then return nil end
+    if value then return '\1' end
+    return '\0'
+  end
+  if type(value) ~= 'number' then return nil end
+  if not (value > -9007199254740992 and value < 9007199254740992) then return nil end
+  if value == 0 then value = 0 end
+  local bytes = struct.pack('>d', value)
+  local first = string.byte(bytes, 1)
+  if first >= 128 then
+    return (string.gsub(bytes, '.', function(c) return string.char(255 - string.byte(c)) end))
+  end
+  return string.char(first + 128) .. string.sub(bytes, 2)
+end
+
+local function member_at(doc, tokens)
+  local value = doc
+  for _, token in ipairs(tokens) do
+    if type(value) ~= 'table' then return nil end
+    local found = value[token]
+    if found == nil and string.match(token, '^%d+$') and (token == '0' or string.sub(token, 1, 1) ~= '0') then
+      found = value[tonumber(token) + 1]
+    end
+    if found == nil then return nil end
+    value = found
+  end
+  return value
+end
+
+local function index_entry(doc, index, id)
+  local parts = {}
+  for i, field in ipairs(index.f) do
+    local encoded = index_value(member_at(doc, field[2]), field[1])
+    if not encoded then return nil end
+    parts[i] = encoded
+  end
+  return table.concat(parts) .. id
+end
+
+local function shard_spec(tag)
+  local spec = redis.call('GET', tag .. 'xs')
+  if not spec then return nil end
+  return cjson.decode(spec)
+end
+
+-- The entries of one document under the shard's spec, read before anything is written: {index, entry or nil}...
+local function index_plan(tag, id, body)
+  local spec = shard_spec(tag)
+  if not spec or #spec.i == 0 then return nil end
+  local ok, doc = pcall(cjson.decode, body)
+  if not ok then
+    return error({err = 'UNINDEXABLE the document cannot be indexed (' .. tostring(doc) .. ')'})
+  end
+  local plan = {}
+  for i, index in ipairs(spec.i) do plan[i] = {index, index_entry(doc, index, id)} end
+  return plan
+end
+
+-- Sets the document's entry in one index to entry (nil: none); always adds it when `always` (the build).
+local function set_entry(tag, key, index, entry, always)
+  local field = 'x:' .. index.n .. ':' .. index.v
+  local zset = tag .. field
+  local old = redis.call('HGET', key, field)
+  if old == entry and not always then return end
+  if old and old ~= entry then redis.call('ZREM', zset, old) end
+  if entry then
+    redis.call('ZADD', zset, 0, entry)
+    if old ~= entry then redis.call('HSET', key, field, entry) end
+  elseif old then
+    redis.call('HDEL', key, field)
+  end
+end
+
+local function reindex(tag, key, plan)
+  if not plan then return end
+  for _, planned in ipairs(plan) do set_entry(tag, key, planned[1], planned[2], false) end
+end
+
+local function unindex(tag, key)
+  local spec = shard_spec(tag)
+  if not spec then return end
+  for _, index in ipairs(spec.i) do set_entry(tag, key, index, nil, false) end
+end
+"""
+
+# The part the document writes' scripts share (cache.scripts): their K[2] is the shard's id index, "<tag>i".
+WRITE_LUA = _ENCODE
+
+# KEYS: the shard's spec. ARGV: generation, the indexes' spec (cache.indexes.spec_json).
+# Stores the spec unless the shard holds a later generation's; an index kept
+# (same name and version) keeps its build position; one dropped loses its
+# entries; one new starts its build ("" : from the first id, unless the shard
+# has no documents). Returns the number of indexes dropped.
+SPEC = Script(
+    b"""
+local tag = string.sub(KEYS[1], 1, -3)
+local current = redis.call('GET', KEYS[1])
+local old = {g = 0, i = {}}
+if current then old = cjson.decode(current) end
+local generation = tonumber(ARGV[1])
+if old.g > generation then return -1 end
+local wanted = cjson.decode(ARGV[2])
+local kept = {}
+for _, index in ipairs(old.i) do kept[index.n .. ':' .. index.v] = index end
+local empty = redis.call('ZCARD', tag .. 'i') == 0
+for _, index in ipairs(wanted) do
+  local before = kept[index.n .. ':' .. index.v]
+  if before then
+    index.b = before.b
+    kept[index.n .. ':' .. index.v] = nil
+  elseif not empty then
+    index.b = ''
+  end
+end
+local dropped = 0
+for name, _ in pairs(kept) do
+  redis.call('UNLINK', tag .. 'x:' .. name)
+  dropped = dropped + 1
+end
+if #wanted == 0 then
+  redis.call('DEL', KEYS[1])
+else
+  redis.call('SET', KEYS[1], cjson.encode({g = generation, i = wanted}))
+end
+return dropped
+"""
+)
+
+# KEYS: the shard's spec, its id index. ARGV: index name, version, how many documents this step.
+# Indexes the next documents of the shard after the build's position, each
+# from its stored body (a write since the index's spec arrived has indexed
+# its document already: this sets the same entry again). Returns {done,
+# position}: done is 1 once the shard is built (or the index is gone).
+BUILD = Script(
+    (
+        _ENCODE
+        + """
+local spec = redis.call('GET', KEYS[1])
+if not spec then return {1, ''} end
+spec = cjson.decode(spec)
+local index = nil
+for _, candidate in ipairs(spec.i) do
+  if candidate.n == ARGV[1] and candidate.v == ARGV[2] then index = candidate end
+end
+if not index or index.b == nil then return {1, ''} end
+local tag = string.sub(KEYS[1], 1, -3)
+local start = '-'
+if index.b ~= '' then start = '(' .. index.b end
+local ids = redis.call('ZRANGEBYLEX', KEYS[2], start, '+', 'LIMIT', 0, tonumber(ARGV[3]))
+for _, id in ipairs(ids) do
+  local key = tag .. 'd:' .. id
+  local body = redis.call('HGET', key, 'b')
+  if body then
+    local ok, doc = pcall(cjson.decode, body)
+    local entry = nil
+    if ok then entry = index_entry(doc, index, id) end
+    set_entry(tag, key, index, entry, true)
+  end
+end
+if #ids < tonumber(ARGV[3]) then
+  index.b = nil
+else
+  index.b = ids[#ids]
+end
+redis.call('SET', KEYS[1], cjson.encode(spec))
+if index.b == nil then return {1, ''} end
+return {0, index.b}
+"""
+    ).encode()
+)
+
+# KEYS: the shard's spec, the index's entries. ARGV: index name, version,
+# min, max (ZRANGEBYLEX bounds), '1' for descending, limit, the bytes of
+# bodies this shard may bring, the fields' type letters, the most entries to
+# look at. Reads entries in order and, for each whose document still holds
+# it (the same script: it matches now), the document's body, while they fit
+# the bytes; an entry whose document is gone (expired, or removed outside
+# Jetway) is dropped from the index. Returns {state, position, entry, body
+# or false, size, ...}: state 'missing' (no such index here), 'building'
+# (position: the build's), 'end' (no more entries), 'more' (limit found, or
+# a body over the bytes: its entry is last, with false), 'cut' (looked at
+# the most entries: position is the last looked at).
+QUERY = Script(
+    (
+        _ENCODE
+        + """
+local spec = redis.call('GET', KEYS[1])
+local index = nil
+if spec then
+  for _, candidate in ipairs(cjson.decode(spec).i) do
+    if candidate.n == ARGV[1] and candidate.v == ARGV[2] then index = candidate end
+  end
+end
+if not index then return {'missing', ''} end
+if index.b ~= nil then return {'building', index.b} end
+local tag = string.sub(KEYS[1], 1, -3)
+local field = 'x:' .. ARGV[1] .. ':' .. ARGV[2]
+local low, high, descending = ARGV[3], ARGV[4], ARGV[5] == '1'
+local limit, allowance, kinds, most = tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8], tonumber(ARGV[9])
+local function id_of(entry)
+  local at = 1
+  for i = 1, #kinds do
+    local kind = string.sub(kinds, i, i)
+    if kind == 's' then
+      at = select(2, string.find(entry, '\\0\\0', at, true)) + 1
+    elseif kind == 'n' then
+      at = at + 8
+    else
+      at = at + 1
+    end
+  end
+  return string.sub(entry, at)
+end
+local out = {'end', ''}
+local found, looked, bytes = 0, 0, 0
+while true do
+  local chunk
+  local want = math.min(limit - found + 8, most - looked)
+  if descending then
+    chunk = redis.call('ZREVRANGEBYLEX', KEYS[2], high, low, 'LIMIT', 0, want)
+  else
+    chunk = redis.call('ZRANGEBYLEX', KEYS[2], low, high, 'LIMIT', 0, want)
+  end
+  if #chunk == 0 then return out end
+  for _, entry in ipairs(chunk) do
+    looked = looked + 1
+    local key = tag .. 'd:' .. id_of(entry)
+    if redis.call('HGET', key, field) == entry then
+      local size = redis.call('HSTRLEN', key, 'b')
+      found = found + 1
+      if bytes + size > allowance then
+        out[1], out[2] = 'more', entry
+        out[#out + 1], out[#out + 2], out[#out + 3] = entry, false, size
+        return out
+      end
+      bytes = bytes + size
+      out[#out + 1], out[#out + 2], out[#out + 3] = entry, redis.call('HGET', key, 'b'), size
+      if found >= limit then
+        out[1], out[2] = 'more', entry
+        return out
+      end
+    else
+      -- Not the document's entry: it expired, was removed or was rewritten outside Jetway's scripts.
+      redis.call('ZREM', KEYS[2], entry)
+    end
+    if looked >= most then
+      out[1], out[2] = 'cut', entry
+      return out
+    end
+    if descending then high = '(' .. entry else low = '(' .. entry end
+  end
+end
+"""
+    ).encode()
+)
