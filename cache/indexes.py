@@ -91,7 +91,9 @@ def declared_indexes(value: Any) -> Tuple[Index, ...]:
     fields_by_name: Dict[str, IndexField] = {}
     for name, declared in value.items():
         if not _INDEX_NAME.match(name):
-            raise IndexDeclarationError(f"index name {name[:40]!r}: a lowercase letter, then up to 31 of a-z, 0-9 and _")
+            raise IndexDeclarationError(
+                f"index name {name[:40]!r}: a lowercase letter, then up to 31 of a-z, 0-9 and _"
+            )
         if not isinstance(declared, dict) or set(declared) != {"fields"} or not isinstance(declared["fields"], list):
             raise IndexDeclarationError(f'index {name}: an object with one member, "fields", an array')
         if not 1 <= len(declared["fields"]) <= MAX_FIELDS:
@@ -120,7 +122,9 @@ def _field(index: str, declared: Any) -> IndexField:
             f" and none of {', '.join(sorted(RESERVED))}"
         )
     if not isinstance(pointer, str) or len(pointer) > 256:
-        raise IndexDeclarationError(f"index {index}: field {name}'s pointer must be a JSON Pointer of up to 256 characters")
+        raise IndexDeclarationError(
+            f"index {index}: field {name}'s pointer must be a JSON Pointer of up to 256 characters"
+        )
     try:
         tokens = pointer_tokens(pointer)
     except ValueError as error:
