@@ -27,8 +27,8 @@ from cache.index_values import (
     encode,
     entry,
     member,
-    prefix_end,
     pointer_tokens,
+    prefix_end,
 )
 
 numbers = st.one_of(
