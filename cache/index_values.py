@@ -137,3 +137,14 @@ def prefix_end(prefix: bytes) -> Optional[bytes]:
     if not stripped:
         return None
     return stripped[:-1] + bytes([stripped[-1] + 1])
+
+
+def id_of(entry: bytes, kinds: str) -> bytes:
+    """The id at the end of an entry of an index whose fields' type letters are ``kinds`` (``Index.kinds``)."""
+    at = 0
+    for kind in kinds:
+        if kind == "s":
+            at = entry.index(b"\x00\x00", at) + 2
+        else:
+            at += 8 if kind == "n" else 1
+    return entry[at:]
