@@ -271,7 +271,7 @@ def decode_cursor(text: Optional[str]) -> Optional[bytes]:
     if text is None:
         return None
     try:
-        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        return base64.b64decode(text + "=" * (-len(text) % 4), altchars=b"-_", validate=True)
     except (binascii.Error, ValueError):
         raise QueryError(f"cursor {text[:60]!r} is not one this API made") from None
 
