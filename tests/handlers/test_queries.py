@@ -193,3 +193,76 @@ def test_expired_documents_are_not_answered(api, redis_client) -> None:
     put(api, "brief", "b", {"email": "a@x"})
     redis_client.delete(keys.document_key(b"brief", b"a"))  # as an expiry does: no script runs
     assert query_all(api, "brief", "email=eq.a@x") == [{"email": "a@x"}]
+
+
+def race(api, collection: str, queries: int) -> Dict[str, int]:
+    """Writers flip documents in and out of a query while readers page through it; counts what went wrong.
+
+    A wrong answer: a document answered that does not match the query (its
+    body is read in the script that checks its entry, so it matched when
+    read), or a document that matched before the query began and never
+    changed, missing from it.
+    """
+    import threading
+
+    declare(api, collection)
+    stable = {f"s{n:03d}": {"email": "hit@x", "customer": {"id": "c"}, "created": n} for n in range(40)}
+    for doc_id, document in stable.items():
+        put(api, collection, doc_id, document)
+    churning = [f"w{n:03d}" for n in range(40)]
+    stop = threading.Event()
+    wrong = {"not matching": 0, "missing": 0, "queries": 0, "writes": 0}
+
+    def write(seed: int) -> None:
+        rng = random.Random(seed)
+        session = requests.Session()
+        while not stop.is_set():
+            doc_id = rng.choice(churning)
+            document = {"email": rng.choice(["hit@x", "miss@x"]), "customer": {"id": "c"}, "created": rng.random() * 40}
+            if rng.random() < 0.2:
+                session.delete(api.server.url(f"/v1/{collection}/{doc_id}"), headers=api.auth_header)
+            else:
+                session.put(
+                    api.server.url(f"/v1/{collection}/{doc_id}"),
+                    data=json.dumps(document),
+                    headers={**api.auth_header, "Content-Type": "application/json"},
+                )
+            wrong["writes"] += 1
+
+    def read(which: str) -> None:
+        session = requests.Session()
+        filters = "email=eq.hit@x" if which == "eq" else "customer=eq.c&created=gte.0&order=created.desc"
+        while wrong["queries"] < queries:
+            seen, cursor = [], None
+            while True:
+                url = api.server.url(f"/v1/{collection}?{filters}&limit=7" + (f"&cursor={cursor}" if cursor else ""))
+                page = session.get(url, headers=api.auth_header).json()
+                wrong["queries"] += 1
+                for document in page["items"]:
+                    if which == "eq" and document["email"] != "hit@x":
+                        wrong["not matching"] += 1
+                    seen.append(document)
+                cursor = page["next"]
+                if cursor is None:
+                    break
+            answered = {json.dumps(document, sort_keys=True) for document in seen}
+            wrong["missing"] += sum(json.dumps(d, sort_keys=True) not in answered for d in stable.values())
+
+    threads = [threading.Thread(target=write, args=(seed,)) for seed in range(2)]
+    threads += [threading.Thread(target=read, args=(which,)) for which in ("eq", "order")]
+    for thread in threads:
+        thread.start()
+    try:
+        for thread in threads[2:]:
+            thread.join(timeout=600)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=60)
+    return wrong
+
+
+def test_queries_racing_writers_answer_nothing_wrong(api) -> None:
+    counts = race(api, "raced", 2_000)
+    assert counts["queries"] >= 2_000 and counts["writes"] > 100, counts
+    assert (counts["not matching"], counts["missing"]) == (0, 0), counts
