@@ -131,6 +131,10 @@ return {1, redis.call('INCR', KEYS[3])}
 )
 
 
+# KEYS: settings key, generation. Returns {settings JSON or false, generation or false}, read together.
+_READ_WITH_GENERATION = Script(b"return {redis.call('HGET', KEYS[1], 's'), redis.call('GET', KEYS[2])}")
+
+
 @dataclass(frozen=True)
 class CollectionSettings:
     """One collection's settings, the schema compiled; ``NO_SETTINGS`` changes nothing."""
@@ -325,6 +329,28 @@ class CollectionSettingsStore:
         if result[0] == 1:
             yield apply_specs(self._link, name.encode(), result[1], ())
         return result[0]
+
+    @defer.inlineCallbacks
+    def reapply_indexes(self, name: str) -> Any:
+        """Give the shards the indexes the stored settings declare, again; fires with those indexes.
+
+        For a settings change whose specs did not all arrive (the worker
+        that stored it died in between, or Redis went away): a query that
+        finds an index missing from a shard calls this. The settings and
+        their generation are read together, so a later change is never
+        undone by it.
+        """
+        body, generation = yield self._link.run_script(
+            _READ_WITH_GENERATION, [settings_key(name.encode()), generation_key(name.encode())], []
+        )
+        if body is None or generation is None:
+            return ()
+        try:  # the indexes alone: the schema is not compiled here, on the reactor's thread
+            indexes = declared_indexes(_loaded(body).get("indexes") or {})
+        except IndexDeclarationError:
+            return ()
+        yield apply_specs(self._link, name.encode(), int(generation), indexes)
+        return indexes
 
     @defer.inlineCallbacks
     def read_all(self) -> Any:

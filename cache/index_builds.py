@@ -57,6 +57,10 @@ class IndexBuilds:
         self._running: Set[Tuple[bytes, str, str]] = set()
         self.steps = 0  # build steps this worker ran (a metric)
 
+    def building(self, collection: bytes, index: Index) -> bool:
+        """Whether this worker is building ``index`` of ``collection`` now."""
+        return (collection, index.name, index.version) in self._running
+
     def ensure(self, collection: bytes, indexes: Sequence[Index]) -> None:
         """Build (or go on building) each of ``indexes`` that this worker is not building already."""
         for index in indexes:

@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Optional
 from urllib.parse import parse_qs
 
 from twisted.internet import defer
+from twisted.logger import Logger
 
 from cache import index_queries
 from cache.errors import NotReplicated, PreconditionFailed
@@ -29,6 +30,8 @@ from handlers.http.errors import ApiError, bad_request
 from handlers.http.problems import RETRY_AFTER_SECONDS
 from handlers.idempotency import respond_once
 from handlers.paths import DOCUMENT
+
+_log = Logger()
 
 
 def items_envelope(bodies: List[Optional[Any]], next_cursor: Optional[bytes], with_next: bool) -> bytes:
@@ -104,10 +107,25 @@ class CollectionHandler(ComposedHandler):
         except index_queries.QueryError as error:
             raise ApiError(400, "invalid-query", str(error)) from None
         except index_queries.IndexNotReady as error:
-            self.store.index_builds.ensure(name, settings.indexes)
+            if not self.store.index_builds.building(name, query.index):
+                self._resume_builds(name)
             raise ApiError(409, "index-building", str(error), {"Retry-After": RETRY_AFTER_SECONDS}) from None
         cursor = index_queries.encode_cursor(found.last) if found.last is not None else None
         self.send_items(found.bodies, cursor, with_next=True)
+
+    def _resume_builds(self, name: bytes) -> None:
+        """The stored settings' indexes to every shard again, and their builds started (or resumed) here.
+
+        Not waited for: the 409 goes now, and the build runs on in the background.
+        """
+        builds = self.store.index_builds
+        reapplied = self.collections.store.reapply_indexes(name.decode())
+        reapplied.addCallback(lambda indexes: builds.ensure(name, indexes))
+        reapplied.addErrback(
+            lambda failure: _log.warn(
+                "indexes of {name} not reapplied: {error}", name=name.decode(), error=failure.getErrorMessage()
+            )
+        )
 
     def _send_many(self, bodies: List[Optional[bytes]]) -> None:
         self.send_items(bodies)

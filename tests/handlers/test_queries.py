@@ -35,6 +35,9 @@ INDEXES = {
 def declare(api, collection: str, indexes: Dict[str, Any] = INDEXES) -> requests.Response:
     answer = api.put_json(f"/v1/_collections/{collection}", json.dumps({"indexes": indexes}).encode())
     assert answer.status_code in (200, 201), answer.text
+    # The writes keep the indexes at once (the shards have their spec before the PUT answers); each worker's
+    # settings cache, which plans queries, hears of the change within a round trip (cache/settings_cache.py).
+    time.sleep(0.2)
     return answer
 
 
@@ -60,9 +63,14 @@ def query_all(api, collection: str, query: str, limit: int = 1000) -> List[Any]:
 
 
 def wait_built(api, collection: str, query: str) -> None:
+    """Until the query is answered: 409 while the index is built, and 400 from a worker that has not yet
+    heard of the settings change (within a round trip: cache/settings_cache.py)."""
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         answer = api.get(f"/v1/{collection}?{query}&limit=1")
+        if answer.status_code == 400 and answer.json()["type"] == PROBLEM + "no-index":
+            time.sleep(0.05)
+            continue
         if answer.status_code != 409:
             assert answer.status_code == 200, answer.text
             return
