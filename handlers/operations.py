@@ -340,7 +340,8 @@ OPERATIONS: Tuple[Operation, ...] = (
         COLLECTION,
         "GET",
         "listDocuments",
-        "A page of documents in id order (`limit`, `cursor`), or many documents by id (`ids`)",
+        "A page of documents in id order (`limit`, `cursor`), many documents by id (`ids`), or a query over a"
+        " declared index (`field=op.value`, `order`)",
         "collections",
         "read",
         {
@@ -365,13 +366,15 @@ OPERATIONS: Tuple[Operation, ...] = (
                 headers=("ETag", "Cache-Control", "Vary"),
             ),
         },
-        (400, 406, 413, *REDIS),
+        (400, 406, 409, 413, *REDIS),
         {
             400: "Invalid collection name, `limit`, `cursor`, `with_ids` or `ids`; `ids` with `cursor`, or with a"
-            " `limit` less than their number.",
+            " `limit` less than their number; a query's filters malformed (`invalid-query`) or answered by no"
+            " declared index (`no-index`).",
+            409: "The query's index is being built (`index-building`); retry after `Retry-After`.",
             413: TOO_LARGE,
         },
-        parameters=("limit", "cursor", "ids", "with_ids", "If-None-Match", "Accept-Encoding"),
+        parameters=("limit", "cursor", "order", "ids", "with_ids", "If-None-Match", "Accept-Encoding"),
         head="headCollection",
     ),
     Operation(

@@ -66,6 +66,16 @@ def _parameters(max_ids: int) -> Json:
         "cursor": parameter(
             "cursor", "query", "Where to continue: the `next` of the previous page.", {"type": "string"}
         ),
+        "order": parameter(
+            "order",
+            "query",
+            "A query's order: `field.asc` or `field.desc`, a field of the collection's declared indexes (the"
+            " ranged one, if any). A query (`field=op.value` filters, `order`) is answered by a declared index:"
+            " `op` is `eq`, `gt`, `gte`, `lt` or `lte`, the value read as the field's declared type; equality on"
+            " an index's first fields, a range and/or the order on its next one. Filters are ANDed; `limit` and"
+            " `cursor` page through it. No index answers: a 400 `no-index` names the index to declare.",
+            {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*(\\.(asc|desc))?$"},
+        ),
         "with_ids": parameter(
             "with_ids",
             "query",

@@ -274,3 +274,16 @@ def test_queries_racing_writers_answer_nothing_wrong(api) -> None:
     counts = race(api, "raced", 2_000)
     assert counts["queries"] >= 2_000 and counts["writes"] > 100, counts
     assert (counts["not matching"], counts["missing"]) == (0, 0), counts
+
+
+def test_openapi_lists_a_collections_fields_and_orders(api) -> None:
+    from openapi_spec_validator import validate
+
+    declare(api, "typed")
+    spec = api.get("/openapi.json").json()
+    validate(spec)
+    listing = spec["paths"]["/v1/typed"]["get"]
+    named = {parameter.get("name"): parameter for parameter in listing["parameters"]}
+    assert "/customer/id (string)" in named["customer"]["description"].replace("`", "")
+    assert "created.desc" in named["order"]["schema"]["enum"]
+    assert listing["operationId"] == "listTypedDocuments"
