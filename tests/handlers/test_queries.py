@@ -174,6 +174,7 @@ def test_an_index_declared_on_documents_is_built_and_dropping_it_removes_it(api,
         put(api, "late", doc_id, document)
     declare(api, "late", {"by_email": INDEXES["by_email"]})
     wait_built(api, "late", "email=eq.user1@example.com")
+    assert api.get("/v1/_collections/late").headers["Index-Builds"] == "by_email=16/16"
     found = query_all(api, "late", "email=eq.user1@example.com")
     assert found == [d for _, d in sorted(documents.items()) if d["email"] == "user1@example.com"]
     declare(api, "late", {})
