@@ -288,3 +288,33 @@ def test_openapi_lists_a_collections_fields_and_orders(api) -> None:
     assert "/customer/id (string)" in named["customer"]["description"].replace("`", "")
     assert "created.desc" in named["order"]["schema"]["enum"]
     assert listing["operationId"] == "listTypedDocuments"
+
+
+def test_indexes_declared_by_the_cli_are_built_by_the_workers(api, redis_server, tmp_path) -> None:
+    """The CLI stores the settings and gives the shards their specs; the first query makes a worker build it."""
+    from tests.handlers.test_collection_settings import cli
+
+    documents = orders(200, seed=3)
+    for doc_id, document in documents.items():
+        put(api, "bycli", doc_id, document)
+    indexes = tmp_path / "indexes.json"
+    indexes.write_text(json.dumps({"by_email": INDEXES["by_email"]}))
+    made = cli(redis_server.url, "set", "bycli", "--indexes", str(indexes))
+    assert made.returncode == 0, made.stderr
+    time.sleep(0.2)
+    wait_built(api, "bycli", "email=eq.user2@example.com")
+    found = query_all(api, "bycli", "email=eq.user2@example.com")
+    assert found == [d for _, d in sorted(documents.items()) if d["email"] == "user2@example.com"]
+    indexes.write_text('{"by email": {}}')
+    refused = cli(redis_server.url, "set", "bycli", "--indexes", str(indexes))
+    assert refused.returncode == 1 and "index name 'by email'" in refused.stderr
+
+
+def test_an_index_whose_specs_never_arrived_is_given_again_and_built(api, redis_client) -> None:
+    """As if the worker that stored the settings died before every shard had the spec: queries repair it."""
+    for n in range(50):
+        put(api, "repaired", f"d{n}", {"email": f"{n % 5}@x"})
+    declare(api, "repaired", {"by_email": INDEXES["by_email"]})
+    redis_client.delete(*[keys.index_spec_key(b"repaired", shard) for shard in range(0, keys.INDEX_SHARDS, 2)])
+    wait_built(api, "repaired", "email=eq.1@x")
+    assert len(query_all(api, "repaired", "email=eq.1@x")) == 10
