@@ -3,10 +3,15 @@
 Layout, beside a shard's documents (``cache.keys``), all under the shard's
 hash tag so every script stays on one slot:
 
-    jw:{<coll>:<shard>}:xs              STRING the shard's spec: {"g": generation,
+    ji:{<coll>:<shard>}:xs              STRING the shard's spec: {"g": generation,
                                                "i": [{"n", "v", "f", "b"?}, ...]}
-    jw:{<coll>:<shard>}:x:<name>:<v>    ZSET   the index's entries, all score 0
+    ji:{<coll>:<shard>}:x:<name>:<v>    ZSET   the index's entries, all score 0
     jw:{<coll>:<shard>}:d:<id>  field x:<name>:<v>  the document's entry in it
+
+The index keys have the documents' hash tag (one slot) but not their
+prefix: the hot cache's tracking follows every key under ``jw:{``
+(``cache.tracking``), and an index's sorted sets are nothing it caches, so
+their changes would only be invalidation messages to every worker.
 
 An entry is its values' bytes then the id (``cache.index_values``, whose
 encoding ``_ENCODE`` repeats). ``b`` in an index's spec is its build's
@@ -75,15 +80,15 @@ local function index_entry(doc, index, id)
   return table.concat(parts) .. id
 end
 
-local function shard_spec(tag)
-  local spec = redis.call('GET', tag .. 'xs')
+local function shard_spec(itag)
+  local spec = redis.call('GET', itag .. 'xs')
   if not spec then return nil end
   return cjson.decode(spec)
 end
 
 -- The entries of one document under the shard's spec, read before anything is written: {index, entry or nil}...
-local function index_plan(tag, id, body)
-  local spec = shard_spec(tag)
+local function index_plan(itag, id, body)
+  local spec = shard_spec(itag)
   if not spec or #spec.i == 0 then return nil end
   local ok, doc = pcall(cjson.decode, body)
   if not ok then
@@ -94,30 +99,46 @@ local function index_plan(tag, id, body)
   return plan
 end
 
--- Sets the document's entry in one index to entry (nil: none); always adds it when `always` (the build).
-local function set_entry(tag, key, index, entry, always)
-  local field = 'x:' .. index.n .. ':' .. index.v
-  local zset = tag .. field
-  local old = redis.call('HGET', key, field)
-  if old == entry and not always then return end
-  if old and old ~= entry then redis.call('ZREM', zset, old) end
-  if entry then
-    redis.call('ZADD', zset, 0, entry)
-    if old ~= entry then redis.call('HSET', key, field, entry) end
-  elseif old then
-    redis.call('HDEL', key, field)
-  end
-end
-
-local function reindex(tag, key, plan)
+-- Sets the document's entries to the plan's ({index, entry or nil}, ...); with `always`, adds each entry even
+-- when the document's field says it has it (the build: a dropped index's field may outlive its entries).
+local function reindex(itag, key, plan, always)
   if not plan then return end
-  for _, planned in ipairs(plan) do set_entry(tag, key, planned[1], planned[2], false) end
+  local fields = {}
+  for i, planned in ipairs(plan) do fields[i] = 'x:' .. planned[1].n .. ':' .. planned[1].v end
+  local old = redis.call('HMGET', key, unpack(fields))
+  local sets, dels = {}, {}
+  for i, planned in ipairs(plan) do
+    local entry, before = planned[2], old[i]
+    if before ~= entry or always then
+      local zset = itag .. fields[i]
+      if before and before ~= entry then redis.call('ZREM', zset, before) end
+      if entry then
+        redis.call('ZADD', zset, 0, entry)
+        if before ~= entry then
+          sets[#sets + 1] = fields[i]
+          sets[#sets + 1] = entry
+        end
+      elseif before then
+        dels[#dels + 1] = fields[i]
+      end
+    end
+  end
+  if #sets > 0 then redis.call('HSET', key, unpack(sets)) end
+  if #dels > 0 then redis.call('HDEL', key, unpack(dels)) end
 end
 
-local function unindex(tag, key)
-  local spec = shard_spec(tag)
+local function unindex(itag, key)
+  local spec = shard_spec(itag)
   if not spec then return end
-  for _, index in ipairs(spec.i) do set_entry(tag, key, index, nil, false) end
+  local plan = {}
+  for i, index in ipairs(spec.i) do plan[i] = {index, nil} end
+  reindex(itag, key, plan, false)
+end
+
+-- The shard's index tag ('ji:{<coll>:<shard>}:') from its id index's key ('jw:{<coll>:<shard>}:i'): index keys
+-- share the documents' slot, but not the prefix the hot cache's tracking follows (cache.tracking).
+local function index_tag(ids_key)
+  return 'ji:' .. string.sub(ids_key, 4, -2)
 end
 """
 
@@ -132,6 +153,7 @@ WRITE_LUA = _ENCODE
 SPEC = Script(
     b"""
 local tag = string.sub(KEYS[1], 1, -3)
+local documents = 'jw:' .. string.sub(tag, 4)
 local current = redis.call('GET', KEYS[1])
 local old = {g = 0, i = {}}
 if current then old = cjson.decode(current) end
@@ -140,7 +162,7 @@ if old.g > generation then return -1 end
 local wanted = cjson.decode(ARGV[2])
 local kept = {}
 for _, index in ipairs(old.i) do kept[index.n .. ':' .. index.v] = index end
-local empty = redis.call('ZCARD', tag .. 'i') == 0
+local empty = redis.call('ZCARD', documents .. 'i') == 0
 for _, index in ipairs(wanted) do
   local before = kept[index.n .. ':' .. index.v]
   if before then
@@ -182,17 +204,18 @@ for _, candidate in ipairs(spec.i) do
 end
 if not index or index.b == nil then return {1, ''} end
 local tag = string.sub(KEYS[1], 1, -3)
+local documents = 'jw:' .. string.sub(tag, 4)
 local start = '-'
 if index.b ~= '' then start = '(' .. index.b end
 local ids = redis.call('ZRANGEBYLEX', KEYS[2], start, '+', 'LIMIT', 0, tonumber(ARGV[3]))
 for _, id in ipairs(ids) do
-  local key = tag .. 'd:' .. id
+  local key = documents .. 'd:' .. id
   local body = redis.call('HGET', key, 'b')
   if body then
     local ok, doc = pcall(cjson.decode, body)
     local entry = nil
     if ok then entry = index_entry(doc, index, id) end
-    set_entry(tag, key, index, entry, true)
+    reindex(tag, key, {{index, entry}}, true)
   end
 end
 if #ids < tonumber(ARGV[3]) then
@@ -231,7 +254,7 @@ if spec then
 end
 if not index then return {'missing', ''} end
 if index.b ~= nil then return {'building', index.b} end
-local tag = string.sub(KEYS[1], 1, -3)
+local documents = 'jw:' .. string.sub(KEYS[1], 4, -3)
 local field = 'x:' .. ARGV[1] .. ':' .. ARGV[2]
 local low, high, descending = ARGV[3], ARGV[4], ARGV[5] == '1'
 local limit, allowance, kinds, most = tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8], tonumber(ARGV[9])
@@ -262,9 +285,10 @@ while true do
   if #chunk == 0 then return out end
   for _, entry in ipairs(chunk) do
     looked = looked + 1
-    local key = tag .. 'd:' .. id_of(entry)
-    if redis.call('HGET', key, field) == entry then
-      local size = redis.call('HSTRLEN', key, 'b')
+    local key = documents .. 'd:' .. id_of(entry)
+    local held = redis.call('HMGET', key, field, 'b')
+    if held[1] == entry then
+      local size = #held[2]
       found = found + 1
       if bytes + size > allowance then
         out[1], out[2] = 'more', entry
@@ -272,7 +296,7 @@ while true do
         return out
       end
       bytes = bytes + size
-      out[#out + 1], out[#out + 2], out[#out + 3] = entry, redis.call('HGET', key, 'b'), size
+      out[#out + 1], out[#out + 2], out[#out + 3] = entry, held[2], size
       if found >= limit then
         out[1], out[2] = 'more', entry
         return out

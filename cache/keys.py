@@ -9,7 +9,7 @@ into ``INDEX_SHARDS`` shards by a CRC32 of the document id, and the shard
     jw:{<coll>:<shard>}:d:<id>   HASH   b = body bytes, e = ETag, m = Last-Modified
     jw:{<coll>:<shard>}:i        ZSET   the ids of that shard, all score 0
     jw:{<coll>:<shard>}:f        STREAM the shard's change feed (``cache.change_feed``)
-    jw:{<coll>:<shard>}:xs, :x:* the shard's declared indexes (``cache.index_scripts``)
+    ji:{<coll>:<shard>}:xs, :x:* the shard's declared indexes (``cache.index_scripts``)
 
 ``<shard>`` is two hex digits. Collection names and ids cannot contain
 ``{`` or ``}`` (see the route patterns), so no other hash tag can appear.
@@ -87,11 +87,15 @@ def feed_key(collection: bytes, shard: int) -> bytes:
     return _tag(collection, shard) + b":f"
 
 
+# Declared indexes' keys: the documents' slot, outside the prefix the hot cache tracks (cache.index_scripts).
+INDEX_PREFIX = b"ji:"
+
+
 def index_spec_key(collection: bytes, shard: int) -> bytes:
     """The spec of the declared indexes one shard keeps (``cache.index_scripts``)."""
-    return _tag(collection, shard) + b":xs"
+    return INDEX_PREFIX + _tag(collection, shard)[len(PREFIX) :] + b":xs"
 
 
 def index_entries_key(collection: bytes, shard: int, name: bytes, version: bytes) -> bytes:
     """One declared index's entries in one shard (``cache.index_scripts``)."""
-    return _tag(collection, shard) + b":x:" + name + b":" + version
+    return INDEX_PREFIX + _tag(collection, shard)[len(PREFIX) :] + b":x:" + name + b":" + version

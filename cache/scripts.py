@@ -86,8 +86,8 @@ local function put(K, A)
   local current = redis.call('HGET', K[1], 'e')
   if current == A[3] then return {3, redis.call('HGET', K[1], 'm')} end
   if not holds(current, A[6], A[7]) then return 0 end
-  local tag = string.sub(K[2], 1, -2)
-  local plan = index_plan(tag, A[1], A[2])  -- before any write: it may refuse the document
+  local itag = index_tag(K[2])
+  local plan = index_plan(itag, A[1], A[2])  -- before any write: it may refuse the document
   local feed_at = feed_start(K, A)
   local stale = 9 + 2 * tonumber(A[8])
   local fields = {'b', A[2], 'e', A[3], 'm', A[4]}
@@ -100,7 +100,7 @@ local function put(K, A)
     redis.call('EXPIRE', K[1], A[5])
   end
   redis.call('ZADD', K[2], 0, A[1])
-  reindex(tag, K[1], plan)
+  reindex(itag, K[1], plan, false)
   log_change(K, A, A[1], A[3])
   if current then return 1 end
   return 2
@@ -115,7 +115,7 @@ local function delete(K, A)
   local current = redis.call('HGET', K[1], 'e')
   if not holds(current, A[2], '') then return 0 end
   if not current then return -1 end
-  unindex(string.sub(K[2], 1, -2), K[1])
+  unindex(index_tag(K[2]), K[1])
   redis.call('DEL', K[1])
   redis.call('ZREM', K[2], A[1])
   log_change(K, A, A[1], '')

@@ -184,7 +184,7 @@ def index_memory(served: Served) -> str:
     documents = int(redis_cli(sockets, "EVAL", _COUNT_IDS, "0", "jw:{indexed:*}:i").strip() or 0)
     parts = []
     for name in THREE:
-        used = int(redis_cli(sockets, "EVAL", _SUM_MEMORY, "0", f"jw:{{indexed:*}}:x:{name}:*").strip() or 0)
+        used = int(redis_cli(sockets, "EVAL", _SUM_MEMORY, "0", f"ji:{{indexed:*}}:x:{name}:*").strip() or 0)
         parts.append(f"{name} {used / max(documents, 1):.0f} B")
     sample = redis_cli(sockets, "EVAL", _SAMPLE_HASH, "0", "jw:{indexed:*}:d:*").split()
     return (

@@ -91,7 +91,7 @@ def test_writes_keep_every_index_exact(redis_client) -> None:
 
 def test_a_collection_without_indexes_writes_as_before(redis_client) -> None:
     assert put(redis_client, b"a", {"email": "a@x"}) == 2
-    assert redis_client.keys(b"jw:{ix:*}:x*") == []
+    assert redis_client.keys(b"ji:{ix:*}*") == []
 
 
 def test_a_document_cjson_cannot_read_is_refused_before_anything_is_written(redis_client) -> None:
@@ -124,7 +124,7 @@ def test_the_build_indexes_what_was_there_and_dropping_removes_it(redis_client) 
     assert entries(redis_client, "by_email") == expected(documents, "by_email")
     assert entries(redis_client, "by_age") == []  # its own build has not run
     spec(redis_client, 2, ())
-    assert redis_client.keys(b"jw:{ix:*}:x*") == []
+    assert redis_client.keys(b"ji:{ix:*}*") == []
 
 
 def query(client: Any, shard: int, index_name: str, low: bytes, high: bytes, limit: int, descending: bool = False):

@@ -178,7 +178,7 @@ def test_an_index_declared_on_documents_is_built_and_dropping_it_removes_it(api,
     found = query_all(api, "late", "email=eq.user1@example.com")
     assert found == [d for _, d in sorted(documents.items()) if d["email"] == "user1@example.com"]
     declare(api, "late", {})
-    assert redis_client.keys(b"jw:{late:*}:x*") == []
+    assert redis_client.keys(b"ji:{late:*}*") == []
     assert api.get("/v1/late?email=eq.user1@example.com").status_code == 400
 
 
