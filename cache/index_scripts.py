@@ -5,6 +5,7 @@ hash tag so every script stays on one slot:
 
     ji:{<coll>:<shard>}:xs              STRING the shard's spec: {"g": generation,
                                                "i": [{"n", "v", "f", "b"?}, ...]}
+    ji:{<coll>:<shard>}:xd              STRING the digest of the indexes the spec lists
     ji:{<coll>:<shard>}:x:<name>:<v>    ZSET   the index's entries, all score 0
     jw:{<coll>:<shard>}:d:<id>  field x:<name>:<v>  the document's entry in it
 
@@ -19,13 +20,18 @@ position in the shard (the last id done; "" before the first): absent,
 the index is built there.
 
 Writes: ``reindex`` runs in the PUT's script after its document is
-stored, ``unindex`` in the DELETE's before it is removed. A write reads the
-shard's spec itself, so an index declared a moment ago is kept by every
+stored, ``unindex`` in the DELETE's before it is removed. A write checks
+the shard's spec itself, so an index declared a moment ago is kept by every
 write from the moment its spec reached the shard, whatever the worker's
 settings cache says; the build (``BUILD``) does the documents written
-before. A document whose body Redis's cjson cannot read (nested past its
-1,000 levels, a lone surrogate escape) is refused by a shard with indexes
-(``UNINDEXABLE``) before anything is written.
+before. The worker sends the entries it computed for the indexes its
+settings list, with their digest (``cache.indexes.index_args``): when the
+shard's spec has that digest they are the ones it would compute, and Redis
+takes them; otherwise (the worker has not yet heard of a change) Redis
+decodes the spec and the body and computes them. A document whose body
+Redis's cjson cannot read then (nested past its 1,000 levels, a lone
+surrogate escape) is refused (``UNINDEXABLE``) before anything is written;
+a build leaves such a document out of the index.
 """
 
 from __future__ import annotations
@@ -86,25 +92,41 @@ local function shard_spec(itag)
   return cjson.decode(spec)
 end
 
--- The entries of one document under the shard's spec, read before anything is written: {index, entry or nil}...
-local function index_plan(itag, id, body)
+local function entry_field(index)
+  return 'x:' .. index.n .. ':' .. index.v
+end
+
+-- The entries of one document under the shard's spec, read before anything is written: {{field, entry or
+-- nil}, ...}, or nil when the shard keeps no index. A write gives its own (A: its arguments from `at`: their
+-- number, the digest of the spec they were made for, then field and entry ('' for none) pairs); they are
+-- taken when the shard's spec has that digest, else Redis makes them from the body.
+local function index_plan(itag, id, body, A, at)
+  local digest = redis.call('GET', itag .. 'xd')
+  if not digest then return nil end
+  local plan = {}
+  if digest == A[at + 1] then
+    for i = 1, tonumber(A[at]) do
+      local entry = A[at + 2 * i + 1]
+      if entry == '' then entry = nil end
+      plan[i] = {A[at + 2 * i], entry}
+    end
+    return plan
+  end
   local spec = shard_spec(itag)
-  if not spec or #spec.i == 0 then return nil end
   local ok, doc = pcall(cjson.decode, body)
   if not ok then
     return error({err = 'UNINDEXABLE the document cannot be indexed (' .. tostring(doc) .. ')'})
   end
-  local plan = {}
-  for i, index in ipairs(spec.i) do plan[i] = {index, index_entry(doc, index, id)} end
+  for i, index in ipairs(spec.i) do plan[i] = {entry_field(index), index_entry(doc, index, id)} end
   return plan
 end
 
--- Sets the document's entries to the plan's ({index, entry or nil}, ...); with `always`, adds each entry even
+-- Sets the document's entries to the plan's ({field, entry or nil}, ...); with `always`, adds each entry even
 -- when the document's field says it has it (the build: a dropped index's field may outlive its entries).
 local function reindex(itag, key, plan, always)
   if not plan then return end
   local fields = {}
-  for i, planned in ipairs(plan) do fields[i] = 'x:' .. planned[1].n .. ':' .. planned[1].v end
+  for i, planned in ipairs(plan) do fields[i] = planned[1] end
   local old = redis.call('HMGET', key, unpack(fields))
   local sets, dels = {}, {}
   for i, planned in ipairs(plan) do
@@ -131,7 +153,7 @@ local function unindex(itag, key)
   local spec = shard_spec(itag)
   if not spec then return end
   local plan = {}
-  for i, index in ipairs(spec.i) do plan[i] = {index, nil} end
+  for i, index in ipairs(spec.i) do plan[i] = {entry_field(index), nil} end
   reindex(itag, key, plan, false)
 end
 
@@ -178,9 +200,11 @@ for name, _ in pairs(kept) do
   dropped = dropped + 1
 end
 if #wanted == 0 then
-  redis.call('DEL', KEYS[1])
+  redis.call('DEL', KEYS[1], tag .. 'xd')
 else
   redis.call('SET', KEYS[1], cjson.encode({g = generation, i = wanted}))
+  -- What a write's own entries must have been made for (cache.indexes.index_args): the spec's digest.
+  redis.call('SET', tag .. 'xd', redis.sha1hex(ARGV[2]))
 end
 return dropped
 """
@@ -215,7 +239,7 @@ for _, id in ipairs(ids) do
     local ok, doc = pcall(cjson.decode, body)
     local entry = nil
     if ok then entry = index_entry(doc, index, id) end
-    reindex(tag, key, {{index, entry}}, true)
+    reindex(tag, key, {{entry_field(index), entry}}, true)
   end
 end
 if #ids < tonumber(ARGV[3]) then

@@ -27,13 +27,14 @@ same script as its document, whatever a worker's settings cache says.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
 from dataclasses import dataclass
 from typing import Any, Dict, List, Tuple
 
-from cache.index_values import BOOLEAN, NUMBER, STRING, TYPES, pointer_tokens
+from cache.index_values import BOOLEAN, NUMBER, STRING, TYPES, entry, pointer_tokens
 
 MAX_INDEXES = 8
 MAX_FIELDS = 3
@@ -137,3 +138,35 @@ def _field(index: str, declared: Any) -> IndexField:
 def spec_json(indexes: Tuple[Index, ...]) -> bytes:
     """The indexes as the shards' spec lists them (their build state is the shard's own)."""
     return json.dumps([index.spec() for index in indexes], separators=(",", ":")).encode()
+
+
+# A write's index arguments when its collection declares none: no entries, and no digest to match.
+NO_INDEX_ARGS: Tuple[Any, ...] = (0, b"")
+
+
+@functools.lru_cache(maxsize=256)
+def _described(indexes: Tuple[Index, ...]) -> Tuple[bytes, Tuple[Tuple[bytes, Any], ...]]:
+    """The spec's digest (as the shards keep it: ``redis.sha1hex`` of the spec) and each index's field and fields."""
+    digest = hashlib.sha1(spec_json(indexes)).hexdigest().encode()
+    fields = tuple(
+        (b"x:%s:%s" % (index.name.encode(), index.version.encode()), [(f.tokens, f.type) for f in index.fields])
+        for index in indexes
+    )
+    return digest, fields
+
+
+def index_args(indexes: Tuple[Index, ...], document: Any, doc_id: bytes) -> Tuple[Any, ...]:
+    """A write's entries, computed here from the parsed ``document``, with the digest of the indexes they are of.
+
+    The write's script uses them when its shard's spec has that digest (the
+    worker's settings are the shard's), and computes the entries itself
+    otherwise: Redis decoding the spec and the body and encoding each value
+    was ~9 µs of a 29 µs create with three indexes (``loadtest/_queries.py``).
+    """
+    if not indexes:
+        return NO_INDEX_ARGS
+    digest, fields = _described(indexes)
+    args: List[Any] = [len(fields), digest]
+    for field, described in fields:
+        args += (field, entry(document, described, doc_id) or b"")
+    return tuple(args)

@@ -87,11 +87,12 @@ local function put(K, A)
   if current == A[3] then return {3, redis.call('HGET', K[1], 'm')} end
   if not holds(current, A[6], A[7]) then return 0 end
   local itag = index_tag(K[2])
-  local plan = index_plan(itag, A[1], A[2])  -- before any write: it may refuse the document
+  local index_at = 9 + 2 * tonumber(A[8])
+  local plan = index_plan(itag, A[1], A[2], A, index_at)  -- before any write: it may refuse the document
   local feed_at = feed_start(K, A)
-  local stale = 9 + 2 * tonumber(A[8])
+  local stale = index_at + 2 + 2 * tonumber(A[index_at])
   local fields = {'b', A[2], 'e', A[3], 'm', A[4]}
-  for i = 9, stale - 1 do fields[#fields + 1] = A[i] end
+  for i = 9, index_at - 1 do fields[#fields + 1] = A[i] end
   redis.call('HSET', K[1], unpack(fields))
   if current and feed_at >= stale then redis.call('HDEL', K[1], unpack(A, stale, feed_at)) end
   if A[5] == '0' then

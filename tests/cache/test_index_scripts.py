@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from cache import keys, scripts
 from cache.index_scripts import BUILD, QUERY, SPEC
 from cache.index_values import EXACT_INTEGERS, entry
-from cache.indexes import declared_indexes, spec_json
+from cache.indexes import declared_indexes, index_args, spec_json
 
 COLL = b"ix"
 INDEXES = declared_indexes(
@@ -41,10 +41,12 @@ def spec(client: Any, generation: int = 1, indexes: Any = INDEXES) -> None:
         client.eval(SPEC.source, 1, keys.index_spec_key(COLL, shard), generation, spec_json(indexes))
 
 
-def put(client: Any, doc_id: bytes, document: Any, etag: bytes = b'"e"') -> Any:
+def put(client: Any, doc_id: bytes, document: Any, etag: bytes = b'"e"', given: Any = None) -> Any:
+    """A PUT through the store's script; ``given``: the worker's entries (``index_args``), else Redis makes them."""
     body = document if isinstance(document, bytes) else json.dumps(document).encode()
     script_keys = [keys.document_key(COLL, doc_id), keys.index_key_for(COLL, doc_id)]
-    return client.eval(scripts.PUT.source, 2, *script_keys, doc_id, body, etag, b"date", b"0", b"", b"", 0)
+    args = (0, b"") if given is None else given
+    return client.eval(scripts.PUT.source, 2, *script_keys, doc_id, body, etag, b"date", b"0", b"", b"", 0, *args)
 
 
 def delete(client: Any, doc_id: bytes) -> Any:
@@ -87,6 +89,23 @@ def test_writes_keep_every_index_exact(redis_client) -> None:
     del documents[b"b"]
     for name in ("by_email", "by_age", "by_team_age", "by_flag"):
         assert entries(redis_client, name) == expected(documents, name), name
+
+
+def test_the_workers_entries_are_taken_only_for_the_spec_they_were_made_for(redis_client) -> None:
+    spec(redis_client)
+    document = {"email": "a@x", "age": 3, "team": {"name": "red"}, "tags": [True]}
+    given = index_args(INDEXES, document, b"g1")
+    assert put(redis_client, b"g1", document, given=given) == 2
+    for name in ("by_email", "by_age", "by_team_age", "by_flag"):
+        assert entries(redis_client, name) == expected({b"g1": document}, name), name
+    # Made for other indexes (a worker that has not heard of a change): Redis computes its own.
+    stale = index_args(INDEXES[:1], {"email": "wrong@x"}, b"g1")
+    assert put(redis_client, b"g1", document, b'"e2"', given=stale) == 1
+    assert entries(redis_client, "by_email") == expected({b"g1": document}, "by_email")
+    # The same digest, believed: what the worker computed is what the shard keeps (hypothesis holds them equal).
+    lie = index_args(INDEXES, {"email": "told@x"}, b"g1")
+    assert put(redis_client, b"g1", document, b'"e3"', given=lie) == 1
+    assert entries(redis_client, "by_email") == expected({b"g1": {"email": "told@x"}}, "by_email")
 
 
 def test_a_collection_without_indexes_writes_as_before(redis_client) -> None:
@@ -177,6 +196,12 @@ def test_lua_and_python_make_the_same_entries(redis_client, email, age, team, fl
     for name in ("by_email", "by_age", "by_team_age", "by_flag"):
         assert entries(redis_client, name) == expected({b"h": document}, name), (name, document)
     delete(redis_client, b"h")
+    # And the fields the worker names are the ones Redis names: its entries replace Redis's exactly.
+    put(redis_client, b"h", document, given=index_args(INDEXES, document, b"h"))
+    for name in ("by_email", "by_age", "by_team_age", "by_flag"):
+        assert entries(redis_client, name) == expected({b"h": document}, name), (name, document)
+    assert delete(redis_client, b"h") == 1
+    assert all(entries(redis_client, name) == [] for name in ("by_email", "by_age", "by_team_age", "by_flag"))
 
 
 def test_numbers_at_the_edge_of_exactness(redis_client) -> None:
