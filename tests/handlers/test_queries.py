@@ -15,6 +15,7 @@ import time
 from typing import Any, Dict, List, Optional
 from urllib.parse import quote
 
+import pytest
 import requests
 
 from cache import keys
@@ -318,3 +319,13 @@ def test_an_index_whose_specs_never_arrived_is_given_again_and_built(api, redis_
     redis_client.delete(*[keys.index_spec_key(b"repaired", shard) for shard in range(0, keys.INDEX_SHARDS, 2)])
     wait_built(api, "repaired", "email=eq.1@x")
     assert len(query_all(api, "repaired", "email=eq.1@x")) == 10
+
+
+@pytest.mark.slow
+def test_ten_thousand_queries_racing_writers_answer_nothing_wrong(api) -> None:
+    """Issue 47's count: 10,000 queries under writers (make test-slow; on the cluster, by hand with
+    JETWAY_TEST_TOPOLOGY=cluster JETWAY_TEST_SLOW=1)."""
+    counts = race(api, "raced10k", 10_000)
+    print(f"race: {counts}")  # make test-slow runs with -rP: the counts go in its log
+    assert counts["queries"] >= 10_000 and counts["writes"] > 1_000, counts
+    assert (counts["not matching"], counts["missing"]) == (0, 0), counts
