@@ -29,8 +29,10 @@ from cache.index_scripts import BUILD, SPEC
 from cache.indexes import Index, spec_json
 from cache.redis.link import Link
 
-# Documents per build step: ~2-4 ms of Redis for small documents.
+# Documents per build step: ~2-4 ms of Redis for small documents; and its bytes, for large ones (Redis
+# decodes each: ~1 ms a MiB).
 STEP = 256
+STEP_BYTES = 1 << 20
 # Shards built at once, each one step in flight: the build's share of Redis (a step's round trip under load
 # is several times its Redis time, so one shard at a time left Redis mostly idle; all 16 would crowd it).
 LANES = 4
@@ -80,7 +82,9 @@ class IndexBuilds:
             spec_key, ids_key = keys.index_spec_key(collection, shard), keys.index_key(collection, shard)
             done = 0
             while not done:
-                done, _ = yield self._link.run_script(BUILD, [spec_key, ids_key], [index.name, index.version, STEP])
+                done, _ = yield self._link.run_script(
+                    BUILD, [spec_key, ids_key], [index.name, index.version, STEP, STEP_BYTES]
+                )
                 self.steps += 1
 
     def _failed(self, failure: Any, collection: bytes, index: Index) -> None:

@@ -210,7 +210,8 @@ return dropped
 """
 )
 
-# KEYS: the shard's spec, its id index. ARGV: index name, version, how many documents this step.
+# KEYS: the shard's spec, its id index. ARGV: index name, version, how many documents this step, and the
+# bytes of documents after which it stops (a step of large documents would hold Redis for their decoding).
 # Indexes the next documents of the shard after the build's position, each
 # from its stored body (a write since the index's spec arrived has indexed
 # its document already: this sets the same entry again). Returns {done,
@@ -232,6 +233,7 @@ local documents = 'jw:' .. string.sub(tag, 4)
 local start = '-'
 if index.b ~= '' then start = '(' .. index.b end
 local ids = redis.call('ZRANGEBYLEX', KEYS[2], start, '+', 'LIMIT', 0, tonumber(ARGV[3]))
+local bytes, cap, last = 0, tonumber(ARGV[4]), nil
 for _, id in ipairs(ids) do
   local key = documents .. 'd:' .. id
   local body = redis.call('HGET', key, 'b')
@@ -240,12 +242,15 @@ for _, id in ipairs(ids) do
     local entry = nil
     if ok then entry = index_entry(doc, index, id) end
     reindex(tag, key, {{entry_field(index), entry}}, true)
+    bytes = bytes + #body
   end
+  last = id
+  if bytes >= cap then break end
 end
-if #ids < tonumber(ARGV[3]) then
+if #ids < tonumber(ARGV[3]) and last == ids[#ids] then
   index.b = nil
 else
-  index.b = ids[#ids]
+  index.b = last
 end
 redis.call('SET', KEYS[1], cjson.encode(spec))
 if index.b == nil then return {1, ''} end

@@ -139,11 +139,37 @@ def test_the_build_indexes_what_was_there_and_dropping_removes_it(redis_client) 
                 index.name,
                 index.version,
                 3,
+                1 << 20,
             )
     assert entries(redis_client, "by_email") == expected(documents, "by_email")
     assert entries(redis_client, "by_age") == []  # its own build has not run
     spec(redis_client, 2, ())
     assert redis_client.keys(b"ji:{ix:*}*") == []
+
+
+def test_a_build_step_stops_at_its_bytes(redis_client) -> None:
+    for n in range(40):
+        put(redis_client, b"big%d" % n, {"email": f"{n}@x", "pad": "x" * 1000})
+    spec(redis_client)
+    index = next(index for index in INDEXES if index.name == "by_email")
+    steps = 0
+    for shard in range(keys.INDEX_SHARDS):
+        state = [0]
+        while state[0] == 0:
+            state = redis_client.eval(
+                BUILD.source,
+                2,
+                keys.index_spec_key(COLL, shard),
+                keys.index_key(COLL, shard),
+                index.name,
+                index.version,
+                256,
+                500,
+            )
+            steps += 1
+    per_shard = [redis_client.zcard(keys.index_key(COLL, shard)) for shard in range(keys.INDEX_SHARDS)]
+    assert steps == sum(max(count, 1) for count in per_shard)  # one document a step: each is over the bytes
+    assert len(entries(redis_client, "by_email")) == 40
 
 
 def query(client: Any, shard: int, index_name: str, low: bytes, high: bytes, limit: int, descending: bool = False):
