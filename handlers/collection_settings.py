@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from twisted.internet import defer
 
-from cache import codec
+from cache import codec, keys
 from cache.collection_settings import CollectionSettings, SettingsError
 from cache.indexes import Index, IndexDeclarationError, declared_indexes
 from cache.schema import InvalidSchema
@@ -60,6 +60,9 @@ class CollectionSettingsHandler(_AdminHandler):
         if indexes:
             progress = yield self.store.index_builds.progress(name.encode(), indexes)
             self.set_header("Index-Builds", index_builds_header(progress))
+            unbuilt = [index for index in indexes if progress[index.name]["shards_built"] < keys.INDEX_SHARDS]
+            if unbuilt:  # a build whose worker stopped (a restart, a failover) goes on from where it was
+                self.store.index_builds.ensure(name.encode(), unbuilt)
         inm = validation.entity_tags(self.request.headers.get("If-None-Match"), weak=True)
         self.set_header("ETag", etag)
         if inm == b"*" or etag in inm.split():
@@ -95,6 +98,8 @@ class CollectionSettingsHandler(_AdminHandler):
         if stored is None:
             raise precondition_failed("the settings do not match the request's conditions")
         settings, created = stored
+        # Indexes new to documents already there are built from here, in the background (cache.index_builds).
+        self.store.index_builds.ensure(name.encode(), settings.indexes)
         self.set_header("ETag", settings.etag)
         self.send_bytes(201 if created else 200, settings.body)
 
