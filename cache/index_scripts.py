@@ -6,6 +6,7 @@ hash tag so every script stays on one slot:
     ji:{<coll>:<shard>}:xs              STRING the shard's spec: {"g": generation,
                                                "i": [{"n", "v", "f", "b"?}, ...]}
     ji:{<coll>:<shard>}:xd              STRING the digest of the indexes the spec lists
+    ji:{<coll>:<shard>}:xst             HASH   <name>:<v> -> "1" built, "0<position>" building
     ji:{<coll>:<shard>}:x:<name>:<v>    ZSET   the index's entries, all score 0
     jw:{<coll>:<shard>}:d:<id>  field x:<name>:<v>  the document's entry in it
 
@@ -199,12 +200,19 @@ for name, _ in pairs(kept) do
   redis.call('UNLINK', tag .. 'x:' .. name)
   dropped = dropped + 1
 end
+redis.call('DEL', tag .. 'xst')
 if #wanted == 0 then
   redis.call('DEL', KEYS[1], tag .. 'xd')
 else
   redis.call('SET', KEYS[1], cjson.encode({g = generation, i = wanted}))
   -- What a write's own entries must have been made for (cache.indexes.index_args): the spec's digest.
   redis.call('SET', tag .. 'xd', redis.sha1hex(ARGV[2]))
+  -- Each index's state, for queries and progress to read without decoding the spec.
+  for _, index in ipairs(wanted) do
+    local state = '1'
+    if index.b then state = '0' .. index.b end
+    redis.call('HSET', tag .. 'xst', index.n .. ':' .. index.v, state)
+  end
 end
 return dropped
 """
@@ -247,12 +255,15 @@ for _, id in ipairs(ids) do
   last = id
   if bytes >= cap then break end
 end
+local state = '1'
 if #ids < tonumber(ARGV[3]) and last == ids[#ids] then
   index.b = nil
 else
   index.b = last
+  state = '0' .. last
 end
 redis.call('SET', KEYS[1], cjson.encode(spec))
+redis.call('HSET', tag .. 'xst', ARGV[1] .. ':' .. ARGV[2], state)
 if index.b == nil then return {1, ''} end
 return {0, index.b}
 """
@@ -274,15 +285,10 @@ QUERY = Script(
     (
         _ENCODE
         + """
-local spec = redis.call('GET', KEYS[1])
-local index = nil
-if spec then
-  for _, candidate in ipairs(cjson.decode(spec).i) do
-    if candidate.n == ARGV[1] and candidate.v == ARGV[2] then index = candidate end
-  end
-end
-if not index then return {'missing', ''} end
-if index.b ~= nil then return {'building', index.b} end
+-- The index's state in the shard, without decoding its spec: '1' built, '0' .. position building.
+local state = redis.call('HGET', string.sub(KEYS[1], 1, -3) .. 'xst', ARGV[1] .. ':' .. ARGV[2])
+if not state then return {'missing', ''} end
+if state ~= '1' then return {'building', string.sub(state, 2)} end
 local documents = 'jw:' .. string.sub(KEYS[1], 4, -3)
 local field = 'x:' .. ARGV[1] .. ':' .. ARGV[2]
 local low, high, descending = ARGV[3], ARGV[4], ARGV[5] == '1'

@@ -99,3 +99,8 @@ def index_spec_key(collection: bytes, shard: int) -> bytes:
 def index_entries_key(collection: bytes, shard: int, name: bytes, version: bytes) -> bytes:
     """One declared index's entries in one shard (``cache.index_scripts``)."""
     return INDEX_PREFIX + _tag(collection, shard)[len(PREFIX) :] + b":x:" + name + b":" + version
+
+
+def index_states_key(collection: bytes, shard: int) -> bytes:
+    """Each declared index's state in one shard: built, or where its build is (``cache.index_scripts``)."""
+    return INDEX_PREFIX + _tag(collection, shard)[len(PREFIX) :] + b":xst"
