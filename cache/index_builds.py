@@ -7,10 +7,11 @@ moment a shard holds an index's spec, each write's script keeps the index
 for the document it writes (``cache.index_scripts``).
 
 ``IndexBuilds`` indexes the documents written before, shard by shard, in
-``BUILD`` steps of ``STEP`` documents (each one script call of a few ms,
-so Redis serves everyone else between two), one step in flight per
-index. The position is kept in the shard's spec, so a build is resumed by
-whoever calls ``ensure`` next: the worker that stored the settings, or any
+``BUILD`` steps of ``STEP`` documents (each one script call of a ms or
+two), one step in flight per index, and a pause after each (``PAUSE``)
+so that reads and writes keep most of Redis and of the worker. The
+position is kept in the shard's spec, so a build is resumed by whoever
+calls ``ensure`` next: the worker that stored the settings, or any
 worker whose query met the index unbuilt (a restart, a failover, a worker
 that died mid-build). Two workers building one index at once do it twice,
 not wrongly: a step sets each document's entry from its stored bytes, in
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Sequence, Set, Tuple
 
-from twisted.internet import defer
+from twisted.internet import defer, reactor, task
 from twisted.logger import Logger
 
 from cache import keys
@@ -29,14 +30,14 @@ from cache.index_scripts import BUILD, SPEC
 from cache.indexes import Index, spec_json
 from cache.redis.link import Link
 
-# Documents per build step, ~1 ms of Redis for small documents, and its bytes for large ones (Redis
-# decodes each, ~1 ms a MiB): a step holds every other command for as long as it runs, and a PUT's
-# latency is what sets its throughput.
-STEP = 64
+# Documents per build step, ~1-2 ms of Redis for small documents, and its bytes for large ones (Redis
+# decodes each, ~1 ms a MiB): a step holds every other command for as long as it runs.
+STEP = 128
 STEP_BYTES = 256 * 1024
-# Shards built at once, each one step in flight: the build's share of Redis. With four lanes of 256-document
-# steps, a build of 1,000,000 documents took 15 s and left PUTs at 0.49x their rate meanwhile.
-LANES = 2
+# After each step the build waits this many times as long as the step took: its share of Redis, and of the
+# worker. Unpaced, one shard at a time in steps of 256 documents, a build of 1,000,000 documents took 15 s
+# and left PUTs at 0.49x their rate meanwhile; in steps of 64, 18.5 s and 0.65x (loadtest/_queries.py).
+PAUSE = 2.0
 _log = Logger()
 
 
@@ -58,8 +59,9 @@ def _all_ok(outcomes: Any) -> None:
 class IndexBuilds:
     """The builds this worker runs: at most one per index version."""
 
-    def __init__(self, link: Link) -> None:
+    def __init__(self, link: Link, clock: Any = None) -> None:
         self._link = link
+        self._clock = reactor if clock is None else clock
         self._running: Set[Tuple[bytes, str, str]] = set()
         self.steps = 0  # build steps this worker ran (a metric)
 
@@ -83,10 +85,13 @@ class IndexBuilds:
             spec_key, ids_key = keys.index_spec_key(collection, shard), keys.index_key(collection, shard)
             done = 0
             while not done:
+                started = self._clock.seconds()
                 done, _ = yield self._link.run_script(
                     BUILD, [spec_key, ids_key], [index.name, index.version, STEP, STEP_BYTES]
                 )
                 self.steps += 1
+                if not done:  # the others' turn: as long again as this step took, twice
+                    yield task.deferLater(self._clock, (self._clock.seconds() - started) * PAUSE, lambda: None)
 
     def _failed(self, failure: Any, collection: bytes, index: Index) -> None:
         # Redis away, or failing over: the next query that meets the index unbuilt starts it again.
@@ -107,11 +112,6 @@ class IndexBuilds:
             for shard in range(keys.INDEX_SHARDS)
         ]
         return self._link.pipeline(reads).addCallback(_progress_of, indexes)
-
-
-def _first_error(failure: Any) -> Any:
-    failure.trap(defer.FirstError)
-    return failure.value.subFailure
 
 
 def _state_field(index: Index) -> bytes:
