@@ -36,8 +36,9 @@ STEP = 128
 STEP_BYTES = 256 * 1024
 # After each step the build waits this many times as long as the step took: its share of Redis, and of the
 # worker. Unpaced, one shard at a time in steps of 256 documents, a build of 1,000,000 documents took 15 s
-# and left PUTs at 0.49x their rate meanwhile; in steps of 64, 18.5 s and 0.65x (loadtest/_queries.py).
-PAUSE = 2.0
+# and left PUTs at 0.49x their rate meanwhile; in steps of 64, 18.5 s and 0.65x; steps of 128 paced 2x,
+# 63 s and 0.75x (reads 0.77x) (loadtest/_queries.py).
+PAUSE = 3.0
 _log = Logger()
 
 
@@ -90,7 +91,7 @@ class IndexBuilds:
                     BUILD, [spec_key, ids_key], [index.name, index.version, STEP, STEP_BYTES]
                 )
                 self.steps += 1
-                if not done:  # the others' turn: as long again as this step took, twice
+                if not done:  # the others' turn: PAUSE times as long as this step took
                     yield task.deferLater(self._clock, (self._clock.seconds() - started) * PAUSE, lambda: None)
 
     def _failed(self, failure: Any, collection: bytes, index: Index) -> None:
