@@ -50,7 +50,9 @@ class IndexDeclarationError(ValueError):
     """Declared indexes that cannot be stored; the message says which and why."""
 
 
-@dataclass(frozen=True)
+# Compared and hashed by identity (eq=False): ``index_args`` finds an index list's digest by it on every write,
+# and hashing the fields' nested tuples each time cost a few µs.
+@dataclass(frozen=True, eq=False)
 class IndexField:
     name: str
     pointer: str
@@ -58,7 +60,7 @@ class IndexField:
     type: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Index:
     name: str
     fields: Tuple[IndexField, ...]
