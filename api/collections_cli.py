@@ -35,6 +35,12 @@ def add_parser(commands: Any) -> None:
     setting.add_argument("--max-bytes", type=int, help="largest document, in bytes")
     setting.add_argument("--cache-control", help="the Cache-Control value for the collection's reads")
     setting.add_argument("--write-replicas", type=int, help="replicas a write waits for (instead of the default)")
+    setting.add_argument(
+        "--indexes",
+        type=argparse.FileType("rb"),
+        help='a JSON file of declared indexes: {"by_email": {"fields": [{"name": "email", "pointer": "/email",'
+        ' "type": "string"}]}} (docs/api.md, "Queries over declared indexes"); a new one is built by the workers',
+    )
     for action, what in (("show", "print a collection's settings"), ("delete", "remove a collection's settings")):
         actions.add_parser(action, help=what).add_argument("collection", type=_collection)
     actions.add_parser("list", help="every collection with settings")
@@ -64,6 +70,9 @@ def _values(args: argparse.Namespace) -> Dict[str, Any]:
     if args.schema is not None:
         with args.schema:
             values["schema"] = codec.loads(args.schema.read())
+    if args.indexes is not None:
+        with args.indexes:
+            values["indexes"] = codec.loads(args.indexes.read())
     for name in ("ttl", "max_bytes", "cache_control", "write_replicas"):
         if getattr(args, name) is not None:
             values[name] = getattr(args, name)

@@ -100,6 +100,13 @@ class Metrics:
         self.feed_lost = Counter("jetway_feed_lost", "Streams ended because their position was gone", registry=None)
         self.feed_stats = FeedStats()
         self._feed_flushed = FeedStats()
+        self.index_build_steps = Counter(
+            "jetway_index_build_steps",
+            "Steps of declared indexes' builds the workers ran (up to 256 documents each, cache/index_builds.py)",
+            registry=None,
+        )
+        self.index_builds: Optional[Any] = None  # the store's cache.index_builds.IndexBuilds
+        self._index_steps_flushed = 0
         self._bounds = (*_BUCKETS, float("inf"))
         # The status as a number: its text is made at the flush, not per request.
         self._requests: Dict[Tuple[str, str, int], int] = defaultdict(int)
@@ -145,6 +152,10 @@ class Metrics:
         if self.hot_cache is not None:
             self.hot_cache.flush()
         self._flush_feed()
+        if self.index_builds is not None:
+            steps = self.index_builds.steps
+            self.index_build_steps.inc(steps - self._index_steps_flushed)
+            self._index_steps_flushed = steps
 
     def _flush_feed(self) -> None:
         stats, flushed = self.feed_stats, self._feed_flushed

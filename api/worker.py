@@ -167,6 +167,7 @@ def assemble(
         variants=Variants(settings.compress_min_bytes),
         feed=FeedLog(True, settings.feed_max_events, settings.feed_max_age) if settings.feed else NO_FEED,
     )
+    metrics.index_builds = store.index_builds
     feed = _feed(settings, link, reactor)
     tickets = TicketStore(link, settings.feed_ticket_ttl) if feed is not None else None
     tokens = TokenCache(TokenStore(link), settings.redis, reactor, settings.redis_timeout) if settings.auth else None

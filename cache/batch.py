@@ -268,6 +268,7 @@ class BatchRunner:
             operation.ttl,
             operation.etag,
             operation.op.encode(),  # the change feed names a batch's write as it names the same write alone
+            operation.indexed,
         )
 
     def _prepare_patch(self, result: OperationResult, base: Any) -> Optional[PreparedPut]:

@@ -7,8 +7,9 @@ bytes the results carry, and the runner can both name them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional, Tuple
 
+from cache.indexes import NO_INDEX_ARGS
 from cache.store import NO_CONDITIONS, Conditions, Document
 
 if TYPE_CHECKING:
@@ -35,6 +36,7 @@ class Operation:
     max_size: int = 1 << 20  # of a patch's merged document
     check: Optional[Check] = None
     replicas: Optional[int] = None  # the collection's own write_replicas (None: the deployment's)
+    indexed: Tuple[Any, ...] = NO_INDEX_ARGS  # a put's entries in its collection's indexes (cache.indexes)
 
 
 @dataclass

@@ -33,6 +33,8 @@ from twisted.internet import defer
 
 from cache import codec
 from cache.errors import StoreError
+from cache.index_builds import apply_specs
+from cache.indexes import Index, IndexDeclarationError, declared_indexes
 from cache.redis.link import Link
 from cache.redis.script import Script
 from cache.schema import CompiledSchema, DocumentInvalid, InvalidSchema, compile_schema
@@ -44,7 +46,7 @@ MAX_TTL = 31_536_000
 MAX_REPLICAS = 16
 # What a Cache-Control value may hold: visible ASCII and spaces, no line breaks.
 _CACHE_CONTROL = re.compile(r"[\x20-\x7e]{1,256}\Z")
-FIELDS = ("schema", "ttl", "max_bytes", "cache_control", "write_replicas")
+FIELDS = ("schema", "ttl", "max_bytes", "cache_control", "write_replicas", "indexes")
 
 
 class SettingsError(ValueError):
@@ -82,8 +84,14 @@ def settings_key(collection: bytes) -> bytes:
     return _TAG + b":c:" + collection
 
 
-# KEYS: settings key, names. ARGV: name, settings JSON, new etag, If-Match, If-None-Match, channel.
-# Returns 0 when a condition failed, 1 replaced, 2 created.
+def generation_key(collection: bytes) -> bytes:
+    """A counter of the collection's settings changes: it orders the index specs its shards get."""
+    return _TAG + b":g:" + collection
+
+
+# KEYS: settings key, names, generation. ARGV: name, settings JSON, new etag, If-Match, If-None-Match, channel.
+# Returns {0} when a condition failed, {1, generation} replaced, {2, generation} created. The generation
+# (kept apart, so that it outlives a DELETE) orders the index specs the shards get (cache.index_builds).
 _PUT = Script(
     b"""
 local current = redis.call('HGET', KEYS[1], 'e')
@@ -93,32 +101,38 @@ local function matches(header)
   for tag in string.gmatch(header, '%S+') do if tag == current then return true end end
   return false
 end
-if ARGV[4] ~= '' and not matches(ARGV[4]) then return 0 end
-if ARGV[5] ~= '' and matches(ARGV[5]) then return 0 end
+if ARGV[4] ~= '' and not matches(ARGV[4]) then return {0} end
+if ARGV[5] ~= '' and matches(ARGV[5]) then return {0} end
 redis.call('HSET', KEYS[1], 's', ARGV[2], 'e', ARGV[3])
 redis.call('ZADD', KEYS[2], 0, ARGV[1])
 redis.call('PUBLISH', ARGV[6], ARGV[1])
-if current then return 1 end
-return 2
+local generation = redis.call('INCR', KEYS[3])
+if current then return {1, generation} end
+return {2, generation}
 """
 )
 
-# KEYS: settings key, names. ARGV: name, If-Match, channel. Returns 0 condition failed, -1 missing, 1 deleted.
+# KEYS: settings key, names, generation. ARGV: name, If-Match, channel.
+# Returns {0} condition failed, {-1} missing, {1, generation} deleted.
 _DELETE = Script(
     b"""
 local current = redis.call('HGET', KEYS[1], 'e')
 if ARGV[2] ~= '' and ARGV[2] ~= '*' then
   local found = false
   for tag in string.gmatch(ARGV[2], '%S+') do if tag == current then found = true end end
-  if not found then return 0 end
+  if not found then return {0} end
 end
-if not current then return -1 end
+if not current then return {-1} end
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('PUBLISH', ARGV[3], ARGV[1])
-return 1
+return {1, redis.call('INCR', KEYS[3])}
 """
 )
+
+
+# KEYS: settings key, generation. Returns {settings JSON or false, generation or false}, read together.
+_READ_WITH_GENERATION = Script(b"return {redis.call('HGET', KEYS[1], 's'), redis.call('GET', KEYS[2])}")
 
 
 @dataclass(frozen=True)
@@ -133,6 +147,7 @@ class CollectionSettings:
     max_bytes: Optional[int] = None
     cache_control: Optional[str] = None
     write_replicas: Optional[int] = None
+    indexes: Tuple[Index, ...] = ()  # cache.indexes
     schema_refused: Optional[str] = None  # why this version refuses the stored schema: no write is taken
     settings_refused: Optional[str] = None  # why this version refuses the other stored settings: no write either
 
@@ -190,6 +205,7 @@ def parse_settings(name: str, body: bytes, etag: bytes, compiled: Optional[Compi
         max_bytes=values.get("max_bytes"),
         cache_control=values.get("cache_control"),
         write_replicas=values.get("write_replicas"),
+        indexes=declared_indexes(values["indexes"]) if "indexes" in values else (),
     )
 
 
@@ -247,6 +263,11 @@ def checked_values(values: Any) -> Dict[str, Any]:
         raise SettingsError("cache_control must be a Cache-Control header value (printable ASCII, 1-256 characters)")
     if "schema" in values and values["schema"] is None:
         raise SettingsError("schema must be a JSON Schema object; leave it out for none")
+    if values.get("indexes") is not None:
+        try:
+            declared_indexes(values["indexes"])
+        except IndexDeclarationError as error:
+            raise SettingsError(f"indexes: {error}") from None
     return {name: value for name, value in values.items() if value is not None}
 
 
@@ -278,6 +299,10 @@ class CollectionSettingsStore:
     ) -> Any:
         """Store checked settings; fires with ``(CollectionSettings, created)``; ``None`` when a condition failed.
 
+        Then each index shard of the collection gets the spec of its
+        declared indexes (``cache.index_builds.apply_specs``): the writes
+        keep them from then on, and the indexes new to it are to be built.
+
         ``compiled`` is ``values``' schema compiled already (off the reactor
         thread: ``cache.schema_versions``); without it, it is compiled here.
         """
@@ -285,16 +310,47 @@ class CollectionSettingsStore:
         settings = parse_settings(name, body, self._new_etag(), compiled)
         result = yield self._link.run_script(
             _PUT,
-            [settings_key(name.encode()), NAMES_KEY],
+            [settings_key(name.encode()), NAMES_KEY, generation_key(name.encode())],
             [name, body, settings.etag, if_match, if_none_match, CHANGED_CHANNEL],
         )
-        return None if result == 0 else (settings, result == 2)
+        if result[0] == 0:
+            return None
+        yield apply_specs(self._link, name.encode(), result[1], settings.indexes)
+        return settings, result[0] == 2
 
-    def delete(self, name: str, if_match: bytes = b"") -> defer.Deferred:
-        """Fires with 1 (deleted), 0 (a condition failed) or -1 (no settings)."""
-        return self._link.run_script(
-            _DELETE, [settings_key(name.encode()), NAMES_KEY], [name, if_match, CHANGED_CHANNEL]
+    @defer.inlineCallbacks
+    def delete(self, name: str, if_match: bytes = b"") -> Any:
+        """Fires with 1 (deleted), 0 (a condition failed) or -1 (no settings); a deletion drops the indexes."""
+        result = yield self._link.run_script(
+            _DELETE,
+            [settings_key(name.encode()), NAMES_KEY, generation_key(name.encode())],
+            [name, if_match, CHANGED_CHANNEL],
         )
+        if result[0] == 1:
+            yield apply_specs(self._link, name.encode(), result[1], ())
+        return result[0]
+
+    @defer.inlineCallbacks
+    def reapply_indexes(self, name: str) -> Any:
+        """Give the shards the indexes the stored settings declare, again; fires with those indexes.
+
+        For a settings change whose specs did not all arrive (the worker
+        that stored it died in between, or Redis went away): a query that
+        finds an index missing from a shard calls this. The settings and
+        their generation are read together, so a later change is never
+        undone by it.
+        """
+        body, generation = yield self._link.run_script(
+            _READ_WITH_GENERATION, [settings_key(name.encode()), generation_key(name.encode())], []
+        )
+        if body is None or generation is None:
+            return ()
+        try:  # the indexes alone: the schema is not compiled here, on the reactor's thread
+            indexes = declared_indexes(_loaded(body).get("indexes") or {})
+        except IndexDeclarationError:
+            return ()
+        yield apply_specs(self._link, name.encode(), int(generation), indexes)
+        return indexes
 
     @defer.inlineCallbacks
     def read_all(self) -> Any:

@@ -8,7 +8,7 @@ for replicas goes through a pool of its own (``cache.write_concern``).
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from twisted.internet import defer
 from twisted.python.failure import Failure
@@ -31,6 +31,7 @@ from cache.document import (
 from cache.errors import DocumentNotFound, DocumentTooLarge, NotReplicated, PreconditionFailed, WriteConflict
 from cache.hot_cache import HotCache
 from cache.ids import EtagFactory, UlidFactory
+from cache.indexes import NO_INDEX_ARGS
 from cache.merge_patch import merge_patch
 from cache.redis.link import Link
 from cache.redis.script import Script
@@ -62,14 +63,16 @@ class DocumentWrites:
         ttl: Optional[int] = None,
         etag: Optional[bytes] = None,
         replicas: Optional[int] = None,
+        indexed: Sequence[Any] = NO_INDEX_ARGS,
     ) -> defer.Deferred:
         """Create or replace; fires with ``(Document, Created)``; ``etag``: a planned one (``new_etag``).
 
         ``replicas``: the collection's own write concern (None: the store's).
+        ``indexed``: the document's entries in its collection's indexes (``cache.indexes.index_args``).
         """
         if conditions.unmodified_since is not None and not conditions.if_match:
             return self._write_unmodified(collection, doc_id, body, conditions, ttl, replicas)
-        return self._write(collection, doc_id, body, conditions, b"%d" % (ttl or 0), etag, replicas)
+        return self._write(collection, doc_id, body, conditions, b"%d" % (ttl or 0), etag, replicas, indexed=indexed)
 
     @defer.inlineCallbacks
     def _write_unmodified(
@@ -220,10 +223,11 @@ class DocumentWrites:
         etag: Optional[bytes] = None,
         replicas: Optional[int] = None,
         op: bytes = b"put",
+        indexed: Sequence[Any] = NO_INDEX_ARGS,
     ) -> defer.Deferred:
         """The script call that writes, and its outcome. Plain callbacks, as the read (no generator per write)."""
         try:
-            write = self.prepare_put(collection, doc_id, body, conditions, ttl, etag, op)
+            write = self.prepare_put(collection, doc_id, body, conditions, ttl, etag, op, indexed)
             concern = self._concern(replicas)
             sent = self._send_write(scripts.PUT, write.keys, write.args, concern)
         except Exception:
@@ -250,11 +254,13 @@ class DocumentWrites:
         ttl: bytes,
         etag: Optional[bytes] = None,
         op: bytes = b"put",
+        indexed: Sequence[Any] = NO_INDEX_ARGS,
     ) -> PreparedPut:
         """A create-or-replace as the script call that makes it (``put_outcome`` reads its reply).
 
         ``ttl``: ``b''`` keeps the expiry, ``b'0'`` removes it, ``b'N'`` sets N seconds.
         ``op``: the operation its change-feed event names (``cache.change_feed.OPS``).
+        ``indexed``: its entries in the collection's declared indexes (``cache.indexes.index_args``).
         """
         encoded = self._variants.encode(body)
         document = Document(body, etag or self._etags.new(), self._now_as_http_date(), encoded)
@@ -262,13 +268,14 @@ class DocumentWrites:
         feed_keys, feed_args = self._feed.script_parts(op, collection, shard)
         head = [doc_id, body, document.etag, document.last_modified, ttl, conditions.if_match, conditions.if_none_match]
         if not encoded:  # the usual document, too small to compress: every variant field is an earlier version's
-            args = [*head, 0, *VARIANT_FIELDS, *feed_args]
+            args = [*head, 0, *indexed, *VARIANT_FIELDS, *feed_args]
         else:
             stored = {FIELDS[coding] for coding, _ in encoded}
             args = [
                 *head,
                 len(encoded),
                 *(part for coding, data in encoded for part in (FIELDS[coding], data)),
+                *indexed,
                 # Variants an earlier version had and this one has not.
                 *(field for field in VARIANT_FIELDS if field not in stored),
                 *feed_args,

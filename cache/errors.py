@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Optional
 
 from cache.redis.errors import (
+    DocumentNotIndexable,
     RedisNotReady,
     RedisOutOfMemory,
     RedisReplyError,
@@ -20,6 +21,7 @@ from cache.redis.errors import (
 
 __all__ = [
     "DocumentNotFound",
+    "DocumentNotIndexable",
     "DocumentTooLarge",
     "NotReplicated",
     "PreconditionFailed",

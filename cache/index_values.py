@@ -9,10 +9,11 @@ the document's id. For that byte order to be the values' order:
 
 - a number is its IEEE 754 double, big-endian, with the sign bit flipped
   (all bits, for a negative one): the bytes of -1.5 < -0 = 0 < 2 < 1e300
-  sort as the numbers do; -0 is stored as 0, and an integer beyond 2**53
-  (which a double cannot hold exactly, so that two such integers would
-  share an entry and an equality query could answer the other one) is not
-  indexed;
+  sort as the numbers do; -0 is stored as 0, and a number of magnitude
+  2**53 or more is not indexed: past it a double does not hold every
+  integer, so two integers would share an entry and an equality query
+  could answer the other one (and Redis's Lua, which computes a write's
+  entries, sees numbers only as doubles);
 - a string is its UTF-8 bytes (whose byte order is the code points'
   order), each 0x00 byte written 0x00 0xFF and the end marked 0x00 0x00, so
   that "a" sorts before "a\\u0000" and "ab", and a value is never a prefix
@@ -20,8 +21,13 @@ the document's id. For that byte order to be the values' order:
 - a boolean is one byte, 0x00 for false and 0x01 for true.
 
 A document whose member is missing, or of another type than the index's
-(a number where a string is declared, an object, null, an integer past
+(a number where a string is declared, an object, null, a number past
 2**53), has no entry in that index: it is simply not found by its queries.
+
+The same encoding is written twice: here, for a query's bounds, and in
+Lua (``cache.index_scripts``), for a write's entries, which Redis computes
+from the stored bytes in the write's own script. ``tests/cache/test_index_scripts.py``
+holds the two to the same bytes.
 """
 
 from __future__ import annotations
@@ -31,10 +37,8 @@ from typing import Any, Optional, Sequence, Tuple
 
 STRING, NUMBER, BOOLEAN = "string", "number", "boolean"
 TYPES = (STRING, NUMBER, BOOLEAN)
-# The largest integer a double holds exactly, with its neighbours: past it, two integers share one double.
+# Numbers indexed are of magnitude below this: from it on, a double does not hold every integer.
 EXACT_INTEGERS = 2**53
-# Above every byte an entry's id may hold (ids are ASCII): the end of a prefix's range.
-AFTER = b"\xff"
 
 _MISSING = object()
 
@@ -90,11 +94,11 @@ def encode(value: Any, kind: str) -> Optional[bytes]:
     if kind == NUMBER:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return None
-        if isinstance(value, int) and not -EXACT_INTEGERS <= value <= EXACT_INTEGERS:
-            return None
+        if isinstance(value, int) and not -EXACT_INTEGERS < value < EXACT_INTEGERS:
+            return None  # before float(): a huge integer would not even convert
         number = float(value)
-        if number != number or number in (float("inf"), float("-inf")):
-            return None  # not JSON's; a parser that let one through does not make it an entry
+        if not -EXACT_INTEGERS < number < EXACT_INTEGERS:
+            return None  # and inf; NaN fails the comparison too
         if number == 0:
             number = 0.0  # -0 and 0 are one value
         (bits,) = struct.unpack(">Q", struct.pack(">d", number))
@@ -120,3 +124,27 @@ def entry(document: Any, fields: Sequence[Tuple[Tuple[str, ...], str]], doc_id: 
         parts.append(encoded)
     parts.append(doc_id)
     return b"".join(parts)
+
+
+def prefix_end(prefix: bytes) -> Optional[bytes]:
+    """The smallest bytes above every string that starts with ``prefix`` (None: no such bytes, all 0xFF).
+
+    An exclusive upper bound, ``(`` + this, for "every entry that starts
+    with the prefix": entries go on after a value with bytes of any value
+    (a number's first byte may be 0xFF), so no fixed suffix would do.
+    """
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        return None
+    return stripped[:-1] + bytes([stripped[-1] + 1])
+
+
+def id_of(entry: bytes, kinds: str) -> bytes:
+    """The id at the end of an entry of an index whose fields' type letters are ``kinds`` (``Index.kinds``)."""
+    at = 0
+    for kind in kinds:
+        if kind == "s":
+            at = entry.index(b"\x00\x00", at) + 2
+        else:
+            at += 8 if kind == "n" else 1
+    return entry[at:]

@@ -9,6 +9,7 @@ into ``INDEX_SHARDS`` shards by a CRC32 of the document id, and the shard
     jw:{<coll>:<shard>}:d:<id>   HASH   b = body bytes, e = ETag, m = Last-Modified
     jw:{<coll>:<shard>}:i        ZSET   the ids of that shard, all score 0
     jw:{<coll>:<shard>}:f        STREAM the shard's change feed (``cache.change_feed``)
+    ji:{<coll>:<shard>}:xs, :x:* the shard's declared indexes (``cache.index_scripts``)
 
 ``<shard>`` is two hex digits. Collection names and ids cannot contain
 ``{`` or ``}`` (see the route patterns), so no other hash tag can appear.
@@ -84,3 +85,22 @@ def index_key_for(collection: bytes, doc_id: bytes) -> bytes:
 def feed_key(collection: bytes, shard: int) -> bytes:
     """The capped stream of one shard's changes, in the slot of its documents (``cache.change_feed``)."""
     return _tag(collection, shard) + b":f"
+
+
+# Declared indexes' keys: the documents' slot, outside the prefix the hot cache tracks (cache.index_scripts).
+INDEX_PREFIX = b"ji:"
+
+
+def index_spec_key(collection: bytes, shard: int) -> bytes:
+    """The spec of the declared indexes one shard keeps (``cache.index_scripts``)."""
+    return INDEX_PREFIX + _tag(collection, shard)[len(PREFIX) :] + b":xs"
+
+
+def index_entries_key(collection: bytes, shard: int, name: bytes, version: bytes) -> bytes:
+    """One declared index's entries in one shard (``cache.index_scripts``)."""
+    return INDEX_PREFIX + _tag(collection, shard)[len(PREFIX) :] + b":x:" + name + b":" + version
+
+
+def index_states_key(collection: bytes, shard: int) -> bytes:
+    """Each declared index's state in one shard: built, or where its build is (``cache.index_scripts``)."""
+    return INDEX_PREFIX + _tag(collection, shard)[len(PREFIX) :] + b":xst"

@@ -8,6 +8,7 @@ separated by spaces (entity tags cannot contain spaces).
 
 from __future__ import annotations
 
+from cache.index_scripts import WRITE_LUA
 from cache.redis.script import Script
 
 _CONDITIONS = """
@@ -85,10 +86,13 @@ local function put(K, A)
   local current = redis.call('HGET', K[1], 'e')
   if current == A[3] then return {3, redis.call('HGET', K[1], 'm')} end
   if not holds(current, A[6], A[7]) then return 0 end
+  local itag = index_tag(K[2])
+  local index_at = 9 + 2 * tonumber(A[8])
+  local plan = index_plan(itag, A[1], A[2], A, index_at)  -- before any write: it may refuse the document
   local feed_at = feed_start(K, A)
-  local stale = 9 + 2 * tonumber(A[8])
+  local stale = index_at + 2 + 2 * tonumber(A[index_at])
   local fields = {'b', A[2], 'e', A[3], 'm', A[4]}
-  for i = 9, stale - 1 do fields[#fields + 1] = A[i] end
+  for i = 9, index_at - 1 do fields[#fields + 1] = A[i] end
   redis.call('HSET', K[1], unpack(fields))
   if current and feed_at >= stale then redis.call('HDEL', K[1], unpack(A, stale, feed_at)) end
   if A[5] == '0' then
@@ -97,12 +101,13 @@ local function put(K, A)
     redis.call('EXPIRE', K[1], A[5])
   end
   redis.call('ZADD', K[2], 0, A[1])
+  reindex(itag, K[1], plan, false)
   log_change(K, A, A[1], A[3])
   if current then return 1 end
   return 2
 end
 """
-PUT = Script((_CONDITIONS + _FEED + _PUT + "return put(KEYS, ARGV)\n").encode())
+PUT = Script((_CONDITIONS + _FEED + WRITE_LUA + _PUT + "return put(KEYS, ARGV)\n").encode())
 
 # KEYS: document, index shard[, change feed]. ARGV: id, If-Match[, the feed's (_FEED)].
 # Returns 0 when the condition failed, -1 when missing, 1 when deleted.
@@ -111,13 +116,14 @@ local function delete(K, A)
   local current = redis.call('HGET', K[1], 'e')
   if not holds(current, A[2], '') then return 0 end
   if not current then return -1 end
+  unindex(index_tag(K[2]), K[1])
   redis.call('DEL', K[1])
   redis.call('ZREM', K[2], A[1])
   log_change(K, A, A[1], '')
   return 1
 end
 """
-DELETE = Script((_CONDITIONS + _FEED + _DELETE + "return delete(KEYS, ARGV)\n").encode())
+DELETE = Script((_CONDITIONS + _FEED + WRITE_LUA + _DELETE + "return delete(KEYS, ARGV)\n").encode())
 
 # Many writes in one call (a batch's, cache.batch_groups), each as PUT or
 # DELETE would make it alone, in order. KEYS: each write's own (document,
@@ -130,6 +136,7 @@ WRITE_MANY = Script(
     (
         _CONDITIONS
         + _FEED
+        + WRITE_LUA
         + _PUT
         + _DELETE
         + """

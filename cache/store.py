@@ -18,6 +18,7 @@ from typing import Callable, Optional, Tuple
 
 from twisted.internet import defer
 
+from cache import index_queries
 from cache.change_feed import NO_FEED, FeedLog
 from cache.document import (
     NO_CONDITIONS,
@@ -37,6 +38,7 @@ from cache.document_reads import DocumentReads
 from cache.document_writes import DocumentWrites
 from cache.hot_cache import HotCache
 from cache.ids import EtagFactory, UlidFactory
+from cache.index_builds import IndexBuilds
 from cache.redis.link import Link
 from cache.variants import DEFAULT_VARIANTS, Variants
 from cache.write_concern import PRIMARY_ONLY, WriteConcern
@@ -93,6 +95,11 @@ class DocumentStore(DocumentReads, DocumentPages, DocumentWrites):
         self._hot = hot
         self._variants = variants
         self._feed = feed
+        self.index_builds = IndexBuilds(link)  # cache.index_builds: resumed by the queries that meet one
+
+    def query(self, collection: bytes, query: index_queries.Query, budget: int) -> defer.Deferred:
+        """A page of a query over a declared index (``cache.index_queries``)."""
+        return index_queries.run(self._link, collection, query, budget)
 
     def ping(self) -> defer.Deferred:
         """Fires when Redis answers a PING."""

@@ -39,6 +39,7 @@ from cache.batch import CREATE, DELETE, GET, PATCH, PUT, WRITES, BatchRunner, Op
 from cache.bounded_reads import OverBudget
 from cache.collection_settings import CollectionSettings
 from cache.idempotency import StoredResponse
+from cache.indexes import NO_INDEX_ARGS, index_args
 from cache.json_spans import Span, element_member_spans
 from cache.memory_return import MemoryReturn
 from cache.store import NO_CONDITIONS, Conditions
@@ -253,7 +254,7 @@ def _ready(rules: Dict[bytes, CollectionSettings], item: Checked, value: Any, id
     if operation.op == GET:
         return operation
     rules_of = rules.get(operation.collection)
-    ttl, check, replicas = operation.ttl, None, None
+    ttl, check, replicas, indexed = operation.ttl, None, None, NO_INDEX_ARGS
     if rules_of is not None:
         if operation.op in (PUT, CREATE):
             assert operation.body is not None
@@ -269,6 +270,9 @@ def _ready(rules: Dict[bytes, CollectionSettings], item: Checked, value: Any, id
         # A patch's merged document is checked by the runner, just before it is written.
         check = rules_of.check if operation.op == PATCH else None
         replicas = rules_of.write_replicas
+        if rules_of.indexes and operation.op in (PUT, CREATE):
+            doc_id = ids[0].encode() if operation.op == CREATE else operation.doc_id
+            indexed = index_args(rules_of.indexes, value, doc_id)
     return Operation(
         operation.op,
         operation.collection,
@@ -281,6 +285,7 @@ def _ready(rules: Dict[bytes, CollectionSettings], item: Checked, value: Any, id
         operation.max_size,
         check,
         replicas,
+        indexed,
     )
 
 

@@ -3,7 +3,9 @@
 PUT stores a collection's settings (JSON Schema, default TTL, size limit,
 cache policy, write replicas) after checking each and compiling the schema
 (off the reactor thread: ``cache.schema_versions``);
-GET answers them as stored, with their ETag; DELETE returns the collection
+GET answers them as stored, with their ETag (and, when they declare
+indexes, the ``Index-Builds`` header: each index's shards built, of all,
+``by_email=16/16, by_age=5/16``); DELETE returns the collection
 to no settings at all. ``If-Match`` (and ``If-None-Match: *`` on PUT) work
 as on documents. Every worker hears of a change within a round trip
 (``cache.settings_cache``).
@@ -11,12 +13,13 @@ as on documents. Every worker hears of a change within a round trip
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from twisted.internet import defer
 
-from cache import codec
+from cache import codec, keys
 from cache.collection_settings import CollectionSettings, SettingsError
+from cache.indexes import Index, IndexDeclarationError, declared_indexes
 from cache.schema import InvalidSchema
 from handlers.base import ResourceHandler
 from handlers.http import validation
@@ -53,6 +56,13 @@ class CollectionSettingsHandler(_AdminHandler):
         if row is None:
             raise not_found(f"collection {name} has no settings")
         body, etag = row
+        indexes = _declared(body)
+        if indexes:
+            progress = yield self.store.index_builds.progress(name.encode(), indexes)
+            self.set_header("Index-Builds", index_builds_header(progress))
+            unbuilt = [index for index in indexes if progress[index.name]["shards_built"] < keys.INDEX_SHARDS]
+            if unbuilt:  # a build whose worker stopped (a restart, a failover) goes on from where it was
+                self.store.index_builds.ensure(name.encode(), unbuilt)
         inm = validation.entity_tags(self.request.headers.get("If-None-Match"), weak=True)
         self.set_header("ETag", etag)
         if inm == b"*" or etag in inm.split():
@@ -88,6 +98,8 @@ class CollectionSettingsHandler(_AdminHandler):
         if stored is None:
             raise precondition_failed("the settings do not match the request's conditions")
         settings, created = stored
+        # Indexes new to documents already there are built from here, in the background (cache.index_builds).
+        self.store.index_builds.ensure(name.encode(), settings.indexes)
         self.set_header("ETag", settings.etag)
         self.send_bytes(201 if created else 200, settings.body)
 
@@ -101,6 +113,20 @@ class CollectionSettingsHandler(_AdminHandler):
         if result == -1:
             raise not_found(f"collection {name} has no settings")
         self.send_no_content()
+
+
+def _declared(body: bytes) -> Tuple[Index, ...]:
+    """The indexes stored settings declare (none if they declare none, or ones this version refuses)."""
+    try:
+        values = codec.loads(body)
+        return declared_indexes(values["indexes"]) if isinstance(values, dict) and values.get("indexes") else ()
+    except (codec.JsonError, IndexDeclarationError):
+        return ()
+
+
+def index_builds_header(progress: Dict[str, Dict[str, int]]) -> str:
+    """``by_email=16/16, by_age=5/16``: each declared index's shards built, of all (16/16: it answers queries)."""
+    return ", ".join(f"{name}={state['shards_built']}/{state['shards']}" for name, state in sorted(progress.items()))
 
 
 class CollectionSettingsListHandler(_AdminHandler):

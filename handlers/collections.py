@@ -12,19 +12,26 @@ list is the whole collection, streamed (``handlers.exports``).
 
 from __future__ import annotations
 
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
+from urllib.parse import parse_qs
 
 from twisted.internet import defer
+from twisted.logger import Logger
 
+from cache import index_queries
 from cache.errors import NotReplicated, PreconditionFailed
 from cache.memory_return import MemoryReturn
 from cache.store import Page
 from handlers.base import ResourceHandler, as_api_error, document_response
 from handlers.exports import NdjsonExport, wants_ndjson
 from handlers.http import validation
-from handlers.http.errors import bad_request
+from handlers.http.cache_policy import policy_for
+from handlers.http.errors import ApiError, bad_request
+from handlers.http.problems import RETRY_AFTER_SECONDS
 from handlers.idempotency import respond_once
 from handlers.paths import DOCUMENT
+
+_log = Logger()
 
 
 def items_envelope(bodies: List[Optional[Any]], next_cursor: Optional[bytes], with_next: bool) -> bytes:
@@ -67,6 +74,11 @@ class CollectionHandler(ComposedHandler):
         # Plain callbacks, as the document GET (handlers/documents.py).
         name = validation.collection_name(collection)
         ids = self.query_arguments("ids")
+        filters = index_queries.filters_of(parse_qs(self.request.query, keep_blank_values=True))
+        if filters:
+            if ids:
+                raise bad_request("ids cannot be combined with a query's filters or order", "invalid-query")
+            return self._query(name, filters)
         if wants_ndjson(self.request.headers.get("Accept")) and not ids:
             return NdjsonExport(self, name).run()
         if ids:
@@ -80,6 +92,40 @@ class CollectionHandler(ComposedHandler):
         after = validation.decode_cursor(self.query_argument("cursor"))
         reading = self.store.page(name, limit, after, self.response_budget)
         return self.with_collection_policy(name, reading).addCallback(self._send_page)
+
+    @defer.inlineCallbacks
+    def _query(self, name: bytes, filters: Dict[str, List[str]]) -> Any:
+        """A page of the documents a query over a declared index finds (``cache.index_queries``)."""
+        limit = validation.limit(self.query_argument("limit"))
+        settings = yield self.collection_settings(name)
+        self.cache_control = policy_for(settings.cache_control, self.cache_control)
+        try:
+            query = index_queries.plan(settings.indexes, filters, limit, self.query_argument("cursor"))
+            found = yield self.store.query(name, query, self.response_budget)
+        except index_queries.NoIndex as error:
+            raise ApiError(400, "no-index", str(error)) from None
+        except index_queries.QueryError as error:
+            raise ApiError(400, "invalid-query", str(error)) from None
+        except index_queries.IndexNotReady as error:
+            if not self.store.index_builds.building(name, query.index):
+                self._resume_builds(name)
+            raise ApiError(409, "index-building", str(error), {"Retry-After": RETRY_AFTER_SECONDS}) from None
+        cursor = index_queries.encode_cursor(found.last) if found.last is not None else None
+        self.send_items(found.bodies, cursor, with_next=True)
+
+    def _resume_builds(self, name: bytes) -> None:
+        """The stored settings' indexes to every shard again, and their builds started (or resumed) here.
+
+        Not waited for: the 409 goes now, and the build runs on in the background.
+        """
+        builds = self.store.index_builds
+        reapplied = self.collections.store.reapply_indexes(name.decode())
+        reapplied.addCallback(lambda indexes: builds.ensure(name, indexes))
+        reapplied.addErrback(
+            lambda failure: _log.warn(
+                "indexes of {name} not reapplied: {error}", name=name.decode(), error=failure.getErrorMessage()
+            )
+        )
 
     def _send_many(self, bodies: List[Optional[bytes]]) -> None:
         self.send_items(bodies)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, Tuple
 
 from cache.collection_settings import CollectionSettings
+from cache.indexes import NO_INDEX_ARGS, index_args
 from cache.settings_cache import SettingsCache, settings_of
 from cache.store import NO_CONDITIONS, Conditions, Document, DocumentStore
 from cache.variants import base_tag
@@ -127,7 +128,10 @@ class DocumentAnswers:
         body = exchange.body
         rules.check(value, len(body))  # before anything is stored
         conditions = write_conditions(exchange.headers)
-        written = self.store.put(*keys, body, conditions, rules.ttl_or_default(ttl), replicas=rules.write_replicas)
+        indexed = index_args(rules.indexes, value, keys[1]) if rules.indexes else NO_INDEX_ARGS
+        written = self.store.put(
+            *keys, body, conditions, rules.ttl_or_default(ttl), replicas=rules.write_replicas, indexed=indexed
+        )
         return written.addCallback(_written, exchange)
 
 

@@ -35,6 +35,7 @@ from twisted.internet import defer
 from cache import codec
 from cache.batch import CREATE, PUT, BatchRunner, Operation
 from cache.collection_settings import CollectionSettings
+from cache.indexes import NO_INDEX_ARGS, index_args
 from handlers.base import ResourceHandler
 from handlers.http import validation
 from handlers.http.body_stream import BodyLost, BodyStream
@@ -203,7 +204,7 @@ class ImportHandler(ResourceHandler):
                 report.skipped += 1
                 continue
             try:
-                doc_id, document = self._checked(body, rules, path)
+                doc_id, document, value = self._checked(body, rules, path)
             except Exception as error:  # an ApiError, or the schema's violation (mapped as a PUT's is)
                 refusal = as_api_error(error)
                 if refusal is None:
@@ -212,7 +213,10 @@ class ImportHandler(ResourceHandler):
                 continue
             op = PUT if doc_id is not None else CREATE
             new_id = doc_id or self.store.new_id()
-            operations.append(Operation(op, name, new_id, document, ttl=expiry, replicas=rules.write_replicas))
+            indexed = index_args(rules.indexes, value, new_id) if rules.indexes else NO_INDEX_ARGS
+            operations.append(
+                Operation(op, name, new_id, document, ttl=expiry, replicas=rules.write_replicas, indexed=indexed)
+            )
             numbers.append(number)
         # The group's writes as a batch's: one script call per slot group, not one each (cache.batch_groups).
         results = (yield self.batches.run(operations, minimal=True)) if operations else []
@@ -244,8 +248,9 @@ class ImportHandler(ResourceHandler):
 
     def _checked(
         self, line: Optional[bytes], rules: CollectionSettings, path: Optional[List[str]]
-    ) -> Tuple[Optional[bytes], bytes]:
-        """The line's id (None: a new one) and document, once it is one its collection takes; else an ApiError."""
+    ) -> Tuple[Optional[bytes], bytes, Any]:
+        """The line's id (None: a new one), document and its parsed value, once it is one its collection takes;
+        else an ApiError."""
         room = self.max_body + WRAPPER_BYTES * self.with_ids
         if line is None:
             raise ApiError(413, "line-too-large", f"the line is larger than {room} bytes")
@@ -253,11 +258,11 @@ class ImportHandler(ResourceHandler):
             value = validation.json_document(line, validation.JSON, validation.JSON, self.max_body)
             doc_id = id_at(value, path) if path is not None else None
             rules.check(value, len(line))
-            return doc_id, line
+            return doc_id, line, value
         value = validation.json_document(line, validation.JSON, validation.JSON, room)
         doc_id = id_at(value, WITH_IDS)
         value, body = unwrapped(line, value, doc_id)
         if len(body) > self.max_body:
             raise ApiError(413, "body-too-large", f"the document is {len(body)} bytes; the limit is {self.max_body}")
         rules.check(value, len(body))
-        return doc_id, body
+        return doc_id, body, value

@@ -47,6 +47,12 @@ FEED = ("bearer", "ticket")  # a feed is followed with a token, or a browser's t
 _REPLAYED = "(with an `Idempotency-Key`, perhaps the first attempt's answer again, marked `Idempotency-Replayed`)."
 _ADMIN = "The token lacks the `admin` scope."
 _SETTINGS_STORED = R("The settings as stored.", "CollectionSettings", ("ETag",))
+_SETTINGS_READ = R(
+    "The settings as stored; with `Index-Builds` when they declare indexes.",
+    "CollectionSettings",
+    ("ETag", "Index-Builds"),
+    optional=("Index-Builds",),
+)
 _CACHED = ("ETag", "Cache-Control")
 _ASSET_NOT_MODIFIED = R("`If-None-Match` matches the current ETag.", headers=_CACHED)
 _DOCUMENT_BODY = Body(JSON, "The document, stored verbatim once validated.", "Document")
@@ -193,7 +199,14 @@ OPERATIONS: Tuple[Operation, ...] = (
         "A collection's settings",
         "settings",
         "admin",
-        {200: _SETTINGS_STORED, 304: R("`If-None-Match` matches the current ETag.", headers=("ETag",))},
+        {
+            200: _SETTINGS_READ,
+            304: R(
+                "`If-None-Match` matches the current ETag.",
+                headers=("ETag", "Index-Builds"),
+                optional=("Index-Builds",),
+            ),
+        },
         (400, 404, *REDIS),
         {400: "Invalid collection name.", 404: "The collection has no settings.", 403: _ADMIN},
         parameters=("If-None-Match",),
@@ -340,7 +353,8 @@ OPERATIONS: Tuple[Operation, ...] = (
         COLLECTION,
         "GET",
         "listDocuments",
-        "A page of documents in id order (`limit`, `cursor`), or many documents by id (`ids`)",
+        "A page of documents in id order (`limit`, `cursor`), many documents by id (`ids`), or a query over a"
+        " declared index (`field=op.value`, `order`)",
         "collections",
         "read",
         {
@@ -365,13 +379,15 @@ OPERATIONS: Tuple[Operation, ...] = (
                 headers=("ETag", "Cache-Control", "Vary"),
             ),
         },
-        (400, 406, 413, *REDIS),
+        (400, 406, 409, 413, *REDIS),
         {
             400: "Invalid collection name, `limit`, `cursor`, `with_ids` or `ids`; `ids` with `cursor`, or with a"
-            " `limit` less than their number.",
+            " `limit` less than their number; a query's filters malformed (`invalid-query`) or answered by no"
+            " declared index (`no-index`).",
+            409: "The query's index is being built (`index-building`); retry after `Retry-After`.",
             413: TOO_LARGE,
         },
-        parameters=("limit", "cursor", "ids", "with_ids", "If-None-Match", "Accept-Encoding"),
+        parameters=("limit", "cursor", "order", "ids", "with_ids", "If-None-Match", "Accept-Encoding"),
         head="headCollection",
     ),
     Operation(

@@ -70,14 +70,16 @@ def _response(sock: socket.socket) -> Tuple[bytes, bytes]:
     return head, body
 
 
-def import_stream(base: str, auth: str, body: bytes, sent: List[int], result: Dict[str, object]) -> None:
+def import_stream(
+    base: str, auth: str, body: bytes, sent: List[int], result: Dict[str, object], collection: str = COLLECTION
+) -> None:
     """One client's import: its lines sent in blocks as fast as the server takes them; the report kept."""
     sock = _connect(base)
     try:
         sock.sendall(
             b"POST /v1/_import/%s?id=/id HTTP/1.1\r\nHost: x\r\nAuthorization: %s\r\n"
             b"Content-Type: application/x-ndjson\r\nContent-Length: %d\r\n\r\n"
-            % (COLLECTION.encode(), auth.encode(), len(body))
+            % (collection.encode(), auth.encode(), len(body))
         )
         with memoryview(body) as view:
             for start in range(0, len(body), SEND_BLOCK):

@@ -38,6 +38,14 @@ class RedisNotReady(RedisReplyError):
     loading, a busy script, a cluster slot in flux (maps to 503 with ``Retry-After``)."""
 
 
+class DocumentNotIndexable(RedisReplyError):
+    """``UNINDEXABLE``: a write's script could not read the document for its collection's indexes
+    (``cache.index_scripts``; maps to 422). Nothing was written."""
+
+    def __str__(self) -> str:
+        return super().__str__().split(None, 1)[-1]
+
+
 # Error classes that a retry in a moment may find gone: a failover promotes
 # a replica, a load finishes, a script is killed, a slot settles.
 _NOT_READY = frozenset(("READONLY", "MASTERDOWN", "LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN"))
@@ -48,6 +56,8 @@ def reply_error(message: str) -> RedisReplyError:
     error_class = message.split(None, 1)[0] if message.strip() else ""
     if error_class == "OOM":
         return RedisOutOfMemory(message)
+    if error_class == "UNINDEXABLE":
+        return DocumentNotIndexable(message)
     if error_class in _NOT_READY:
         return RedisNotReady(message)
     return RedisReplyError(message)

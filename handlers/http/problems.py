@@ -20,6 +20,7 @@ from cache.bounded_reads import OverBudget
 from cache.collection_settings import OverCollectionLimit, StoredSchemaRefused, StoredSettingsRefused
 from cache.errors import (
     DocumentNotFound,
+    DocumentNotIndexable,
     DocumentTooLarge,
     NotReplicated,
     PreconditionFailed,
@@ -40,6 +41,8 @@ RETRY_AFTER_SECONDS = "1"
 _log = Logger()
 
 _STORE_ERRORS: Dict[Type[Exception], Any] = {
+    # Before RedisReplyError, its base: the first type that matches maps the error.
+    DocumentNotIndexable: lambda e: ApiError(422, "not-indexable", str(e)),
     RedisUnavailable: lambda e: ApiError(
         503, "redis-unavailable", "Redis cannot be reached", {"Retry-After": RETRY_AFTER_SECONDS}
     ),

@@ -1,10 +1,13 @@
 """``/openapi.json`` with each configured collection's schema, rebuilt when settings change.
 
-A collection with a schema gets paths of its own, ``/v1/<coll>/{id}`` and
-``/v1/<coll>``: the generic document and collection operations with the
-collection's schema as the body of its writes (PUT, POST) and operation ids
-that name it (``putUsersDocument``), so generated clients get a type per
-collection. The generic paths stay for every other collection.
+A collection with a schema or declared indexes gets paths of its own,
+``/v1/<coll>/{id}`` and ``/v1/<coll>``: the generic document and collection
+operations with the collection's schema as the body of its writes (PUT,
+POST), its indexes' fields as query parameters of its list
+(``?email=eq.a@x``, each described with its pointer and type, the ``order``
+values listed), and operation ids that name it (``putUsersDocument``), so
+generated clients get a type per collection. The generic paths stay for
+every other collection.
 
 What it costs: the document is serialized once and kept with the settings
 cache's generation; a change (published by any worker or the CLI) bumps the
@@ -17,14 +20,15 @@ from __future__ import annotations
 
 import copy
 import re
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from twisted.internet import defer
 
 from cache import codec
+from cache.indexes import Index, IndexDeclarationError, declared_indexes
 from cache.settings_cache import SettingsCache
 from handlers.openapi.build import openapi_document
-from handlers.openapi.parts import Json
+from handlers.openapi.parts import Json, parameter
 from handlers.operation import Operation
 from handlers.paths import COLLECTION
 
@@ -38,21 +42,51 @@ def camel(name: str) -> str:
     return "".join(part[:1].upper() + part[1:] for part in re.split(r"[-_]", name) if part)
 
 
-def with_collections(base: Json, schemas: List[Tuple[str, Any]]) -> Json:
-    """``base`` plus, for each ``(collection, schema)``, its own typed copy of the paths under ``/v1/{collection}``."""
+def with_collections(base: Json, schemas: List[Tuple[str, Any]], indexes: Optional[Dict[str, Any]] = None) -> Json:
+    """``base`` plus, for each ``(collection, schema)`` (schema None: none), its own typed copy of the paths under
+    ``/v1/{collection}``; ``indexes``: each collection's declared indexes (``cache.indexes``), by name."""
     spec = copy.deepcopy(base)
     generic = [path for path in spec["paths"] if path.startswith(COLLECTION)]
     taken = {name for name in spec["components"]["schemas"]}
     for collection, schema in schemas:
         component = _unique(camel(collection) + "Document", taken)
         taken.add(component)
-        spec["components"]["schemas"][component] = _as_component(schema, component, collection)
-        ref = {"$ref": f"#/components/schemas/{component}"}
+        if schema is not None:
+            spec["components"]["schemas"][component] = _as_component(schema, component, collection)
+            ref = {"$ref": f"#/components/schemas/{component}"}
+        else:
+            ref = _GENERIC_BODY
         operation_part = component[: -len("Document")]
         for path in generic:
             typed = path.replace("{collection}", collection, 1)
             spec["paths"][typed] = _typed(spec["paths"][path], collection, ref, operation_part)
+        declared = (indexes or {}).get(collection)
+        if declared:
+            _with_filters(spec["paths"][COLLECTION.replace("{collection}", collection, 1)], declared)
     return spec
+
+
+def _with_filters(item: Json, indexes: Sequence[Index]) -> None:
+    """The list operation of a collection with declared indexes: a query parameter per field, ``order``'s values."""
+    fields = {field.name: field for index in indexes for field in index.fields}
+    listing = item["get"]
+    listing["parameters"] = [p for p in listing.get("parameters", []) if not p.get("$ref", "").endswith("/order")]
+    for name, field in sorted(fields.items()):
+        listing["parameters"].append(
+            parameter(
+                name,
+                "query",
+                f"Filter on `{field.pointer}` ({field.type}): `op.value`, `op` one of eq, gt, gte, lt, lte;"
+                " give it twice for a range (`gte.` and `lt.`).",
+                {"type": "array", "items": {"type": "string", "pattern": "^(eq|gt|gte|lt|lte)\\."}, "maxItems": 2},
+                style="form",
+                explode=True,
+            )
+        )
+    orders = [f"{name}.{direction}" for name in sorted(fields) for direction in ("asc", "desc")]
+    listing["parameters"].append(
+        parameter("order", "query", "The query's order, on a field of the declared indexes.", {"enum": orders})
+    )
 
 
 def _unique(name: str, taken: Any) -> str:
@@ -88,7 +122,9 @@ def _reroot(node: Any, root: str) -> Any:
 def _typed(generic: Json, collection: str, body_ref: Json, part: str) -> Json:
     """A copy of a generic path item for one collection: no ``collection`` parameter, typed document bodies."""
     item = copy.deepcopy(generic)
-    item["description"] = f"Collection `{collection}` (its settings give it a schema). " + item["description"]
+    item["description"] = (
+        f"Collection `{collection}` (its settings give it a schema or indexes). " + item["description"]
+    )
     item["parameters"] = [p for p in item.get("parameters", []) if not p["$ref"].endswith("/collection")]
     for operation in item.values():
         if not isinstance(operation, dict) or "operationId" not in operation:
@@ -96,7 +132,7 @@ def _typed(generic: Json, collection: str, body_ref: Json, part: str) -> Json:
         operation["operationId"] = _named(operation["operationId"], part)
         operation["tags"] = [collection]
         body = operation.get("requestBody", {}).get("content", {}).get("application/json")
-        if body is not None and body["schema"] == _GENERIC_BODY:
+        if body is not None and body["schema"] == _GENERIC_BODY and body_ref != _GENERIC_BODY:
             body["schema"] = body_ref
             operation["requestBody"]["description"] += f" It must match the schema of `{collection}`."
     return item
@@ -137,12 +173,19 @@ class OpenApiSource:
         return collections.store.read_all().addCallback(self._rebuilt, generation)
 
     def _rebuilt(self, rows: List[Tuple[str, bytes, bytes]], generation: int) -> bytes:
-        schemas = []
+        schemas, indexes = [], {}
         for name, settings, _etag in rows:
-            schema = codec.loads(settings).get("schema")
-            if schema is not None:
+            values = codec.loads(settings)
+            schema = values.get("schema")
+            try:
+                declared = declared_indexes(values["indexes"]) if values.get("indexes") else ()
+            except IndexDeclarationError:
+                declared = ()  # stored by hand, refused: cache.collection_settings says so on writes
+            if schema is not None or declared:
                 schemas.append((name, schema))
-        body = codec.dumps(with_collections(self._base, schemas) if schemas else self._base)
+            if declared:
+                indexes[name] = declared
+        body = codec.dumps(with_collections(self._base, schemas, indexes) if schemas else self._base)
         assert self._collections is not None
         if self._collections.subscribed and generation == self._collections.generation:
             self._kept = (generation, body)

@@ -66,6 +66,16 @@ def _parameters(max_ids: int) -> Json:
         "cursor": parameter(
             "cursor", "query", "Where to continue: the `next` of the previous page.", {"type": "string"}
         ),
+        "order": parameter(
+            "order",
+            "query",
+            "A query's order: `field.asc` or `field.desc`, a field of the collection's declared indexes (the"
+            " ranged one, if any). A query (`field=op.value` filters, `order`) is answered by a declared index:"
+            " `op` is `eq`, `gt`, `gte`, `lt` or `lte`, the value read as the field's declared type; equality on"
+            " an index's first fields, a range and/or the order on its next one. Filters are ANDed; `limit` and"
+            " `cursor` page through it. No index answers: a 400 `no-index` names the index to declare.",
+            {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*(\\.(asc|desc))?$"},
+        ),
         "with_ids": parameter(
             "with_ids",
             "query",
@@ -199,6 +209,12 @@ def headers() -> Json:
         "Location": header("The path of the new document.", examples=["/v1/orders/01J0000000000000000000000"]),
         "Retry-After": header("Seconds to wait before retrying.", pattern="^[0-9]+$", examples=[RETRY_AFTER_SECONDS]),
         "Allow": header("The methods the path supports.", examples=["GET, HEAD, POST"]),
+        "Index-Builds": header(
+            "When the settings declare indexes: each one's index shards built, of all (`16/16`: it answers"
+            " queries; less: it is being built, and its queries answer 409 `index-building`).",
+            required=False,
+            examples=["by_email=16/16, by_customer_created=5/16"],
+        ),
         "WWW-Authenticate": header("The scheme to authenticate with.", examples=['Bearer realm="jetway"']),
         "RateLimit-Limit": header("Requests the token may make per period (its burst).", pattern="^[0-9]+$"),
         "RateLimit-Remaining": header("Requests left right now.", pattern="^[0-9]+$"),

@@ -29,6 +29,25 @@ PROBLEM_TYPES: Tuple[Tuple[str, str], ...] = (
     ("invalid-limit", "400: `limit` is not a whole number in range, or is given twice"),
     ("invalid-cursor", "400: `cursor` is not one this API made, or is given twice"),
     ("invalid-ids", "400: too many `ids`, `ids` with `cursor`, or with a `limit` less than their number"),
+    (
+        "invalid-query",
+        "400: a query's filter is not `op.value` with a value of its field's type, two bounds on one side, ranges on"
+        " two fields, an `order` on another field than the range's, or `ids` beside filters",
+    ),
+    (
+        "no-index",
+        "400: no declared index answers the query (never a scan); `detail` names the index to declare in the"
+        " collection's settings",
+    ),
+    (
+        "index-building",
+        "409: the query's index is being built over the documents already there; retry after `Retry-After`",
+    ),
+    (
+        "not-indexable",
+        "422: the collection declares indexes and Redis cannot read the document to index it (nested past 1,000"
+        " levels, a lone surrogate escape); nothing was written",
+    ),
     ("malformed-json", "400: the body is not UTF-8 RFC 8259 JSON"),
     ("not-an-object", "400: the body is JSON but not an object"),
     ("unauthorized", "401: no valid bearer token"),

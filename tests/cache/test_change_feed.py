@@ -17,7 +17,7 @@ COLL = b"cf"
 
 def put(client, doc_id: bytes, etag: bytes, feed: FeedLog, if_match: bytes = b"", op: bytes = b"put") -> int:
     script_keys = [keys.document_key(COLL, doc_id), keys.index_key_for(COLL, doc_id), *feed.script_keys(COLL, doc_id)]
-    args = [doc_id, b"{}", etag, b"date", b"0", if_match, b"", 0, *feed.script_args(op, COLL, doc_id)]
+    args = [doc_id, b"{}", etag, b"date", b"0", if_match, b"", 0, 0, b"", *feed.script_args(op, COLL, doc_id)]
     return client.eval(scripts.PUT.source, len(script_keys), *script_keys, *args)
 
 
@@ -67,10 +67,10 @@ def test_with_the_feed_off_a_write_logs_nothing(redis_client):
 def test_the_write_still_drops_variants_an_earlier_version_had(redis_client):
     feed = FeedLog()
     script_keys = [keys.document_key(COLL, b"v"), keys.index_key_for(COLL, b"v"), *feed.script_keys(COLL, b"v")]
-    first = [b"v", b"{}", b'"1"', b"d", b"0", b"", b"", 1, b"g", b"zip", *feed.script_args(b"put", COLL, b"v")]
+    first = [b"v", b"{}", b'"1"', b"d", b"0", b"", b"", 1, b"g", b"zip", 0, b"", *feed.script_args(b"put", COLL, b"v")]
     redis_client.eval(scripts.PUT.source, 3, *script_keys, *first)
     assert redis_client.hget(script_keys[0], b"g") == b"zip"
-    second = [b"v", b"{}", b'"2"', b"d", b"0", b"", b"", 0, b"g", *feed.script_args(b"put", COLL, b"v")]
+    second = [b"v", b"{}", b'"2"', b"d", b"0", b"", b"", 0, 0, b"", b"g", *feed.script_args(b"put", COLL, b"v")]
     redis_client.eval(scripts.PUT.source, 3, *script_keys, *second)
     assert redis_client.hgetall(script_keys[0]) == {b"b": b"{}", b"e": b'"2"', b"m": b"d"}
 

@@ -18,7 +18,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cache.index_values import (
-    AFTER,
     BOOLEAN,
     EXACT_INTEGERS,
     MISSING,
@@ -29,11 +28,12 @@ from cache.index_values import (
     entry,
     member,
     pointer_tokens,
+    prefix_end,
 )
 
 numbers = st.one_of(
-    st.floats(allow_nan=False, allow_infinity=False),
-    st.integers(min_value=-EXACT_INTEGERS, max_value=EXACT_INTEGERS),
+    st.floats(min_value=-(2.0**53), max_value=2.0**53, exclude_min=True, exclude_max=True),
+    st.integers(min_value=-EXACT_INTEGERS + 1, max_value=EXACT_INTEGERS - 1),
 )
 texts = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=12)
 ids = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789_-.", min_size=1, max_size=8).map(str.encode)
@@ -72,23 +72,34 @@ def test_composite_entries_sort_as_tuples(a: tuple, b: tuple) -> None:
     assert _sign(first, second) == _sign((a[0], float(a[1]), a[2]), (b[0], float(b[1]), b[2]))
 
 
-@given(texts, ids)
-def test_an_equality_range_holds_exactly_its_value(value: str, doc_id: bytes) -> None:
-    """``[prefix`` to ``(prefix + AFTER``: every entry of the value, and none of a value it is a prefix of."""
+@given(texts, ids, numbers)
+def test_a_prefix_range_holds_exactly_its_value(value: str, doc_id: bytes, after: float) -> None:
+    """``[prefix`` to ``(prefix_end(prefix)``: every entry of the value, whatever follows it, and no other value's."""
     prefix = encode(value, STRING)
     assert prefix is not None
-    own = prefix + doc_id
-    assert prefix <= own < prefix + AFTER
+    end = prefix_end(prefix)
+    assert end is not None
+    for own in (prefix + doc_id, prefix + encode(after, NUMBER) + doc_id):  # type: ignore[operator]
+        assert prefix <= own < end
     longer = encode(value + "a", STRING) + doc_id  # type: ignore[operator]
     nul = encode(value + "\x00", STRING) + doc_id  # type: ignore[operator]
-    assert not prefix <= longer < prefix + AFTER
-    assert not prefix <= nul < prefix + AFTER
+    assert not prefix <= longer < end
+    assert not prefix <= nul < end
+
+
+def test_prefix_end() -> None:
+    assert prefix_end(b"ab") == b"ac"
+    assert prefix_end(b"a\xff\xff") == b"b"
+    assert prefix_end(b"\xff") is None
+    top = encode(2.0**52, NUMBER)
+    assert top is not None and top[0] == 0xC3
+    assert b"k" + top + b"id" < prefix_end(b"k")  # type: ignore[operator]
 
 
 def test_equal_numbers_share_an_entry() -> None:
     assert encode(1, NUMBER) == encode(1.0, NUMBER)
     assert encode(0, NUMBER) == encode(-0.0, NUMBER) == encode(0.0, NUMBER)
-    assert encode(-1.5, NUMBER) < encode(-0.0, NUMBER) < encode(5e-324, NUMBER) < encode(1e308, NUMBER)
+    assert encode(-1.5, NUMBER) < encode(-0.0, NUMBER) < encode(5e-324, NUMBER) < encode(1e15, NUMBER)
 
 
 @pytest.mark.parametrize(
@@ -102,7 +113,9 @@ def test_equal_numbers_share_an_entry() -> None:
         ([1], NUMBER),
         (1, BOOLEAN),
         (EXACT_INTEGERS + 1, NUMBER),  # a double cannot tell it from 2**53: an equality query would
-        (-EXACT_INTEGERS - 1, NUMBER),
+        (EXACT_INTEGERS, NUMBER),  # nor 2**53 from it, once parsed
+        (-EXACT_INTEGERS, NUMBER),
+        (1e300, NUMBER),
         (math.inf, NUMBER),
         (math.nan, NUMBER),
         (MISSING, STRING),

@@ -1,0 +1,352 @@
+"""The Lua that keeps declared indexes exact: in each write's script, in the build's steps, in the query's reads.
+
+Layout, beside a shard's documents (``cache.keys``), all under the shard's
+hash tag so every script stays on one slot:
+
+    ji:{<coll>:<shard>}:xs              STRING the shard's spec: {"g": generation,
+                                               "i": [{"n", "v", "f", "b"?}, ...]}
+    ji:{<coll>:<shard>}:xd              STRING the digest of the indexes the spec lists
+    ji:{<coll>:<shard>}:xst             HASH   <name>:<v> -> "1" built, "0<position>" building
+    ji:{<coll>:<shard>}:x:<name>:<v>    ZSET   the index's entries, all score 0
+    jw:{<coll>:<shard>}:d:<id>  field x:<name>:<v>  the document's entry in it
+
+The index keys have the documents' hash tag (one slot) but not their
+prefix: the hot cache's tracking follows every key under ``jw:{``
+(``cache.tracking``), and an index's sorted sets are nothing it caches, so
+their changes would only be invalidation messages to every worker.
+
+An entry is its values' bytes then the id (``cache.index_values``, whose
+encoding ``_ENCODE`` repeats). ``b`` in an index's spec is its build's
+position in the shard (the last id done; "" before the first): absent,
+the index is built there.
+
+Writes: ``reindex`` runs in the PUT's script after its document is
+stored, ``unindex`` in the DELETE's before it is removed. A write checks
+the shard's spec itself, so an index declared a moment ago is kept by every
+write from the moment its spec reached the shard, whatever the worker's
+settings cache says; the build (``BUILD``) does the documents written
+before. The worker sends the entries it computed for the indexes its
+settings list, with their digest (``cache.indexes.index_args``): when the
+shard's spec has that digest they are the ones it would compute, and Redis
+takes them; otherwise (the worker has not yet heard of a change) Redis
+decodes the spec and the body and computes them. A document whose body
+Redis's cjson cannot read then (nested past its 1,000 levels, a lone
+surrogate escape) is refused (``UNINDEXABLE``) before anything is written;
+a build leaves such a document out of the index.
+"""
+
+from __future__ import annotations
+
+from cache.redis.script import Script
+
+UNINDEXABLE = "UNINDEXABLE"
+
+# The encoding of cache.index_values, value by value; nil: no entry.
+_ENCODE = r"""
+local function index_value(value, kind)
+  if kind == 's' then
+    if type(value) ~= 'string' then return nil end
+    return (string.gsub(value, '%z', '\0\255')) .. '\0\0'
+  elseif kind == 'b' then
+    if type(value) ~= 'boolean' then return nil end
+    if value then return '\1' end
+    return '\0'
+  end
+  if type(value) ~= 'number' then return nil end
+  if not (value > -9007199254740992 and value < 9007199254740992) then return nil end
+  if value == 0 then value = 0 end
+  local bytes = struct.pack('>d', value)
+  local first = string.byte(bytes, 1)
+  if first >= 128 then
+    return (string.gsub(bytes, '.', function(c) return string.char(255 - string.byte(c)) end))
+  end
+  return string.char(first + 128) .. string.sub(bytes, 2)
+end
+
+local function member_at(doc, tokens)
+  local value = doc
+  for _, token in ipairs(tokens) do
+    if type(value) ~= 'table' then return nil end
+    local found = value[token]
+    if found == nil and string.match(token, '^%d+$') and (token == '0' or string.sub(token, 1, 1) ~= '0') then
+      found = value[tonumber(token) + 1]
+    end
+    if found == nil then return nil end
+    value = found
+  end
+  return value
+end
+
+local function index_entry(doc, index, id)
+  local parts = {}
+  for i, field in ipairs(index.f) do
+    local encoded = index_value(member_at(doc, field[2]), field[1])
+    if not encoded then return nil end
+    parts[i] = encoded
+  end
+  return table.concat(parts) .. id
+end
+
+local function shard_spec(itag)
+  local spec = redis.call('GET', itag .. 'xs')
+  if not spec then return nil end
+  return cjson.decode(spec)
+end
+
+local function entry_field(index)
+  return 'x:' .. index.n .. ':' .. index.v
+end
+
+-- The entries of one document under the shard's spec, read before anything is written: {{field, entry or
+-- nil}, ...}, or nil when the shard keeps no index. A write gives its own (A: its arguments from `at`: their
+-- number, the digest of the spec they were made for, then field and entry ('' for none) pairs); they are
+-- taken when the shard's spec has that digest, else Redis makes them from the body.
+local function index_plan(itag, id, body, A, at)
+  local digest = redis.call('GET', itag .. 'xd')
+  if not digest then return nil end
+  local plan = {}
+  if digest == A[at + 1] then
+    for i = 1, tonumber(A[at]) do
+      local entry = A[at + 2 * i + 1]
+      if entry == '' then entry = nil end
+      plan[i] = {A[at + 2 * i], entry}
+    end
+    return plan
+  end
+  local spec = shard_spec(itag)
+  local ok, doc = pcall(cjson.decode, body)
+  if not ok then
+    return error({err = 'UNINDEXABLE the document cannot be indexed (' .. tostring(doc) .. ')'})
+  end
+  for i, index in ipairs(spec.i) do plan[i] = {entry_field(index), index_entry(doc, index, id)} end
+  return plan
+end
+
+-- Sets the document's entries to the plan's ({field, entry or nil}, ...); with `always`, adds each entry even
+-- when the document's field says it has it (the build: a dropped index's field may outlive its entries).
+local function reindex(itag, key, plan, always)
+  if not plan then return end
+  local fields = {}
+  for i, planned in ipairs(plan) do fields[i] = planned[1] end
+  local old = redis.call('HMGET', key, unpack(fields))
+  local sets, dels = {}, {}
+  for i, planned in ipairs(plan) do
+    local entry, before = planned[2], old[i]
+    if before ~= entry or always then
+      local zset = itag .. fields[i]
+      if before and before ~= entry then redis.call('ZREM', zset, before) end
+      if entry then
+        redis.call('ZADD', zset, 0, entry)
+        if before ~= entry then
+          sets[#sets + 1] = fields[i]
+          sets[#sets + 1] = entry
+        end
+      elseif before then
+        dels[#dels + 1] = fields[i]
+      end
+    end
+  end
+  if #sets > 0 then redis.call('HSET', key, unpack(sets)) end
+  if #dels > 0 then redis.call('HDEL', key, unpack(dels)) end
+end
+
+local function unindex(itag, key)
+  local spec = shard_spec(itag)
+  if not spec then return end
+  local plan = {}
+  for i, index in ipairs(spec.i) do plan[i] = {entry_field(index), nil} end
+  reindex(itag, key, plan, false)
+end
+
+-- The shard's index tag ('ji:{<coll>:<shard>}:') from its id index's key ('jw:{<coll>:<shard>}:i'): index keys
+-- share the documents' slot, but not the prefix the hot cache's tracking follows (cache.tracking).
+local function index_tag(ids_key)
+  return 'ji:' .. string.sub(ids_key, 4, -2)
+end
+"""
+
+# The part the document writes' scripts share (cache.scripts): their K[2] is the shard's id index, "<tag>i".
+WRITE_LUA = _ENCODE
+
+# KEYS: the shard's spec. ARGV: generation, the indexes' spec (cache.indexes.spec_json).
+# Stores the spec unless the shard holds a later generation's; an index kept
+# (same name and version) keeps its build position; one dropped loses its
+# entries; one new starts its build ("" : from the first id, unless the shard
+# has no documents). Returns the number of indexes dropped.
+SPEC = Script(
+    b"""
+local tag = string.sub(KEYS[1], 1, -3)
+local documents = 'jw:' .. string.sub(tag, 4)
+local current = redis.call('GET', KEYS[1])
+local old = {g = 0, i = {}}
+if current then old = cjson.decode(current) end
+local generation = tonumber(ARGV[1])
+if old.g > generation then return -1 end
+local wanted = cjson.decode(ARGV[2])
+local kept = {}
+for _, index in ipairs(old.i) do kept[index.n .. ':' .. index.v] = index end
+local empty = redis.call('ZCARD', documents .. 'i') == 0
+for _, index in ipairs(wanted) do
+  local before = kept[index.n .. ':' .. index.v]
+  if before then
+    index.b = before.b
+    kept[index.n .. ':' .. index.v] = nil
+  elseif not empty then
+    index.b = ''
+  end
+end
+local dropped = 0
+for name, _ in pairs(kept) do
+  redis.call('UNLINK', tag .. 'x:' .. name)
+  dropped = dropped + 1
+end
+redis.call('DEL', tag .. 'xst')
+if #wanted == 0 then
+  redis.call('DEL', KEYS[1], tag .. 'xd')
+else
+  redis.call('SET', KEYS[1], cjson.encode({g = generation, i = wanted}))
+  -- What a write's own entries must have been made for (cache.indexes.index_args): the spec's digest.
+  redis.call('SET', tag .. 'xd', redis.sha1hex(ARGV[2]))
+  -- Each index's state, for queries and progress to read without decoding the spec.
+  for _, index in ipairs(wanted) do
+    local state = '1'
+    if index.b then state = '0' .. index.b end
+    redis.call('HSET', tag .. 'xst', index.n .. ':' .. index.v, state)
+  end
+end
+return dropped
+"""
+)
+
+# KEYS: the shard's spec, its id index. ARGV: index name, version, how many documents this step, and the
+# bytes of documents after which it stops (a step of large documents would hold Redis for their decoding).
+# Indexes the next documents of the shard after the build's position, each
+# from its stored body (a write since the index's spec arrived has indexed
+# its document already: this sets the same entry again). Returns {done,
+# position}: done is 1 once the shard is built (or the index is gone).
+BUILD = Script(
+    (
+        _ENCODE
+        + """
+local spec = redis.call('GET', KEYS[1])
+if not spec then return {1, ''} end
+spec = cjson.decode(spec)
+local index = nil
+for _, candidate in ipairs(spec.i) do
+  if candidate.n == ARGV[1] and candidate.v == ARGV[2] then index = candidate end
+end
+if not index or index.b == nil then return {1, ''} end
+local tag = string.sub(KEYS[1], 1, -3)
+local documents = 'jw:' .. string.sub(tag, 4)
+local start = '-'
+if index.b ~= '' then start = '(' .. index.b end
+local ids = redis.call('ZRANGEBYLEX', KEYS[2], start, '+', 'LIMIT', 0, tonumber(ARGV[3]))
+local bytes, cap, last = 0, tonumber(ARGV[4]), nil
+for _, id in ipairs(ids) do
+  local key = documents .. 'd:' .. id
+  local body = redis.call('HGET', key, 'b')
+  if body then
+    local ok, doc = pcall(cjson.decode, body)
+    local entry = nil
+    if ok then entry = index_entry(doc, index, id) end
+    reindex(tag, key, {{entry_field(index), entry}}, true)
+    bytes = bytes + #body
+  end
+  last = id
+  if bytes >= cap then break end
+end
+local state = '1'
+if #ids < tonumber(ARGV[3]) and last == ids[#ids] then
+  index.b = nil
+else
+  index.b = last
+  state = '0' .. last
+end
+redis.call('SET', KEYS[1], cjson.encode(spec))
+redis.call('HSET', tag .. 'xst', ARGV[1] .. ':' .. ARGV[2], state)
+if index.b == nil then return {1, ''} end
+return {0, index.b}
+"""
+    ).encode()
+)
+
+# KEYS: the shard's spec, the index's entries. ARGV: index name, version,
+# min, max (ZRANGEBYLEX bounds), '1' for descending, limit, the bytes of
+# bodies this shard may bring, the fields' type letters, the most entries to
+# look at. Reads entries in order and, for each whose document still holds
+# it (the same script: it matches now), the document's body, while they fit
+# the bytes; an entry whose document is gone (expired, or removed outside
+# Jetway) is dropped from the index. Returns {state, position, entry, body
+# or false, size, ...}: state 'missing' (no such index here), 'building'
+# (position: the build's), 'end' (no more entries), 'more' (limit found, or
+# a body over the bytes: its entry is last, with false), 'cut' (looked at
+# the most entries: position is the last looked at).
+QUERY = Script(
+    (
+        _ENCODE
+        + """
+-- The index's state in the shard, without decoding its spec: '1' built, '0' .. position building.
+local state = redis.call('HGET', string.sub(KEYS[1], 1, -3) .. 'xst', ARGV[1] .. ':' .. ARGV[2])
+if not state then return {'missing', ''} end
+if state ~= '1' then return {'building', string.sub(state, 2)} end
+local documents = 'jw:' .. string.sub(KEYS[1], 4, -3)
+local field = 'x:' .. ARGV[1] .. ':' .. ARGV[2]
+local low, high, descending = ARGV[3], ARGV[4], ARGV[5] == '1'
+local limit, allowance, kinds, most = tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8], tonumber(ARGV[9])
+local function id_of(entry)
+  local at = 1
+  for i = 1, #kinds do
+    local kind = string.sub(kinds, i, i)
+    if kind == 's' then
+      at = select(2, string.find(entry, '\\0\\0', at, true)) + 1
+    elseif kind == 'n' then
+      at = at + 8
+    else
+      at = at + 1
+    end
+  end
+  return string.sub(entry, at)
+end
+local out = {'end', ''}
+local found, looked, bytes = 0, 0, 0
+while true do
+  local chunk
+  local want = math.min(limit - found + 8, most - looked)
+  if descending then
+    chunk = redis.call('ZREVRANGEBYLEX', KEYS[2], high, low, 'LIMIT', 0, want)
+  else
+    chunk = redis.call('ZRANGEBYLEX', KEYS[2], low, high, 'LIMIT', 0, want)
+  end
+  if #chunk == 0 then return out end
+  for _, entry in ipairs(chunk) do
+    looked = looked + 1
+    local key = documents .. 'd:' .. id_of(entry)
+    local held = redis.call('HMGET', key, field, 'b')
+    if held[1] == entry then
+      local size = #held[2]
+      found = found + 1
+      if bytes + size > allowance then
+        out[1], out[2] = 'more', entry
+        out[#out + 1], out[#out + 2], out[#out + 3] = entry, false, size
+        return out
+      end
+      bytes = bytes + size
+      out[#out + 1], out[#out + 2], out[#out + 3] = entry, held[2], size
+      if found >= limit then
+        out[1], out[2] = 'more', entry
+        return out
+      end
+    else
+      -- Not the document's entry: it expired, was removed or was rewritten outside Jetway's scripts.
+      redis.call('ZREM', KEYS[2], entry)
+    end
+    if looked >= most then
+      out[1], out[2] = 'cut', entry
+      return out
+    end
+    if descending then high = '(' .. entry else low = '(' .. entry end
+  end
+end
+"""
+    ).encode()
+)
