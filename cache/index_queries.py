@@ -187,26 +187,25 @@ def _choose(indexes: Sequence[Index], equal: set, following: Optional[str]) -> O
 
 
 def _bounds(index: Index, prefix: bytes, fixed: int, ranged: Dict[str, Any]) -> Tuple[bytes, bytes]:
+    """The ``ZRANGEBYLEX`` bounds of the entries that start with ``prefix`` and whose next value is in range."""
     low = b"[" + prefix if prefix else b"-"
     end = prefix_end(prefix) if prefix else None
     high = b"(" + end if end is not None else b"+"
     if "low" in ranged:
-        operator, value = ranged["low"]
-        encoded = prefix + _encoded(index.fields[fixed], value)
-        if operator == "gte":
-            low = b"[" + encoded
-        else:
-            after = prefix_end(encoded)
-            low = b"[" + after if after is not None else b"+"
+        low = _bound(index.fields[fixed], prefix, *ranged["low"], inclusive="gte", past=b"[")
     if "high" in ranged:
-        operator, value = ranged["high"]
-        encoded = prefix + _encoded(index.fields[fixed], value)
-        if operator == "lt":
-            high = b"(" + encoded
-        else:
-            after = prefix_end(encoded)
-            high = b"(" + after if after is not None else b"+"
+        high = _bound(index.fields[fixed], prefix, *ranged["high"], inclusive="lt", past=b"(")
     return low, high
+
+
+def _bound(field: IndexField, prefix: bytes, operator: str, value: Any, inclusive: str, past: bytes) -> bytes:
+    """One side's bound: at the value's entries (``gte`` from them, ``lt`` below them), or past all of them
+    (``gt``, ``lte``: from, or below, the first bytes after every entry that starts with the value)."""
+    encoded = prefix + _encoded(field, value)
+    if operator == inclusive:
+        return b"[" + encoded if operator == "gte" else b"(" + encoded
+    after = prefix_end(encoded)
+    return past + after if after is not None else b"+"
 
 
 def _encoded(field: IndexField, value: Any) -> bytes:

@@ -121,26 +121,34 @@ def test_a_document_cjson_cannot_read_is_refused_before_anything_is_written(redi
     assert not redis_client.exists(keys.document_key(COLL, b"deep"))
 
 
-def test_the_build_indexes_what_was_there_and_dropping_removes_it(redis_client) -> None:
-    documents = {b"%03d" % n: {"email": f"{n}@x", "age": n % 7} for n in range(120)}
-    for doc_id, document in documents.items():
-        put(redis_client, doc_id, document)
-    spec(redis_client)
-    assert entries(redis_client, "by_email") == []  # declared: not built yet
-    index = next(index for index in INDEXES if index.name == "by_email")
+def build(client: Any, index_name: str, documents: int, most_bytes: int) -> int:
+    """Every shard's ``BUILD`` steps of the index, as ``cache.index_builds`` runs them; how many steps."""
+    index = next(index for index in INDEXES if index.name == index_name)
+    steps = 0
     for shard in range(keys.INDEX_SHARDS):
         state = [0]
         while state[0] == 0:
-            state = redis_client.eval(
+            state = client.eval(
                 BUILD.source,
                 2,
                 keys.index_spec_key(COLL, shard),
                 keys.index_key(COLL, shard),
                 index.name,
                 index.version,
-                3,
-                1 << 20,
+                documents,
+                most_bytes,
             )
+            steps += 1
+    return steps
+
+
+def test_the_build_indexes_what_was_there_and_dropping_removes_it(redis_client) -> None:
+    documents = {b"%03d" % n: {"email": f"{n}@x", "age": n % 7} for n in range(120)}
+    for doc_id, document in documents.items():
+        put(redis_client, doc_id, document)
+    spec(redis_client)
+    assert entries(redis_client, "by_email") == []  # declared: not built yet
+    build(redis_client, "by_email", 3, 1 << 20)
     assert entries(redis_client, "by_email") == expected(documents, "by_email")
     assert entries(redis_client, "by_age") == []  # its own build has not run
     spec(redis_client, 2, ())
@@ -151,22 +159,7 @@ def test_a_build_step_stops_at_its_bytes(redis_client) -> None:
     for n in range(40):
         put(redis_client, b"big%d" % n, {"email": f"{n}@x", "pad": "x" * 1000})
     spec(redis_client)
-    index = next(index for index in INDEXES if index.name == "by_email")
-    steps = 0
-    for shard in range(keys.INDEX_SHARDS):
-        state = [0]
-        while state[0] == 0:
-            state = redis_client.eval(
-                BUILD.source,
-                2,
-                keys.index_spec_key(COLL, shard),
-                keys.index_key(COLL, shard),
-                index.name,
-                index.version,
-                256,
-                500,
-            )
-            steps += 1
+    steps = build(redis_client, "by_email", 256, 500)
     per_shard = [redis_client.zcard(keys.index_key(COLL, shard)) for shard in range(keys.INDEX_SHARDS)]
     assert steps == sum(max(count, 1) for count in per_shard)  # one document a step: each is over the bytes
     assert len(entries(redis_client, "by_email")) == 40

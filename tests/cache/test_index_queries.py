@@ -1,0 +1,126 @@
+"""cache.index_queries' planning, held to Python's own filtering over generated documents and queries.
+
+No Redis here: the entries are made by ``cache.index_values`` (which the
+scripts' Lua is held to in ``tests/cache/test_index_scripts.py``) and the
+planned range is applied as ``ZRANGEBYLEX`` applies it, to bytes. Every
+generated query must select exactly the documents Python's comparison
+selects, in the index's order: a bound off by one byte (a value that is a
+prefix of another, a number whose encoding starts with 0xFF) shows here.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cache.index_queries import NoIndex, QueryError, plan
+from cache.index_values import EXACT_INTEGERS, entry
+from cache.indexes import declared_indexes
+
+INDEXES = declared_indexes(
+    {
+        "by_name": {"fields": [{"name": "name", "pointer": "/name", "type": "string"}]},
+        "by_team_score": {
+            "fields": [
+                {"name": "team", "pointer": "/team", "type": "string"},
+                {"name": "score", "pointer": "/score", "type": "number"},
+            ]
+        },
+        "by_score": {"fields": [{"name": "score", "pointer": "/score", "type": "number"}]},
+    }
+)
+names = st.text(alphabet="ab\x00é", max_size=3)
+scores = st.one_of(
+    st.integers(min_value=-3, max_value=3),
+    st.sampled_from([0.5, -0.5, 1e15, -1e15, 2.0**52, -(2.0**52)]),
+)
+documents = st.dictionaries(
+    st.text(alphabet="abcdef0123", min_size=1, max_size=4),
+    st.fixed_dictionaries({"name": names, "team": st.sampled_from(["x", "xy", "y"]), "score": scores}),
+    max_size=25,
+)
+
+
+def in_range(member: bytes, low: bytes, high: bytes) -> bool:
+    """``ZRANGEBYLEX``'s test of one member against its bounds."""
+    if low != b"-" and (low == b"+" or (member < low[1:] if low[:1] == b"[" else member <= low[1:])):
+        return False
+    return high == b"+" or (high != b"-" and (member <= high[1:] if high[:1] == b"[" else member < high[1:]))
+
+
+def answered(docs: Dict[str, Any], arguments: Dict[str, List[str]]) -> List[str]:
+    query = plan(INDEXES, arguments, 1000, None)
+    fields = [(field.tokens, field.type) for field in query.index.fields]
+    entries = sorted(
+        (made, doc_id) for doc_id, doc in docs.items() if (made := entry(doc, fields, doc_id.encode())) is not None
+    )
+    low, high = query.bounds()
+    found = [doc_id for made, doc_id in entries if in_range(made, low, high)]
+    return found[::-1] if query.descending else found
+
+
+def _python(value: Any, operator: str, given: Any) -> bool:
+    return {"eq": value == given, "gt": value > given, "gte": value >= given, "lt": value < given,
+            "lte": value <= given}[operator]  # fmt: skip
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    documents,
+    st.sampled_from(["name", "team+score", "score"]),
+    st.sampled_from(["eq", "gt", "gte", "lt", "lte"]),
+    st.one_of(st.none(), st.sampled_from(["gt", "gte", "lt", "lte"])),
+    names,
+    scores,
+    st.booleans(),
+)
+def test_a_planned_range_selects_what_python_selects(
+    docs: Dict[str, Any], which: str, operator: str, second: Optional[str], name: str, score: Any, descending: bool
+) -> None:
+    if which == "name":
+        arguments = {"name": [f"{operator}.{name}"]}
+        keep = [d for d, doc in docs.items() if _python(doc["name"], operator, name)]
+        # The index's order: the name's UTF-8 bytes (its code points), then the id.
+        wanted = sorted(keep, key=lambda d: (docs[d]["name"].encode(), d.encode()))
+    else:
+        filters = [f"{operator}.{score!r}"]
+        keep = [d for d, doc in docs.items() if _python(doc["score"], operator, score)]
+        if second is not None and operator != "eq" and (second in ("gt", "gte")) != (operator in ("gt", "gte")):
+            filters.append(f"{second}.{score + 1!r}")
+            keep = [d for d in keep if _python(docs[d]["score"], second, score + 1)]
+        arguments = {"score": filters, "order": [f"score.{'desc' if descending else 'asc'}"]}
+        if which == "team+score":
+            arguments["team"] = ["eq.x"]
+            keep = [d for d in keep if docs[d]["team"] == "x"]
+        wanted = sorted(keep, key=lambda d: (float(docs[d]["score"]), d.encode()), reverse=descending)
+    assert answered(docs, arguments) == wanted
+
+
+def test_the_smallest_index_that_fits_answers() -> None:
+    assert plan(INDEXES, {"score": ["gt.1"]}, 10, None).index.name == "by_score"
+    assert plan(INDEXES, {"team": ["eq.x"], "score": ["gt.1"]}, 10, None).index.name == "by_team_score"
+    assert plan(INDEXES, {"team": ["eq.x"]}, 10, None).index.name == "by_team_score"
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error", "says"),
+    [
+        ({"age": ["eq.1"]}, NoIndex, '"by_age"'),
+        ({"name": ["eq.a"], "score": ["gt.1"]}, NoIndex, "by_name_score"),
+        ({"score": ["gt.x"]}, QueryError, "not a JSON number"),
+        ({"score": ["gt.1", "gte.2"]}, QueryError, "two lower bounds"),
+        ({"score": ["eq.1", "eq.2"]}, QueryError, "two values"),
+        ({"score": ["gt.1"], "name": ["gt.a"]}, QueryError, "one field at a time"),
+        ({"score": ["gt.1"], "order": ["name.asc"]}, QueryError, "must be on the ranged field"),
+        ({"score": [f"eq.{EXACT_INTEGERS}"]}, QueryError, "2**53"),
+        ({"score": ["eq.1e999"]}, QueryError, "2**53"),
+        ({"order": ["nothing.desc"]}, QueryError, "not a field"),
+        ({"score": ["about.1"]}, QueryError, "op.value"),
+    ],
+)
+def test_queries_that_cannot_be_asked(arguments: Dict[str, List[str]], error: type, says: str) -> None:
+    with pytest.raises(error, match=says.replace("*", r"\*").replace(".", r"\.")):
+        plan(INDEXES, arguments, 10, None)
