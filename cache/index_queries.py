@@ -390,7 +390,8 @@ def _merged(outcomes: List[Tuple[bool, Any]], query: Query, limit: int, budget: 
         # Everything up to the stop is here: the next page starts after the stop (a shard may have looked
         # past stale entries only), or there is none.
         return Found(bodies, stop)
-    if last is None:
-        assert stop is not None and not stop_inclusive
-        return Found([], None, stop)
+    if last is None and stop is not None:
+        # Nothing before the stop: its entry comes alone (over a shard's share), or a shard looked past
+        # stale entries only and the next page starts after where it stopped.
+        return Found([], None, stop) if not stop_inclusive else Found([], stop)
     return Found(bodies, last)

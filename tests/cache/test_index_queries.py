@@ -124,3 +124,18 @@ def test_the_smallest_index_that_fits_answers() -> None:
 def test_queries_that_cannot_be_asked(arguments: Dict[str, List[str]], error: type, says: str) -> None:
     with pytest.raises(error, match=says.replace("*", r"\*").replace(".", r"\.")):
         plan(INDEXES, arguments, 10, None)
+
+
+def test_a_page_goes_on_after_a_shard_that_looked_past_stale_entries_only() -> None:
+    """One shard stopped at c after stale entries (no body), another gave d: the page ends at c, empty,
+    and its cursor goes on after c (not a failure, and not d before what the first shard had left)."""
+    from cache.index_queries import _merged
+
+    query = plan(INDEXES, {"name": ["gte.a"]}, 10, None)
+    outcomes = [(True, [b"cut", b"c"]), (True, [b"end", b"", b"d", b"{}", 2])] + [(True, [b"end", b""])] * 14
+    found = _merged(outcomes, query, 10, 1 << 20)
+    assert (found.bodies, found.last, found.oversize) == ([], b"c", None)
+    # A shard whose first entry was over its share: that entry alone, next.
+    outcomes = [(True, [b"more", b"b", b"b", None, 5000])] + [(True, [b"end", b"", b"d", b"{}", 2])] * 15
+    found = _merged(outcomes, query, 10, 1 << 20)
+    assert (found.bodies, found.oversize) == ([], b"b")
