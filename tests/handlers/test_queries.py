@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import time
 from typing import Any, Dict, List, Optional
 from urllib.parse import quote
@@ -181,6 +182,8 @@ def test_an_index_declared_on_documents_is_built_and_dropping_it_removes_it(api,
         time.sleep(0.05)
     wait_built(api, "late", "email=eq.user1@example.com")
     assert api.get("/v1/_collections/late").headers["Index-Builds"] == "by_email=16/16"
+    steps = re.search(rb"^jetway_index_build_steps_total (\S+)$", api.get("/metrics").content, re.M)
+    assert steps is not None, "the metric is exported"
     found = query_all(api, "late", "email=eq.user1@example.com")
     assert found == [d for _, d in sorted(documents.items()) if d["email"] == "user1@example.com"]
     declare(api, "late", {})
