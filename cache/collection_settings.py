@@ -236,6 +236,15 @@ def stored_schema_or_none(body: bytes) -> Optional[Any]:
         return None
 
 
+def stored_indexes(body: bytes) -> Tuple[Index, ...]:
+    """The indexes stored settings declare: none if they declare none, or ones this version refuses
+    (``parse_stored`` then refuses the collection's writes and says why). The schema is not compiled."""
+    try:
+        return declared_indexes(_loaded(body).get("indexes") or {})
+    except IndexDeclarationError:
+        return ()
+
+
 def _loaded(body: bytes) -> Dict[str, Any]:
     try:
         values = codec.loads(body)
@@ -345,10 +354,7 @@ class CollectionSettingsStore:
         )
         if body is None or generation is None:
             return ()
-        try:  # the indexes alone: the schema is not compiled here, on the reactor's thread
-            indexes = declared_indexes(_loaded(body).get("indexes") or {})
-        except IndexDeclarationError:
-            return ()
+        indexes = stored_indexes(body)
         yield apply_specs(self._link, name.encode(), int(generation), indexes)
         return indexes
 
@@ -381,6 +387,7 @@ __all__ = [
     "checked_values",
     "parse_settings",
     "parse_stored",
+    "stored_indexes",
     "stored_schema",
     "stored_schema_or_none",
 ]

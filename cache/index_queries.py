@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import heapq
 import json
 import re
 from dataclasses import dataclass
@@ -91,17 +92,13 @@ class Query:
         return low, high
 
 
-def _value_of(bound: bytes) -> bytes:
-    return bound[1:]
-
-
 def _above(candidate: bytes, current: bytes) -> bool:
     """Whether lower bound ``candidate`` (exclusive) is at or above lower bound ``current``."""
     if current == b"-":
         return True
     if current == b"+":
         return False
-    return _value_of(candidate) >= _value_of(current)
+    return candidate[1:] >= current[1:]
 
 
 def _below(candidate: bytes, current: bytes) -> bool:
@@ -110,14 +107,14 @@ def _below(candidate: bytes, current: bytes) -> bool:
         return True
     if current == b"-":
         return False
-    return _value_of(candidate) <= _value_of(current)
+    return candidate[1:] <= current[1:]
 
 
 def filters_of(arguments: Dict[str, List[str]]) -> Dict[str, List[str]]:
     """The arguments that make a request a query: ``order``, and each whose values are all ``op.value``.
 
     Other unknown arguments stay ignored, as they were before queries (a
-    browser's cache-busting ``_=...``); ``limit`` and ``cursor`` go along.
+    browser's cache-busting ``_=...``); ``plan`` takes ``limit`` and the cursor apart.
     """
     filters = {
         name: values
@@ -158,8 +155,9 @@ def plan(indexes: Sequence[Index], arguments: Dict[str, List[str]], limit: int, 
     ranged = set(ranges) - set(equal)
     if len(ranged) > 1:
         raise QueryError(f"a range on one field at a time: {', '.join(sorted(ranged))}")
-    for name in set(ranges) & set(equal):
-        raise QueryError(f"{name} has eq and a range; use one")
+    both = set(ranges) & set(equal)
+    if both:
+        raise QueryError(f"{min(both)} has eq and a range; use one")
     following = next(iter(ranged), None)
     if order is not None and following is not None and order != following:
         raise QueryError(f"the order ({order}) must be on the ranged field ({following})")
@@ -262,11 +260,8 @@ def _suggest(fields: Dict[str, IndexField], equal: List[str], following: Optiona
     )
 
 
-def encode_cursor(entry: bytes) -> bytes:
-    return base64.urlsafe_b64encode(entry).rstrip(b"=")
-
-
 def decode_cursor(text: Optional[str]) -> Optional[bytes]:
+    """The entry a cursor continues after (``handlers.http.validation.encode_cursor`` made it): any bytes."""
     if text is None:
         return None
     try:
@@ -361,16 +356,16 @@ def _merged(outcomes: List[Tuple[bool, Any]], query: Query, limit: int, budget: 
     # last entry came without its body, over its share, stopped just before it).
     stop: Optional[bytes] = None
     stop_inclusive = True
-    found: List[Tuple[bytes, Optional[bytes]]] = []
+    shards: List[List[Tuple[bytes, Optional[bytes]]]] = []
     for state, position, *rest in answers:
-        for at in range(0, len(rest), 3):
-            found.append((rest[at], rest[at + 1]))
+        shards.append([(rest[at], rest[at + 1]) for at in range(0, len(rest), 3)])
         if state == b"end":
             continue
         inclusive = not (rest and rest[-3] == position and rest[-2] is None)
         if stop is None or before(position, stop) or (position == stop and not inclusive):
             stop, stop_inclusive = position, inclusive
-    found.sort(key=lambda pair: pair[0], reverse=descending)
+    # Each shard's entries come in the page's order: merged, as a list page's ids are (cache.document_pages).
+    found = heapq.merge(*shards, key=lambda pair: pair[0], reverse=descending)
     bodies: List[bytes] = []
     last: Optional[bytes] = None
     spent = 0

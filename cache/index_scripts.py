@@ -39,8 +39,6 @@ from __future__ import annotations
 
 from cache.redis.script import Script
 
-UNINDEXABLE = "UNINDEXABLE"
-
 # The encoding of cache.index_values, value by value; nil: no entry.
 _ENCODE = r"""
 local function index_value(value, kind)

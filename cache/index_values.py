@@ -40,7 +40,8 @@ TYPES = (STRING, NUMBER, BOOLEAN)
 # Numbers indexed are of magnitude below this: from it on, a double does not hold every integer.
 EXACT_INTEGERS = 2**53
 
-_MISSING = object()
+# A member a document does not have.
+MISSING = object()
 
 
 def pointer_tokens(pointer: str) -> Tuple[str, ...]:
@@ -67,18 +68,15 @@ def member(document: Any, tokens: Sequence[str]) -> Any:
     value = document
     for token in tokens:
         if isinstance(value, dict):
-            value = value.get(token, _MISSING)
+            value = value.get(token, MISSING)
         elif isinstance(value, list) and token.isdigit() and token.isascii() and (token == "0" or token[0] != "0"):
             index = int(token)
-            value = value[index] if index < len(value) else _MISSING
+            value = value[index] if index < len(value) else MISSING
         else:
-            return _MISSING
-        if value is _MISSING:
-            return _MISSING
+            return MISSING
+        if value is MISSING:
+            return MISSING
     return value
-
-
-MISSING = _MISSING
 
 
 def encode(value: Any, kind: str) -> Optional[bytes]:
@@ -105,13 +103,6 @@ def encode(value: Any, kind: str) -> Optional[bytes]:
         bits = bits ^ 0xFFFFFFFFFFFFFFFF if bits >> 63 else bits | 0x8000000000000000
         return struct.pack(">Q", bits)
     raise ValueError(f"an index's type is one of {', '.join(TYPES)}, not {kind!r}")
-
-
-def decode_number(encoded: bytes) -> float:
-    """The number ``encode(value, NUMBER)`` made ``encoded`` from (a cursor's, a test's)."""
-    (bits,) = struct.unpack(">Q", encoded)
-    bits = bits & 0x7FFFFFFFFFFFFFFF if bits >> 63 else bits ^ 0xFFFFFFFFFFFFFFFF
-    return struct.unpack(">d", struct.pack(">Q", bits))[0]
 
 
 def entry(document: Any, fields: Sequence[Tuple[Tuple[str, ...], str]], doc_id: bytes) -> Optional[bytes]:

@@ -18,8 +18,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from twisted.internet import defer
 
 from cache import codec, keys
-from cache.collection_settings import CollectionSettings, SettingsError
-from cache.indexes import Index, IndexDeclarationError, declared_indexes
+from cache.collection_settings import CollectionSettings, SettingsError, stored_indexes
 from cache.schema import InvalidSchema
 from handlers.base import ResourceHandler
 from handlers.http import validation
@@ -56,7 +55,7 @@ class CollectionSettingsHandler(_AdminHandler):
         if row is None:
             raise not_found(f"collection {name} has no settings")
         body, etag = row
-        indexes = _declared(body)
+        indexes = stored_indexes(body)
         if indexes:
             progress = yield self.store.index_builds.progress(name.encode(), indexes)
             self.set_header("Index-Builds", index_builds_header(progress))
@@ -113,15 +112,6 @@ class CollectionSettingsHandler(_AdminHandler):
         if result == -1:
             raise not_found(f"collection {name} has no settings")
         self.send_no_content()
-
-
-def _declared(body: bytes) -> Tuple[Index, ...]:
-    """The indexes stored settings declare (none if they declare none, or ones this version refuses)."""
-    try:
-        values = codec.loads(body)
-        return declared_indexes(values["indexes"]) if isinstance(values, dict) and values.get("indexes") else ()
-    except (codec.JsonError, IndexDeclarationError):
-        return ()
 
 
 def index_builds_header(progress: Dict[str, Dict[str, int]]) -> str:

@@ -110,7 +110,7 @@ class CollectionHandler(ComposedHandler):
             if not self.store.index_builds.building(name, query.index):
                 self._resume_builds(name)
             raise ApiError(409, "index-building", str(error), {"Retry-After": RETRY_AFTER_SECONDS}) from None
-        cursor = index_queries.encode_cursor(found.last) if found.last is not None else None
+        cursor = validation.encode_cursor(found.last) if found.last is not None else None
         self.send_items(found.bodies, cursor, with_next=True)
 
     def _resume_builds(self, name: bytes) -> None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, Tuple
 
 from cache.collection_settings import CollectionSettings
-from cache.indexes import NO_INDEX_ARGS, index_args
+from cache.indexes import index_args
 from cache.settings_cache import SettingsCache, settings_of
 from cache.store import NO_CONDITIONS, Conditions, Document, DocumentStore
 from cache.variants import base_tag
@@ -128,7 +128,7 @@ class DocumentAnswers:
         body = exchange.body
         rules.check(value, len(body))  # before anything is stored
         conditions = write_conditions(exchange.headers)
-        indexed = index_args(rules.indexes, value, keys[1]) if rules.indexes else NO_INDEX_ARGS
+        indexed = index_args(rules.indexes, value, keys[1])
         written = self.store.put(
             *keys, body, conditions, rules.ttl_or_default(ttl), replicas=rules.write_replicas, indexed=indexed
         )

@@ -35,7 +35,7 @@ from twisted.internet import defer
 from cache import codec
 from cache.batch import CREATE, PUT, BatchRunner, Operation
 from cache.collection_settings import CollectionSettings
-from cache.indexes import NO_INDEX_ARGS, index_args
+from cache.indexes import index_args
 from handlers.base import ResourceHandler
 from handlers.http import validation
 from handlers.http.body_stream import BodyLost, BodyStream
@@ -213,7 +213,7 @@ class ImportHandler(ResourceHandler):
                 continue
             op = PUT if doc_id is not None else CREATE
             new_id = doc_id or self.store.new_id()
-            indexed = index_args(rules.indexes, value, new_id) if rules.indexes else NO_INDEX_ARGS
+            indexed = index_args(rules.indexes, value, new_id)
             operations.append(
                 Operation(op, name, new_id, document, ttl=expiry, replicas=rules.write_replicas, indexed=indexed)
             )

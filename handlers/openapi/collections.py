@@ -25,7 +25,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from twisted.internet import defer
 
 from cache import codec
-from cache.indexes import Index, IndexDeclarationError, declared_indexes
+from cache.collection_settings import stored_indexes
+from cache.indexes import Index
 from cache.settings_cache import SettingsCache
 from handlers.openapi.build import openapi_document
 from handlers.openapi.parts import Json, parameter
@@ -175,12 +176,8 @@ class OpenApiSource:
     def _rebuilt(self, rows: List[Tuple[str, bytes, bytes]], generation: int) -> bytes:
         schemas, indexes = [], {}
         for name, settings, _etag in rows:
-            values = codec.loads(settings)
-            schema = values.get("schema")
-            try:
-                declared = declared_indexes(values["indexes"]) if values.get("indexes") else ()
-            except IndexDeclarationError:
-                declared = ()  # stored by hand, refused: cache.collection_settings says so on writes
+            schema = codec.loads(settings).get("schema")
+            declared = stored_indexes(settings)
             if schema is not None or declared:
                 schemas.append((name, schema))
             if declared:

@@ -12,6 +12,7 @@ of another's.
 from __future__ import annotations
 
 import math
+import struct
 
 import pytest
 from hypothesis import given, settings
@@ -23,7 +24,6 @@ from cache.index_values import (
     MISSING,
     NUMBER,
     STRING,
-    decode_number,
     encode,
     entry,
     member,
@@ -37,6 +37,13 @@ numbers = st.one_of(
 )
 texts = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=12)
 ids = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789_-.", min_size=1, max_size=8).map(str.encode)
+
+
+def decode_number(encoded: bytes) -> float:
+    """The number ``encode(value, NUMBER)`` made ``encoded`` from."""
+    (bits,) = struct.unpack(">Q", encoded)
+    bits = bits & 0x7FFFFFFFFFFFFFFF if bits >> 63 else bits ^ 0xFFFFFFFFFFFFFFFF
+    return struct.unpack(">d", struct.pack(">Q", bits))[0]
 
 
 def _sign(a: object, b: object) -> int:
