@@ -42,7 +42,7 @@ from twisted.internet import defer
 from cache import keys
 from cache.errors import WriteConflict
 from cache.index_scripts import QUERY
-from cache.index_values import BOOLEAN, NUMBER, encode, id_of, prefix_end
+from cache.index_values import BOOLEAN, MAX_STRING_BYTES, NUMBER, encode, id_of, prefix_end
 from cache.indexes import Index, IndexField
 from cache.redis.link import Link
 
@@ -209,7 +209,10 @@ def _bound(field: IndexField, prefix: bytes, operator: str, value: Any, inclusiv
 def _encoded(field: IndexField, value: Any) -> bytes:
     encoded = encode(value, field.type)
     if encoded is None:
-        raise QueryError(f"{field.name}: {json.dumps(value)} cannot be in the index (a number of 2**53 or more)")
+        raise QueryError(
+            f"{field.name}: {json.dumps(value)[:60]} cannot be in the index (a string of more than"
+            f" {MAX_STRING_BYTES} bytes, or a number of 2**53 or more)"
+        )
     return encoded
 
 

@@ -37,13 +37,14 @@ a build leaves such a document out of the index.
 
 from __future__ import annotations
 
+from cache.index_values import MAX_STRING_BYTES
 from cache.redis.script import Script
 
 # The encoding of cache.index_values, value by value; nil: no entry.
 _ENCODE = r"""
 local function index_value(value, kind)
   if kind == 's' then
-    if type(value) ~= 'string' then return nil end
+    if type(value) ~= 'string' or #value > MAX_STRING_BYTES then return nil end
     return (string.gsub(value, '%z', '\0\255')) .. '\0\0'
   elseif kind == 'b' then
     if type(value) ~= 'boolean' then return nil end
@@ -161,7 +162,7 @@ end
 local function index_tag(ids_key)
   return 'ji:' .. string.sub(ids_key, 4, -2)
 end
-"""
+""".replace("MAX_STRING_BYTES", str(MAX_STRING_BYTES))
 
 # The part the document writes' scripts share (cache.scripts): their K[2] is the shard's id index, "<tag>i".
 WRITE_LUA = _ENCODE
@@ -270,7 +271,7 @@ return {0, index.b}
 
 # KEYS: the shard's spec, the index's entries. ARGV: index name, version,
 # min, max (ZRANGEBYLEX bounds), '1' for descending, limit, the bytes of
-# bodies this shard may bring, the fields' type letters, the most entries to
+# bodies and entries this shard may bring, the fields' type letters, the most entries to
 # look at. Reads entries in order and, for each whose document still holds
 # it (the same script: it matches now), the document's body, while they fit
 # the bytes; an entry whose document is gone (expired, or removed outside
@@ -321,7 +322,7 @@ while true do
     local key = documents .. 'd:' .. id_of(entry)
     local held = redis.call('HMGET', key, field, 'b')
     if held[1] == entry then
-      local size = #held[2]
+      local size = #held[2] + #entry  -- the entry comes back too: a long value counts
       found = found + 1
       if bytes + size > allowance then
         out[1], out[2] = 'more', entry

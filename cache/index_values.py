@@ -14,15 +14,15 @@ the document's id. For that byte order to be the values' order:
   integer, so two integers would share an entry and an equality query
   could answer the other one (and Redis's Lua, which computes a write's
   entries, sees numbers only as doubles);
-- a string is its UTF-8 bytes (whose byte order is the code points'
-  order), each 0x00 byte written 0x00 0xFF and the end marked 0x00 0x00, so
+- a string (of up to ``MAX_STRING_BYTES``) is its UTF-8 bytes (whose byte
+  order is the code points' order), each 0x00 byte written 0x00 0xFF and the end marked 0x00 0x00, so
   that "a" sorts before "a\\u0000" and "ab", and a value is never a prefix
   of another's encoding;
 - a boolean is one byte, 0x00 for false and 0x01 for true.
 
 A document whose member is missing, or of another type than the index's
 (a number where a string is declared, an object, null, a number past
-2**53), has no entry in that index: it is simply not found by its queries.
+2**53, a string longer than ``MAX_STRING_BYTES``), has no entry in that index: it is simply not found by its queries.
 
 The same encoding is written twice: here, for a query's bounds, and in
 Lua (``cache.index_scripts``), for a write's entries, which Redis computes
@@ -39,6 +39,10 @@ STRING, NUMBER, BOOLEAN = "string", "number", "boolean"
 TYPES = (STRING, NUMBER, BOOLEAN)
 # Numbers indexed are of magnitude below this: from it on, a double does not hold every integer.
 EXACT_INTEGERS = 2**53
+# Strings indexed are of this many UTF-8 bytes at most: an entry is read back whole by every query that
+# meets it, so a longer value (a document may hold a MiB in one member) is not indexed, as a value of
+# another type is not.
+MAX_STRING_BYTES = 512
 
 # A member a document does not have.
 MISSING = object()
@@ -84,7 +88,10 @@ def encode(value: Any, kind: str) -> Optional[bytes]:
     if kind == STRING:
         if not isinstance(value, str):
             return None
-        return value.encode("utf-8", "surrogatepass").replace(b"\x00", b"\x00\xff") + b"\x00\x00"
+        text = value.encode("utf-8", "surrogatepass")
+        if len(text) > MAX_STRING_BYTES:
+            return None
+        return text.replace(b"\x00", b"\x00\xff") + b"\x00\x00"
     if kind == BOOLEAN:
         if not isinstance(value, bool):
             return None

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from cache import keys, scripts
 from cache.index_scripts import BUILD, QUERY, SPEC
-from cache.index_values import EXACT_INTEGERS, entry
+from cache.index_values import EXACT_INTEGERS, MAX_STRING_BYTES, entry
 from cache.indexes import declared_indexes, index_args, spec_json
 
 COLL = b"ix"
@@ -221,6 +221,14 @@ def test_lua_and_python_make_the_same_entries(redis_client, email, age, team, fl
         assert entries(redis_client, name) == expected({b"h": document}, name), (name, document)
     assert delete(redis_client, b"h") == 1
     assert all(entries(redis_client, name) == [] for name in ("by_email", "by_age", "by_team_age", "by_flag"))
+
+
+def test_strings_at_the_edge_of_their_length(redis_client) -> None:
+    spec(redis_client)
+    longest = {"email": "é" * (MAX_STRING_BYTES // 2)}
+    put(redis_client, b"s1", longest)
+    put(redis_client, b"s2", {"email": "é" * (MAX_STRING_BYTES // 2) + "x"})  # one byte more: not indexed
+    assert entries(redis_client, "by_email") == expected({b"s1": longest}, "by_email") != []
 
 
 def test_numbers_at_the_edge_of_exactness(redis_client) -> None:

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from cache.index_values import (
     BOOLEAN,
     EXACT_INTEGERS,
+    MAX_STRING_BYTES,
     MISSING,
     NUMBER,
     STRING,
@@ -126,6 +127,8 @@ def test_equal_numbers_share_an_entry() -> None:
         (math.inf, NUMBER),
         (math.nan, NUMBER),
         (MISSING, STRING),
+        ("x" * (MAX_STRING_BYTES + 1), STRING),  # an entry comes back with every query that meets it
+        ("é" * (MAX_STRING_BYTES // 2 + 1), STRING),  # bytes, not characters
     ],
 )
 def test_values_of_another_type_have_no_entry(value: object, kind: str) -> None:
