@@ -282,8 +282,7 @@ return {0, index.b}
 # the most entries: position is the last looked at).
 QUERY = Script(
     (
-        _ENCODE
-        + """
+        """
 -- The index's state in the shard, without decoding its spec: '1' built, '0' .. position building.
 local state = redis.call('HGET', string.sub(KEYS[1], 1, -3) .. 'xst', ARGV[1] .. ':' .. ARGV[2])
 if not state then return {'missing', ''} end
