@@ -281,8 +281,7 @@ return {0, index.b}
 # a body over the bytes: its entry is last, with false), 'cut' (looked at
 # the most entries: position is the last looked at).
 QUERY = Script(
-    (
-        """
+    b"""
 -- The index's state in the shard, without decoding its spec: '1' built, '0' .. position building.
 local state = redis.call('HGET', string.sub(KEYS[1], 1, -3) .. 'xst', ARGV[1] .. ':' .. ARGV[2])
 if not state then return {'missing', ''} end
@@ -346,5 +345,4 @@ while true do
   end
 end
 """
-    ).encode()
 )
