@@ -13,13 +13,18 @@ so that reads and writes keep most of Redis and of the worker. The
 position is kept in the shard's spec, so a build is resumed by whoever
 calls ``ensure`` next: the worker that stored the settings, or any
 worker whose query met the index unbuilt (a restart, a failover, a worker
-that died mid-build). Two workers building one index at once do it twice,
-not wrongly: a step sets each document's entry from its stored bytes, in
-the same script as it reads them.
+that died mid-build). One worker of the deployment builds an index at a
+time: it holds a lease (``LEASE_SECONDS``, renewed at each step), so a
+second worker whose query meets the index unbuilt leaves it to the first,
+and takes over only once a lease ran out with its holder (dead, or cut off
+from Redis). Were two to build at once it would still be right, only
+dearer: a step sets each document's entry from its stored bytes, in the
+same script as it reads them, and they would share the position.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any, Dict, Sequence, Set, Tuple
 
 from twisted.internet import defer, reactor, task
@@ -29,6 +34,7 @@ from cache import keys
 from cache.index_scripts import BUILD, SPEC
 from cache.indexes import Index, spec_json
 from cache.redis.link import Link
+from cache.redis.script import Script
 
 # Documents per build step, ~1-2 ms of Redis for small documents, and its bytes for large ones (Redis
 # decodes each, ~1 ms a MiB): a step holds every other command for as long as it runs.
@@ -39,7 +45,16 @@ STEP_BYTES = 256 * 1024
 # and left PUTs at 0.49x their rate meanwhile; in steps of 64, 18.5 s and 0.65x; steps of 128 paced 2x,
 # 63 s and 0.75x (reads 0.77x) (loadtest/_queries.py).
 PAUSE = 3.0
+# How long a build's lease outlives its last step: a holder that died is taken over after this.
+LEASE_SECONDS = 15
 _log = Logger()
+
+# KEYS: a build's lease. ARGV: its holder, seconds. Renews it if the holder still holds it (1), else 0.
+_RENEW = Script(
+    b"if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end redis.call('EXPIRE', KEYS[1], ARGV[2]) return 1"
+)
+# KEYS: a build's lease. ARGV: its holder. Gives it up, if the holder still holds it.
+_RELEASE = Script(b"if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end return 0")
 
 
 def apply_specs(link: Link, collection: bytes, generation: int, indexes: Sequence[Index]) -> defer.Deferred:
@@ -64,11 +79,27 @@ class IndexBuilds:
         self._link = link
         self._clock = reactor if clock is None else clock
         self._running: Set[Tuple[bytes, str, str]] = set()
+        self._tried: Dict[bytes, float] = {}  # when this worker last tried to resume a collection's builds
         self.steps = 0  # build steps this worker ran (a metric)
 
     def building(self, collection: bytes, index: Index) -> bool:
         """Whether this worker is building ``index`` of ``collection`` now."""
         return (collection, index.name, index.version) in self._running
+
+    def resume_due(self, collection: bytes) -> bool:
+        """Whether this worker should try to resume ``collection``'s builds now: once per lease's length.
+
+        A query that meets an index unbuilt asks this first, so that clients
+        polling during a build do not each make the worker give the shards
+        their specs again and ask for the lease (18 Redis commands).
+        """
+        now = self._clock.seconds()
+        if now - self._tried.get(collection, -LEASE_SECONDS) < LEASE_SECONDS:
+            return False
+        if len(self._tried) >= 1024:
+            self._tried.clear()  # collections with indexes are an admin's few; this only bounds it
+        self._tried[collection] = now
+        return True
 
     def ensure(self, collection: bytes, indexes: Sequence[Index]) -> None:
         """Build (or go on building) each of ``indexes`` that this worker is not building already."""
@@ -82,6 +113,11 @@ class IndexBuilds:
 
     @defer.inlineCallbacks
     def _build(self, collection: bytes, index: Index) -> Any:
+        lease = keys.index_build_lease_key(collection, index.name.encode(), index.version.encode())
+        holder = b"%d:%d" % (os.getpid(), id(self))
+        taken = yield self._link.execute(b"SET", lease, holder, b"NX", b"EX", LEASE_SECONDS)
+        if taken is None:
+            return  # another worker builds it, and renews its lease as it goes
         for shard in range(keys.INDEX_SHARDS):
             spec_key, ids_key = keys.index_spec_key(collection, shard), keys.index_key(collection, shard)
             done = 0
@@ -91,8 +127,12 @@ class IndexBuilds:
                     BUILD, [spec_key, ids_key], [index.name, index.version, STEP, STEP_BYTES]
                 )
                 self.steps += 1
+                renewed = yield self._link.run_script(_RENEW, [lease], [holder, LEASE_SECONDS])
+                if not renewed:
+                    return  # the lease ran out and another worker took the build over
                 if not done:  # the others' turn: PAUSE times as long as this step took
                     yield task.deferLater(self._clock, (self._clock.seconds() - started) * PAUSE, lambda: None)
+        yield self._link.run_script(_RELEASE, [lease], [holder])
 
     def _failed(self, failure: Any, collection: bytes, index: Index) -> None:
         # Redis away, or failing over: the next query that meets the index unbuilt starts it again.

@@ -104,3 +104,8 @@ def index_entries_key(collection: bytes, shard: int, name: bytes, version: bytes
 def index_states_key(collection: bytes, shard: int) -> bytes:
     """Each declared index's state in one shard: built, or where its build is (``cache.index_scripts``)."""
     return INDEX_PREFIX + _tag(collection, shard)[len(PREFIX) :] + b":xst"
+
+
+def index_build_lease_key(collection: bytes, name: bytes, version: bytes) -> bytes:
+    """Which worker builds one declared index (``cache.index_builds``): in the slot of the collection's shard 0."""
+    return INDEX_PREFIX + _tag(collection, 0)[len(PREFIX) :] + b":xl:" + name + b":" + version

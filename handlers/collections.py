@@ -107,7 +107,8 @@ class CollectionHandler(ComposedHandler):
         except index_queries.QueryError as error:
             raise ApiError(400, "invalid-query", str(error)) from None
         except index_queries.IndexNotReady as error:
-            if not self.store.index_builds.building(name, query.index):
+            builds = self.store.index_builds
+            if not builds.building(name, query.index) and builds.resume_due(name):
                 self._resume_builds(name)
             raise ApiError(409, "index-building", str(error), {"Retry-After": RETRY_AFTER_SECONDS}) from None
         cursor = validation.encode_cursor(found.last) if found.last is not None else None

@@ -337,3 +337,27 @@ def test_ten_thousand_queries_racing_writers_answer_nothing_wrong(api) -> None:
     print(f"race: {counts}")  # make test-slow runs with -rP: the counts go in its log
     assert counts["queries"] >= 10_000 and counts["writes"] > 1_000, counts
     assert (counts["not matching"], counts["missing"]) == (0, 0), counts
+
+
+def test_one_worker_builds_an_index_while_its_lease_holds(api, redis_client) -> None:
+    """A lease another holder keeps (a worker of another instance, say) keeps this deployment's workers off
+    the build; once it is gone, the next look at the settings starts the build here."""
+    from cache.indexes import declared_indexes
+
+    for n in range(200):
+        put(api, "leased", f"d{n:03d}", {"email": f"{n % 4}@x"})
+    index = declared_indexes({"by_email": INDEXES["by_email"]})[0]
+    lease = keys.index_build_lease_key(b"leased", b"by_email", index.version.encode())
+    redis_client.set(lease, b"another worker", ex=60)
+    declare(api, "leased", {"by_email": INDEXES["by_email"]})
+    time.sleep(1)
+    assert api.get("/v1/leased?email=eq.1@x").status_code == 409
+    assert api.get("/v1/_collections/leased").headers["Index-Builds"] == "by_email=0/16"  # every shard has some
+    assert redis_client.get(lease) == b"another worker"
+    redis_client.delete(lease)
+    deadline = time.monotonic() + 30
+    while api.get("/v1/_collections/leased").headers["Index-Builds"] != "by_email=16/16":
+        assert time.monotonic() < deadline, "not built within 30 s of the lease's end"
+        time.sleep(0.05)
+    assert len(query_all(api, "leased", "email=eq.1@x")) == 50
+    assert redis_client.get(lease) is None  # given up once built
