@@ -20,19 +20,22 @@ encoding ``_ENCODE`` repeats). ``b`` in an index's spec is its build's
 position in the shard (the last id done; "" before the first): absent,
 the index is built there.
 
-Writes: ``reindex`` runs in the PUT's script after its document is
-stored, ``unindex`` in the DELETE's before it is removed. A write checks
-the shard's spec itself, so an index declared a moment ago is kept by every
-write from the moment its spec reached the shard, whatever the worker's
-settings cache says; the build (``BUILD``) does the documents written
-before. The worker sends the entries it computed for the indexes its
-settings list, with their digest (``cache.indexes.index_args``): when the
-shard's spec has that digest they are the ones it would compute, and Redis
-takes them; otherwise (the worker has not yet heard of a change) Redis
-decodes the spec and the body and computes them. A document whose body
-Redis's cjson cannot read then (nested past its 1,000 levels, a lone
-surrogate escape) is refused (``UNINDEXABLE``) before anything is written;
-a build leaves such a document out of the index.
+Writes: the PUT's script reads the document's index fields with its ETag
+(``index_fields``) and sets the changed ones with its body
+(``move_entries``), one HMGET and one HSET for the document whatever the
+number of indexes; the DELETE's takes the entries out (``unindex``) before
+the hash goes. A write checks the shard's spec itself, so an index declared
+a moment ago is kept by every write from the moment its spec reached the
+shard, whatever the worker's settings cache says; the build (``BUILD``)
+does the documents written before. The worker sends the entries it computed
+for the indexes its settings list, with their digest
+(``cache.indexes.index_args``): when the shard's spec has that digest they
+are the ones it would compute, and Redis takes them; otherwise (the worker
+has not yet heard of a change) Redis decodes the spec and the body and
+computes them. A document whose body Redis's cjson cannot read then (nested
+past its 1,000 levels, a lone surrogate escape) is refused
+(``UNINDEXABLE``) before anything is written; a build leaves such a
+document out of the index.
 """
 
 from __future__ import annotations
@@ -95,77 +98,83 @@ end
 local function entry_field(index)
   return 'x:' .. index.n .. ':' .. index.v
 end
+""".replace("MAX_STRING_BYTES", str(MAX_STRING_BYTES))
 
--- The entries of one document under the shard's spec, read before anything is written: {{field, entry or
--- nil}, ...}, or nil when the shard keeps no index. A write gives its own (A: its arguments from `at`: their
--- number, the digest of the spec they were made for, then field and entry ('' for none) pairs); they are
--- taken when the shard's spec has that digest, else Redis makes them from the body.
-local function index_plan(itag, id, body, A, at)
-  local digest = redis.call('GET', itag .. 'xd')
-  if not digest then return nil end
-  local plan = {}
-  if digest == A[at + 1] then
-    for i = 1, tonumber(A[at]) do
-      local entry = A[at + 2 * i + 1]
-      if entry == '' then entry = nil end
-      plan[i] = {A[at + 2 * i], entry}
-    end
-    return plan
-  end
-  local spec = shard_spec(itag)
-  local ok, doc = pcall(cjson.decode, body)
-  if not ok then
-    return error({err = 'UNINDEXABLE the document cannot be indexed (' .. tostring(doc) .. ')'})
-  end
-  for i, index in ipairs(spec.i) do plan[i] = {entry_field(index), index_entry(doc, index, id)} end
-  return plan
-end
-
--- Sets the document's entries to the plan's ({field, entry or nil}, ...); with `always`, adds each entry even
--- when the document's field says it has it (the build: a dropped index's field may outlive its entries).
-local function reindex(itag, key, plan, always)
-  if not plan then return end
-  local fields = {}
-  for i, planned in ipairs(plan) do fields[i] = planned[1] end
-  local old = redis.call('HMGET', key, unpack(fields))
-  local sets, dels = {}, {}
-  for i, planned in ipairs(plan) do
-    local entry, before = planned[2], old[i]
-    if before ~= entry or always then
-      local zset = itag .. fields[i]
-      if before and before ~= entry then redis.call('ZREM', zset, before) end
-      if entry then
-        redis.call('ZADD', zset, 0, entry)
-        if before ~= entry then
-          sets[#sets + 1] = fields[i]
-          sets[#sets + 1] = entry
-        end
-      elseif before then
-        dels[#dels + 1] = fields[i]
-      end
-    end
-  end
-  if #sets > 0 then redis.call('HSET', key, unpack(sets)) end
-  if #dels > 0 then redis.call('HDEL', key, unpack(dels)) end
-end
-
-local function unindex(itag, key)
-  local spec = shard_spec(itag)
-  if not spec then return end
-  local plan = {}
-  for i, index in ipairs(spec.i) do plan[i] = {entry_field(index), nil} end
-  reindex(itag, key, plan, false)
-end
-
+# The part the document writes' scripts share (cache.scripts): their K[2] is the shard's id index, "<tag>i".
+WRITE_LUA = (
+    _ENCODE
+    + r"""
 -- The shard's index tag ('ji:{<coll>:<shard>}:') from its id index's key ('jw:{<coll>:<shard>}:i'): index keys
 -- share the documents' slot, but not the prefix the hot cache's tracking follows (cache.tracking).
 local function index_tag(ids_key)
   return 'ji:' .. string.sub(ids_key, 4, -2)
 end
-""".replace("MAX_STRING_BYTES", str(MAX_STRING_BYTES))
 
-# The part the document writes' scripts share (cache.scripts): their K[2] is the shard's id index, "<tag>i".
-WRITE_LUA = _ENCODE
+-- The document's fields a write reads beside its ETag and sets beside its body, one per index the shard keeps,
+-- and their entries when the write's worker made them for the shard's spec: {fields, entries}, or {fields,
+-- spec} (Redis makes the entries, own_entries); nil when the shard keeps no index. A write's arguments from
+-- `at`: their number, the digest of the spec they were made for, then field and entry ('' for none) pairs.
+local function index_fields(itag, A, at)
+  local digest = redis.call('GET', itag .. 'xd')
+  if not digest then return nil end
+  local indexed = {fields = {}}
+  if digest == A[at + 1] then
+    indexed.entries = {}
+    for i = 1, tonumber(A[at]) do
+      indexed.fields[i] = A[at + 2 * i]
+      indexed.entries[i] = A[at + 2 * i + 1] ~= '' and A[at + 2 * i + 1]
+    end
+  else
+    indexed.spec = shard_spec(itag)
+    for i, index in ipairs(indexed.spec.i) do indexed.fields[i] = entry_field(index) end
+  end
+  return indexed
+end
+
+-- The entries of a document whose worker made none for the shard's spec (it had not heard of a change yet):
+-- from its body, before anything is written, since a body cjson cannot read is refused.
+local function own_entries(indexed, id, body)
+  local ok, doc = pcall(cjson.decode, body)
+  if not ok then
+    return error({err = 'UNINDEXABLE the document cannot be indexed (' .. tostring(doc) .. ')'})
+  end
+  local entries = {}
+  for i, index in ipairs(indexed.spec.i) do entries[i] = index_entry(doc, index, id) or false end
+  return entries
+end
+
+-- Moves a document's entries from those it held (held[at + i]: its fields' values, false for none) to the
+-- write's: a changed entry leaves its index and the new one joins it. The fields to set join `sets` and those
+-- to remove `dels`, for the write's own HSET and HDEL of its document.
+local function move_entries(itag, indexed, held, at, sets, dels)
+  for i, field in ipairs(indexed.fields) do
+    local entry, before = indexed.entries[i], held[at + i]
+    if before ~= entry then
+      if before then redis.call('ZREM', itag .. field, before) end
+      if entry then
+        redis.call('ZADD', itag .. field, 0, entry)
+        sets[#sets + 1] = field
+        sets[#sets + 1] = entry
+      else
+        dels[#dels + 1] = field
+      end
+    end
+  end
+end
+
+-- Takes a document about to be removed (the caller removes its hash) out of the shard's indexes. The index
+-- states' hash names them, so no spec is decoded.
+local function unindex(itag, key)
+  local fields = redis.call('HKEYS', itag .. 'xst')
+  if #fields == 0 then return end
+  for i, name in ipairs(fields) do fields[i] = 'x:' .. name end
+  local held = redis.call('HMGET', key, unpack(fields))
+  for i, field in ipairs(fields) do
+    if held[i] then redis.call('ZREM', itag .. field, held[i]) end
+  end
+end
+"""
+)
 
 # KEYS: the shard's spec. ARGV: generation, the indexes' spec (cache.indexes.spec_json).
 # Stores the spec unless the shard holds a later generation's; an index kept
@@ -227,6 +236,19 @@ BUILD = Script(
     (
         _ENCODE
         + """
+-- Sets one document's entry in the index, adding it to the sorted set even when the document's field says it
+-- holds it already (the field of a dropped index may outlive its entries).
+local function build_entry(itag, key, field, entry)
+  local before = redis.call('HGET', key, field)
+  if before and before ~= entry then redis.call('ZREM', itag .. field, before) end
+  if entry then
+    redis.call('ZADD', itag .. field, 0, entry)
+    if before ~= entry then redis.call('HSET', key, field, entry) end
+  elseif before then
+    redis.call('HDEL', key, field)
+  end
+end
+
 local spec = redis.call('GET', KEYS[1])
 if not spec then return {1, ''} end
 spec = cjson.decode(spec)
@@ -248,7 +270,7 @@ for _, id in ipairs(ids) do
     local ok, doc = pcall(cjson.decode, body)
     local entry = nil
     if ok then entry = index_entry(doc, index, id) end
-    reindex(tag, key, {{entry_field(index), entry}}, true)
+    build_entry(tag, key, entry_field(index), entry)
     bytes = bytes + #body
   end
   last = id

@@ -83,25 +83,37 @@ FEED_ARGS = 5
 # WRITE_MANY with each document's share of its own.
 _PUT = """
 local function put(K, A)
-  local current = redis.call('HGET', K[1], 'e')
-  if current == A[3] then return {3, redis.call('HGET', K[1], 'm')} end
-  if not holds(current, A[6], A[7]) then return 0 end
   local itag = index_tag(K[2])
   local index_at = 9 + 2 * tonumber(A[8])
-  local plan = index_plan(itag, A[1], A[2], A, index_at)  -- before any write: it may refuse the document
+  local indexed = index_fields(itag, A, index_at)
+  local held  -- the document's ETag, then its index fields: one read
+  if indexed then
+    held = redis.call('HMGET', K[1], 'e', unpack(indexed.fields))
+  else
+    held = {redis.call('HGET', K[1], 'e')}
+  end
+  local current = held[1]
+  if current == A[3] then return {3, redis.call('HGET', K[1], 'm')} end
+  if not holds(current, A[6], A[7]) then return 0 end
+  -- Before any write: Redis making the entries may refuse the document.
+  if indexed and not indexed.entries then indexed.entries = own_entries(indexed, A[1], A[2]) end
   local feed_at = feed_start(K, A)
   local stale = index_at + 2 + 2 * tonumber(A[index_at])
-  local fields = {'b', A[2], 'e', A[3], 'm', A[4]}
-  for i = 9, index_at - 1 do fields[#fields + 1] = A[i] end
-  redis.call('HSET', K[1], unpack(fields))
-  if current and feed_at >= stale then redis.call('HDEL', K[1], unpack(A, stale, feed_at)) end
+  local sets = {'b', A[2], 'e', A[3], 'm', A[4]}
+  for i = 9, index_at - 1 do sets[#sets + 1] = A[i] end
+  local dels = {}
+  if current then
+    for i = stale, feed_at do dels[#dels + 1] = A[i] end
+  end
+  if indexed then move_entries(itag, indexed, held, 1, sets, dels) end
+  redis.call('HSET', K[1], unpack(sets))
+  if #dels > 0 then redis.call('HDEL', K[1], unpack(dels)) end
   if A[5] == '0' then
     if current then redis.call('PERSIST', K[1]) end  -- a hash just made has no expiry
   elseif A[5] ~= '' then
     redis.call('EXPIRE', K[1], A[5])
   end
   redis.call('ZADD', K[2], 0, A[1])
-  reindex(itag, K[1], plan, false)
   log_change(K, A, A[1], A[3])
   if current then return 1 end
   return 2
@@ -116,7 +128,7 @@ local function delete(K, A)
   local current = redis.call('HGET', K[1], 'e')
   if not holds(current, A[2], '') then return 0 end
   if not current then return -1 end
-  unindex(index_tag(K[2]), K[1])
+  unindex(index_tag(K[2]), K[1])  -- then the hash goes, with its index fields
   redis.call('DEL', K[1])
   redis.call('ZREM', K[2], A[1])
   log_change(K, A, A[1], '')
