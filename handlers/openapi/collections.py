@@ -4,8 +4,9 @@ A collection with a schema or declared indexes gets paths of its own,
 ``/v1/<coll>/{id}`` and ``/v1/<coll>``: the generic document and collection
 operations with the collection's schema as the body of its writes (PUT,
 POST), its indexes' fields as query parameters of its list
-(``?email=eq.a@x``, each described with its pointer and type, the ``order``
-values listed), and operation ids that name it (``putUsersDocument``), so
+(``?email=eq.a@x``, each described with its pointer and type, and typed by
+the collection's schema where it has one, ``member_schemas``; the
+``order`` values listed), and operation ids that name it (``putUsersDocument``), so
 generated clients get a type per collection. The generic paths stay for
 every other collection.
 
@@ -19,6 +20,7 @@ the settings subscription is down nothing is kept: each request rebuilds.
 from __future__ import annotations
 
 import copy
+import json
 import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -29,6 +31,7 @@ from cache.collection_settings import stored_indexes
 from cache.indexes import Index
 from cache.settings_cache import SettingsCache
 from handlers.openapi.build import openapi_document
+from handlers.openapi.member_schemas import member_schema, value_pattern
 from handlers.openapi.parts import Json, parameter
 from handlers.operation import Operation
 from handlers.paths import COLLECTION
@@ -63,25 +66,37 @@ def with_collections(base: Json, schemas: List[Tuple[str, Any]], indexes: Option
             spec["paths"][typed] = _typed(spec["paths"][path], collection, ref, operation_part)
         declared = (indexes or {}).get(collection)
         if declared:
-            _with_filters(spec["paths"][COLLECTION.replace("{collection}", collection, 1)], declared)
+            _with_filters(spec["paths"][COLLECTION.replace("{collection}", collection, 1)], declared, schema)
     return spec
 
 
-def _with_filters(item: Json, indexes: Sequence[Index]) -> None:
-    """The list operation of a collection with declared indexes: a query parameter per field, ``order``'s values."""
+def _with_filters(item: Json, indexes: Sequence[Index], schema: Any) -> None:
+    """The list operation of a collection with declared indexes: a query parameter per field, typed by the
+    collection's ``schema`` where it says what the member is (``member_schemas``), and ``order``'s values."""
     fields = {field.name: field for index in indexes for field in index.fields}
     listing = item["get"]
     listing["parameters"] = [p for p in listing.get("parameters", []) if not p.get("$ref", "").endswith("/order")]
     for name, field in sorted(fields.items()):
+        member = member_schema(schema, field.tokens) if schema is not None else None
+        described = f"Filter on `{field.pointer}` ({field.type}"
+        extra: Json = {}
+        if member is not None:
+            described += "; in the collection's schema: " + json.dumps(member, ensure_ascii=False)[:200]
+            extra["x-value-schema"] = member
         listing["parameters"].append(
             parameter(
                 name,
                 "query",
-                f"Filter on `{field.pointer}` ({field.type}): `op.value`, `op` one of eq, gt, gte, lt, lte;"
-                " give it twice for a range (`gte.` and `lt.`).",
-                {"type": "array", "items": {"type": "string", "pattern": "^(eq|gt|gte|lt|lte)\\."}, "maxItems": 2},
+                described + "): `op.value`, `op` one of eq, gt, gte, lt, lte; give it twice for a range"
+                " (`gte.` and `lt.`).",
+                {
+                    "type": "array",
+                    "items": {"type": "string", "pattern": value_pattern(field.type, member)},
+                    "maxItems": 2,
+                },
                 style="form",
                 explode=True,
+                **extra,
             )
         )
     orders = [f"{name}.{direction}" for name in sorted(fields) for direction in ("asc", "desc")]
