@@ -96,6 +96,15 @@ class SettingsCache:
         entry = self._entries.get(name)
         if entry is not None and self._guard.source is not None:
             return defer.succeed(entry or None)  # every write to a known collection: no Redis
+        return self.fresh(name)
+
+    def fresh(self, name: str) -> defer.Deferred:
+        """The collection's settings (or None) read from Redis now, and remembered.
+
+        For a request that another worker's change may have outrun: a query
+        naming an index that this worker's settings do not list yet (the
+        change's message is on its way) reads them again before it refuses.
+        """
         ticket = self._guard.ticket()
         reading = self.store.read(name).addCallback(self._parsed, name)
         return reading.addCallback(self._remember, name, ticket)
