@@ -38,6 +38,7 @@ from cache.change_feed import NO_FEED, FeedLog, FeedReader
 from cache.collection_settings import CollectionSettingsStore
 from cache.hot_cache import HotCache
 from cache.idempotency import IdempotencyRecords
+from cache.index_upkeep import follow_settings_changes
 from cache.redis.address import CLUSTER
 from cache.redis.lazy_link import LazyLink
 from cache.redis.metered import MeteredLink
@@ -172,6 +173,7 @@ def assemble(
     tickets = TicketStore(link, settings.feed_ticket_ttl) if feed is not None else None
     tokens = TokenCache(TokenStore(link), settings.redis, reactor, settings.redis_timeout) if settings.auth else None
     collections = SettingsCache(CollectionSettingsStore(link), settings.redis, reactor, settings.redis_timeout)
+    follow_settings_changes(collections, store.index_builds)
     on_shutdown(collections.close)
     idempotency = IdempotencyRecords(link, settings.idempotency_lease)
     # A batch's writes share script calls by slot on a cluster, and all together on one Redis (cache.batch_groups).

@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from twisted.internet import defer
 
@@ -324,7 +324,7 @@ class CollectionSettingsStore:
         )
         if result[0] == 0:
             return None
-        yield apply_specs(self._link, name.encode(), result[1], settings.indexes)
+        yield self._apply_specs(name, result[1], settings.indexes)
         return settings, result[0] == 2
 
     @defer.inlineCallbacks
@@ -336,8 +336,16 @@ class CollectionSettingsStore:
             [name, if_match, CHANGED_CHANNEL],
         )
         if result[0] == 1:
-            yield apply_specs(self._link, name.encode(), result[1], ())
+            yield self._apply_specs(name, result[1], ())
         return result[0]
+
+    @defer.inlineCallbacks
+    def _apply_specs(self, name: str, generation: int, indexes: Sequence[Index]) -> Any:
+        """The shards get the change's indexes; then the change is published again, for the workers to start
+        the builds of new indexes and the sweeps of dropped ones (``cache.index_upkeep``), which the first
+        message, sent before the shards had the specs, came too early for."""
+        yield apply_specs(self._link, name.encode(), generation, indexes)
+        yield self._link.execute(b"PUBLISH", CHANGED_CHANNEL, name.encode())
 
     @defer.inlineCallbacks
     def reapply_indexes(self, name: str) -> Any:

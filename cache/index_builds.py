@@ -20,18 +20,25 @@ and takes over only once a lease ran out with its holder (dead, or cut off
 from Redis). Were two to build at once it would still be right, only
 dearer: a step sets each document's entry from its stored bytes, in the
 same script as it reads them, and they would share the position.
+
+A dropped index's entries go with its spec (``SPEC``); its field in each
+document's hash is swept after, in ``SWEEP`` steps of ``SWEEP_STEP``
+documents paced and leased the same way (one sweep per collection), from
+the shards' lists of dropped fields. ``resume`` goes on with both, and
+every worker calls it when a collection's settings change
+(``cache.index_upkeep``).
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, List, Sequence, Set, Tuple
 
 from twisted.internet import defer, reactor, task
 from twisted.logger import Logger
 
 from cache import keys
-from cache.index_scripts import BUILD, SPEC
+from cache.index_scripts import BUILD, SPEC, SWEEP
 from cache.indexes import Index, spec_json
 from cache.redis.link import Link
 from cache.redis.script import Script
@@ -45,6 +52,11 @@ STEP_BYTES = 256 * 1024
 # and left PUTs at 0.49x their rate meanwhile; in steps of 64, 18.5 s and 0.65x; steps of 128 paced 2x,
 # 63 s and 0.75x (reads 0.77x) (loadtest/_queries.py).
 PAUSE = 3.0
+# Documents per sweep step: each only loses a field (one HDEL), ~0.1 ms of Redis for 512.
+SWEEP_STEP = 512
+# The sweep's name where a build's is the index's: its lease, and what this worker runs.
+SWEEP_NAME = "~dropped"
+_SHARDS = keys.INDEX_SHARDS
 # How long a build's lease outlives its last step: a holder that died is taken over after this.
 LEASE_SECONDS = 15
 _log = Logger()
@@ -104,42 +116,80 @@ class IndexBuilds:
     def ensure(self, collection: bytes, indexes: Sequence[Index]) -> None:
         """Build (or go on building) each of ``indexes`` that this worker is not building already."""
         for index in indexes:
-            running = (collection, index.name, index.version)
-            if running not in self._running:
-                self._running.add(running)
-                building = self._build(collection, index)
-                building.addErrback(self._failed, collection, index)
-                building.addBoth(self._done, running)
+            self._start((collection, index.name, index.version), lambda index=index: self._build(collection, index))
+
+    def sweep(self, collection: bytes) -> None:
+        """Remove (or go on removing) the fields that dropped indexes left in ``collection``'s documents."""
+        self._start((collection, SWEEP_NAME, ""), lambda: self._sweep(collection))
 
     @defer.inlineCallbacks
+    def resume(self, collection: bytes, indexes: Sequence[Index]) -> Any:
+        """Each of ``indexes``' progress, once the builds of those not built in every shard and the sweep of
+        dropped ones go on from where they were (after a restart, a failover, a change made by the CLI)."""
+        progress = (yield self.progress(collection, indexes)) if indexes else {}
+        self.ensure(collection, [index for index in indexes if progress[index.name]["shards_built"] < _SHARDS])
+        self.sweep(collection)
+        return progress
+
+    def _start(self, running: Tuple[bytes, str, str], work: Callable[[], defer.Deferred]) -> None:
+        """``work`` unless this worker runs it already; its failure logged (the next ``resume`` starts it again)."""
+        if running in self._running:
+            return
+        self._running.add(running)
+        started = work()
+        started.addErrback(self._failed, running)
+        started.addBoth(self._done, running)
+
     def _build(self, collection: bytes, index: Index) -> Any:
+        """``BUILD`` steps over each shard in turn, under the index's lease."""
         lease = keys.index_build_lease_key(collection, index.name.encode(), index.version.encode())
+        build_args: List[Any] = [index.name, index.version, STEP, STEP_BYTES]
+        steps = [
+            (BUILD, [keys.index_spec_key(collection, shard), keys.index_key(collection, shard)], build_args)
+            for shard in range(_SHARDS)
+        ]
+        return self._leased(lease, steps)
+
+    @defer.inlineCallbacks
+    def _sweep(self, collection: bytes) -> Any:
+        """``SWEEP`` steps over each dropped index's field in each shard that has one, under the collection's
+        sweep lease."""
+        dropped = [keys.index_dropped_key(collection, shard) for shard in range(_SHARDS)]
+        fields = yield self._link.pipeline([(b"HKEYS", key) for key in dropped])
+        steps = [
+            (SWEEP, [key, keys.index_key(collection, shard)], [field, SWEEP_STEP])
+            for shard, key in enumerate(dropped)
+            for field in fields[shard]
+        ]
+        if steps:
+            yield self._leased(keys.index_build_lease_key(collection, SWEEP_NAME.encode(), b""), steps)
+
+    @defer.inlineCallbacks
+    def _leased(self, lease: bytes, steps: Sequence[Tuple[Script, List[bytes], List[Any]]]) -> Any:
+        """Each script call of ``steps`` again until it is done, paced, while this worker holds ``lease``."""
         holder = b"%d:%d" % (os.getpid(), id(self))
         taken = yield self._link.execute(b"SET", lease, holder, b"NX", b"EX", LEASE_SECONDS)
         if taken is None:
-            return  # another worker builds it, and renews its lease as it goes
-        for shard in range(keys.INDEX_SHARDS):
-            spec_key, ids_key = keys.index_spec_key(collection, shard), keys.index_key(collection, shard)
+            return  # another worker does it, and renews its lease as it goes
+        for script, step_keys, args in steps:
             done = 0
             while not done:
                 started = self._clock.seconds()
-                done, _ = yield self._link.run_script(
-                    BUILD, [spec_key, ids_key], [index.name, index.version, STEP, STEP_BYTES]
-                )
+                done, _ = yield self._link.run_script(script, step_keys, args)
                 self.steps += 1
                 renewed = yield self._link.run_script(_RENEW, [lease], [holder, LEASE_SECONDS])
                 if not renewed:
-                    return  # the lease ran out and another worker took the build over
+                    return  # the lease ran out and another worker took the work over
                 if not done:  # the others' turn: PAUSE times as long as this step took
                     yield task.deferLater(self._clock, (self._clock.seconds() - started) * PAUSE, lambda: None)
         yield self._link.run_script(_RELEASE, [lease], [holder])
 
-    def _failed(self, failure: Any, collection: bytes, index: Index) -> None:
-        # Redis away, or failing over: the next query that meets the index unbuilt starts it again.
+    def _failed(self, failure: Any, running: Tuple[bytes, str, str]) -> None:
+        # Redis away, or failing over: the next look at the index (a query, the settings) starts it again.
         _log.warn(
-            "the build of index {name} of {collection} stopped: {error}",
-            name=index.name,
-            collection=collection.decode(),
+            "the {work} of {collection} stopped: {error}",
+            work="sweep of dropped indexes" if running[1] == SWEEP_NAME else f"build of index {running[1]}",
+            collection=running[0].decode(),
             error=failure.getErrorMessage(),
         )
 

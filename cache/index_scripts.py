@@ -8,6 +8,8 @@ hash tag so every script stays on one slot:
     ji:{<coll>:<shard>}:xd              STRING the digest of the indexes the spec lists
     ji:{<coll>:<shard>}:xst             HASH   <name>:<v> -> "1" built, "0<position>" building
     ji:{<coll>:<shard>}:x:<name>:<v>    ZSET   the index's entries, all score 0
+    ji:{<coll>:<shard>}:xgc             HASH   x:<name>:<v> -> the last id swept: a dropped
+                                               index's fields, left in documents' hashes
     jw:{<coll>:<shard>}:d:<id>  field x:<name>:<v>  the document's entry in it
 
 The index keys have the documents' hash tag (one slot) but not their
@@ -180,7 +182,8 @@ end
 # Stores the spec unless the shard holds a later generation's; an index kept
 # (same name and version) keeps its build position; one dropped loses its
 # entries; one new starts its build ("" : from the first id, unless the shard
-# has no documents). Returns the number of indexes dropped.
+# has no documents). One dropped leaves its field in each document's hash
+# to the shard's sweep (``xgc``, SWEEP). Returns the number of indexes dropped.
 SPEC = Script(
     b"""
 local tag = string.sub(KEYS[1], 1, -3)
@@ -196,6 +199,8 @@ for _, index in ipairs(old.i) do kept[index.n .. ':' .. index.v] = index end
 local empty = redis.call('ZCARD', documents .. 'i') == 0
 for _, index in ipairs(wanted) do
   local before = kept[index.n .. ':' .. index.v]
+  -- Declared again before its fields were swept: they are its entries' fields again (its build sets each).
+  redis.call('HDEL', tag .. 'xgc', 'x:' .. index.n .. ':' .. index.v)
   if before then
     index.b = before.b
     kept[index.n .. ':' .. index.v] = nil
@@ -206,6 +211,8 @@ end
 local dropped = 0
 for name, _ in pairs(kept) do
   redis.call('UNLINK', tag .. 'x:' .. name)
+  -- Its field in each document's hash goes too, in paced steps (SWEEP, cache.index_builds).
+  if not empty then redis.call('HSET', tag .. 'xgc', 'x:' .. name, '') end
   dropped = dropped + 1
 end
 redis.call('DEL', tag .. 'xst')
@@ -289,6 +296,28 @@ if index.b == nil then return {1, ''} end
 return {0, index.b}
 """
     ).encode()
+)
+
+# KEYS: the shard's dropped fields (xgc), its id index. ARGV: a dropped index's field (x:<name>:<v>), how many
+# documents this step. Removes that field from the next documents after the sweep's position; once past the
+# last, the field is forgotten. Returns {done, position} as BUILD does.
+SWEEP = Script(
+    b"""
+local position = redis.call('HGET', KEYS[1], ARGV[1])
+if not position then return {1, ''} end
+local start = '-'
+if position ~= '' then start = '(' .. position end
+local step = tonumber(ARGV[2])
+local ids = redis.call('ZRANGEBYLEX', KEYS[2], start, '+', 'LIMIT', 0, step)
+local documents = string.sub(KEYS[2], 1, -2) .. 'd:'
+for _, id in ipairs(ids) do redis.call('HDEL', documents .. id, ARGV[1]) end
+if #ids < step then
+  redis.call('HDEL', KEYS[1], ARGV[1])
+  return {1, ''}
+end
+redis.call('HSET', KEYS[1], ARGV[1], ids[#ids])
+return {0, ids[#ids]}
+"""
 )
 
 # KEYS: the shard's spec, the index's entries. ARGV: index name, version,

@@ -106,6 +106,11 @@ def index_states_key(collection: bytes, shard: int) -> bytes:
     return INDEX_PREFIX + _tag(collection, shard)[len(PREFIX) :] + b":xst"
 
 
+def index_dropped_key(collection: bytes, shard: int) -> bytes:
+    """The fields of dropped indexes still in one shard's documents, and how far their sweep is."""
+    return INDEX_PREFIX + _tag(collection, shard)[len(PREFIX) :] + b":xgc"
+
+
 def index_build_lease_key(collection: bytes, name: bytes, version: bytes) -> bytes:
     """Which worker builds one declared index (``cache.index_builds``): in the slot of the collection's shard 0."""
     return INDEX_PREFIX + _tag(collection, 0)[len(PREFIX) :] + b":xl:" + name + b":" + version

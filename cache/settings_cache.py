@@ -73,7 +73,7 @@ class SettingsCache:
         self._entries: Dict[str, Any] = {}
         self.schemas = schemas or SchemaVersions(reactor)
         self._guard = FillGuard()
-        self._listeners: List[Callable[[], None]] = []
+        self._listeners: List[Callable[[Optional[bytes]], None]] = []
         self._factory: Optional[_SubscriberFactory] = None
         if address is not None:
             self._factory = _SubscriberFactory(self, address)  # type: ignore[arg-type]
@@ -88,7 +88,9 @@ class SettingsCache:
         """Moved on by every invalidation: what was read under another one is not kept."""
         return self._guard.generation
 
-    def on_change(self, listener: Callable[[], None]) -> None:
+    def on_change(self, listener: Callable[[Optional[bytes]], None]) -> None:
+        """``listener`` hears each invalidation: the collection's name, ``FORGET_ALL``, or None when the
+        subscription came up or went down (anything may have changed meanwhile)."""
         self._listeners.append(listener)
 
     def get(self, name: str) -> defer.Deferred:
@@ -168,18 +170,18 @@ class SettingsCache:
             self._entries.clear()
         else:
             self._entries.pop(name.decode("utf-8", "replace"), None)
-        self._changed()
+        self._changed(name)
 
     def close(self) -> defer.Deferred:
         return self._factory.disconnect() if self._factory is not None else defer.succeed(None)
 
-    def _changed(self) -> None:
+    def _changed(self, name: Optional[bytes] = None) -> None:
         self._guard.invalidated()
-        self._tell()
+        self._tell(name)
 
-    def _tell(self) -> None:
+    def _tell(self, name: Optional[bytes] = None) -> None:
         for listener in self._listeners:
-            listener()
+            listener(name)
 
     def _subscribed(self, protocol: _Subscriber) -> None:
         self._entries.clear()

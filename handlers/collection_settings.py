@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from twisted.internet import defer
 
-from cache import codec, keys
+from cache import codec
 from cache.collection_settings import CollectionSettings, SettingsError, stored_indexes
 from cache.schema import InvalidSchema
 from handlers.base import ResourceHandler
@@ -56,12 +56,10 @@ class CollectionSettingsHandler(_AdminHandler):
             raise not_found(f"collection {name} has no settings")
         body, etag = row
         indexes = stored_indexes(body)
+        # A build or a sweep whose worker stopped (a restart, a failover) goes on from where it was.
+        progress = yield self.store.index_builds.resume(name.encode(), indexes)
         if indexes:
-            progress = yield self.store.index_builds.progress(name.encode(), indexes)
             self.set_header("Index-Builds", index_builds_header(progress))
-            unbuilt = [index for index in indexes if progress[index.name]["shards_built"] < keys.INDEX_SHARDS]
-            if unbuilt:  # a build whose worker stopped (a restart, a failover) goes on from where it was
-                self.store.index_builds.ensure(name.encode(), unbuilt)
         inm = validation.entity_tags(self.request.headers.get("If-None-Match"), weak=True)
         self.set_header("ETag", etag)
         if inm == b"*" or etag in inm.split():
@@ -97,8 +95,10 @@ class CollectionSettingsHandler(_AdminHandler):
         if stored is None:
             raise precondition_failed("the settings do not match the request's conditions")
         settings, created = stored
-        # Indexes new to documents already there are built from here, in the background (cache.index_builds).
+        # Indexes new to documents already there are built from here, in the background, and the fields of
+        # dropped ones swept from the documents (cache.index_builds).
         self.store.index_builds.ensure(name.encode(), settings.indexes)
+        self.store.index_builds.sweep(name.encode())
         self.set_header("ETag", settings.etag)
         self.send_bytes(201 if created else 200, settings.body)
 
@@ -111,6 +111,7 @@ class CollectionSettingsHandler(_AdminHandler):
             raise precondition_failed("the settings do not match the request's conditions")
         if result == -1:
             raise not_found(f"collection {name} has no settings")
+        self.store.index_builds.sweep(name.encode())  # its indexes went with its settings: their fields go too
         self.send_no_content()
 
 

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cache import keys, scripts
-from cache.index_scripts import BUILD, QUERY, SPEC
+from cache.index_scripts import BUILD, QUERY, SPEC, SWEEP
 from cache.index_values import EXACT_INTEGERS, MAX_STRING_BYTES, entry
 from cache.indexes import declared_indexes, index_args, spec_json
 
@@ -152,7 +152,50 @@ def test_the_build_indexes_what_was_there_and_dropping_removes_it(redis_client) 
     assert entries(redis_client, "by_email") == expected(documents, "by_email")
     assert entries(redis_client, "by_age") == []  # its own build has not run
     spec(redis_client, 2, ())
-    assert redis_client.keys(b"ji:{ix:*}*") == []
+    # The entries go at once; each document's field is the sweep's, listed by shard.
+    assert sorted(set(redis_client.keys(b"ji:{ix:*}*"))) == sorted(
+        keys.index_dropped_key(COLL, shard) for shard in range(keys.INDEX_SHARDS)
+    )
+    assert entry_fields(redis_client) == len(documents)
+    steps = sweep(redis_client, 7)
+    per_field = sum(redis_client.zcard(keys.index_key(COLL, s)) // 7 + 1 for s in range(keys.INDEX_SHARDS))
+    assert steps == len(INDEXES) * per_field  # each dropped index's field, built or not: writes may have set it
+    assert redis_client.keys(b"ji:{ix:*}*") == [] and entry_fields(redis_client) == 0
+
+
+def test_an_index_declared_again_before_its_sweep_is_built_again_and_not_swept(redis_client) -> None:
+    documents = {b"%03d" % n: {"email": f"{n}@x", "age": n % 7} for n in range(60)}
+    for doc_id, document in documents.items():
+        put(redis_client, doc_id, document)
+    spec(redis_client)
+    build(redis_client, "by_email", 100, 1 << 20)
+    spec(redis_client, 2, ())
+    sweep(redis_client, 2, most_steps=1)  # a first step of each shard's sweep, then the index is back
+    spec(redis_client, 3)
+    assert all(redis_client.hlen(keys.index_dropped_key(COLL, s)) == 0 for s in range(keys.INDEX_SHARDS))
+    build(redis_client, "by_email", 100, 1 << 20)
+    assert entries(redis_client, "by_email") == expected(documents, "by_email")
+    assert entry_fields(redis_client) == len(documents)
+
+
+def entry_fields(client: Any) -> int:
+    """How many index fields the collection's documents' hashes hold."""
+    return sum(
+        sum(1 for field in client.hkeys(key) if field.startswith(b"x:")) for key in client.keys(b"jw:{ix:*}:d:*")
+    )
+
+
+def sweep(client: Any, step: int, most_steps: int = 1 << 30) -> int:
+    """Every shard's ``SWEEP`` steps of each dropped field, as ``cache.index_builds`` runs them; how many."""
+    steps = 0
+    for shard in range(keys.INDEX_SHARDS):
+        dropped = keys.index_dropped_key(COLL, shard)
+        for field in client.hkeys(dropped):
+            done, taken = 0, 0
+            while not done and taken < most_steps:
+                done, _ = client.eval(SWEEP.source, 2, dropped, keys.index_key(COLL, shard), field, step)
+                steps, taken = steps + 1, taken + 1
+    return steps
 
 
 def test_a_build_step_stops_at_its_bytes(redis_client) -> None:

@@ -329,8 +329,11 @@ def test_openapi_types_a_fields_values_from_the_collections_schema(api) -> None:
     assert not patterns["customer"].match("eq.C3") and not patterns["created"].match("eq.5.5")
 
 
-def test_indexes_declared_by_the_cli_are_built_by_the_workers(api, redis_server, tmp_path) -> None:
-    """The CLI stores the settings and gives the shards their specs; the first query makes a worker build it."""
+def test_indexes_declared_by_the_cli_are_built_and_dropped_by_the_workers(
+    api, redis_server, redis_client, tmp_path
+) -> None:
+    """The CLI stores the settings and gives the shards their specs; its change's message makes a worker build
+    a new index, and sweep a dropped one's fields from the documents."""
     from tests.handlers.test_collection_settings import cli
 
     documents = orders(200, seed=3)
@@ -340,13 +343,36 @@ def test_indexes_declared_by_the_cli_are_built_by_the_workers(api, redis_server,
     indexes.write_text(json.dumps({"by_email": INDEXES["by_email"]}))
     made = cli(redis_server.url, "set", "bycli", "--indexes", str(indexes))
     assert made.returncode == 0, made.stderr
-    time.sleep(0.2)
-    wait_built(api, "bycli", "email=eq.user2@example.com")
+    # No query, no look at the settings: the change's message starts the build (cache/index_upkeep.py).
+    states = [keys.index_states_key(b"bycli", shard) for shard in range(keys.INDEX_SHARDS)]
+    until(lambda: all(redis_client.hvals(state) == [b"1"] for state in states), "built after the CLI's change")
     found = query_all(api, "bycli", "email=eq.user2@example.com")
     assert found == [d for _, d in sorted(documents.items()) if d["email"] == "user2@example.com"]
+    assert index_fields(redis_client, "bycli") == len(documents)
+    indexes.write_text("{}")
+    dropped = cli(redis_server.url, "set", "bycli", "--indexes", str(indexes))
+    assert dropped.returncode == 0, dropped.stderr
+    # Dropped: its entries at once, and its field in each document's hash by the sweep its message starts.
+    assert redis_client.keys(b"ji:{bycli:*}:x:*") == []
+    until(lambda: index_fields(redis_client, "bycli") == 0, "the dropped index's fields swept")
+    until(lambda: redis_client.keys(b"ji:{bycli:*}*") == [], "the sweep's own keys gone")
+    assert api.get("/v1/bycli?email=eq.user2@example.com").json()["type"] == PROBLEM + "no-index"
     indexes.write_text('{"by email": {}}')
     refused = cli(redis_server.url, "set", "bycli", "--indexes", str(indexes))
     assert refused.returncode == 1 and "index name 'by email'" in refused.stderr
+
+
+def index_fields(client, collection: str) -> int:
+    """How many index fields the collection's documents' hashes hold."""
+    documents = client.keys(b"jw:{%s:*}:d:*" % collection.encode())
+    return sum(sum(1 for field in client.hkeys(key) if field.startswith(b"x:")) for key in documents)
+
+
+def until(condition, what: str, seconds: float = 20) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"not {what} within {seconds} s"
+        time.sleep(0.05)
 
 
 def test_an_index_whose_specs_never_arrived_is_given_again_and_built(api, redis_client) -> None:
