@@ -21,7 +21,12 @@ authorization and the access log on) and a private Redis. In one run:
 
 Writes ``loadtest/results/queries.md`` (appended).
 
-    .venv/bin/python -m loadtest._queries [--documents 1000000] [--rounds 4] [--seconds 5]
+    .venv/bin/python -m loadtest._queries [--documents 1000000] [--rounds 4] [--seconds 5] [--only put] [--redis-core]
+
+``--redis-core`` gives Redis a core of its own (CPU 1) and the worker and
+wrk the other: where Redis runs on its own host, the documents/s a worker
+serves is what its own CPU allows; on the shared 2-core machine (the
+default) Redis's work for the indexes takes CPU from the worker too.
 """
 
 from __future__ import annotations
@@ -63,12 +68,16 @@ THREE = {
 class Served:
     """The worker, its Redis and a token: requests, wrk runs and CPU readings against them."""
 
-    def __init__(self, processes: Processes, python: Path, scratch: Path) -> None:
+    def __init__(self, processes: Processes, python: Path, scratch: Path, redis_core: bool = False) -> None:
         self.python, self.scratch = python, scratch
-        self.redis_url = processes.redis()
+        # --redis-core: Redis alone on CPU 1, the worker and wrk on CPU 0 (as where Redis has a host of its own).
+        self.wrk_prefix = ["taskset", "-c", "0"] if redis_core else []
+        self.redis_url = processes.redis(cpus=[1] if redis_core else None)
         self.socket = self.redis_url[len("unix://") :]
         self.token = _token.resolve(str(python), self.redis_url).token or ""
-        self.worker, self.base, _ = serve_one(processes, python, self.redis_url, self.token, scratch)
+        self.worker, self.base, _ = serve_one(
+            processes, python, self.redis_url, self.token, scratch, cpus=[0] if redis_core else None
+        )
 
     def request(self, method: str, path: str, body: bytes = b"") -> Tuple[int, bytes]:
         request = urllib.request.Request(self.base + path, data=body or None, method=method)
@@ -95,7 +104,7 @@ class Served:
 
     def wrk(self, path: str, seconds: float, connections: int = 64, **env: str) -> Dict[str, Any]:
         """wrk on ``path``; its summary, with the worker's and Redis's CPU seconds over the run."""
-        command = ["wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "-s", str(WRK_SCRIPT)]
+        command = [*self.wrk_prefix, "wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "-s", str(WRK_SCRIPT)]
         command += [f"-HAuthorization: Bearer {self.token}", self.base + path]
         worker, redis = cpu_seconds(self.worker.pid), redis_cpu_seconds(self.socket)
         done = subprocess.run(command, env={**os.environ, **env}, check=True, capture_output=True, text=True)
@@ -309,15 +318,21 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=5)
     parser.add_argument("--pages", type=int, default=20)
     parser.add_argument("--only", choices=("equality", "put", "build"), help="one part alone")
+    parser.add_argument(
+        "--redis-core", action="store_true", help="Redis alone on CPU 1; the worker and wrk share CPU 0 (2 cores)"
+    )
     args = parser.parse_args()
     stop_on_sigterm()
+    pinned = " --redis-core" if args.redis_core else ""
     lines = [
         f"`python -m loadtest._queries --documents {args.documents} --rounds {args.rounds} --seconds {args.seconds:g}"
-        f" --pages {args.pages}`: one worker (production defaults), a private Redis, wrk -c64.",
+        f" --pages {args.pages}{pinned}{' --only ' + args.only if args.only else ''}`: one worker (production"
+        " defaults), a private Redis, wrk -c64"
+        + ("; Redis alone on CPU 1, the worker and wrk on CPU 0." if args.redis_core else "."),
         "",
     ]
     with tempfile.TemporaryDirectory(prefix="jetway-queries-") as scratch, Processes(Path(scratch)) as processes:
-        served = Served(processes, Path(sys.executable), Path(scratch))
+        served = Served(processes, Path(sys.executable), Path(scratch), args.redis_core)
         if args.only in (None, "equality"):
             lines += [
                 "### An equality query of 10 against a multi-get of the same 10",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import subprocess
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from loadtest._request_path import _child_env
 from loadtest._servers import Processes, free_port, http_ok, wait_until
@@ -19,12 +19,19 @@ from loadtest._token import ROOT
 
 
 def serve_one(
-    processes: Processes, python: Path, redis_url: str, token: str, scratch: Path, env: Optional[Dict[str, str]] = None
+    processes: Processes,
+    python: Path,
+    redis_url: str,
+    token: str,
+    scratch: Path,
+    env: Optional[Dict[str, str]] = None,
+    cpus: Optional[Sequence[int]] = None,
 ) -> Tuple[subprocess.Popen, str, Path]:
-    """The worker, its base URL once it answers ``/healthz``, and where its profile goes."""
+    """The worker (on ``cpus``, if given), its base URL once it answers ``/healthz``, and where its profile goes."""
     port, profile = free_port(), scratch / f"profile-{time.monotonic_ns()}.txt"
     command = [str(python), "-m", "loadtest._request_path", "--child", "--port", str(port), "--result", str(profile)]
-    worker = processes.start("worker", command, env={**_child_env(redis_url, token, "on", "on"), **(env or {})})
+    child_env = {**_child_env(redis_url, token, "on", "on"), **(env or {})}
+    worker = processes.start("worker", command, env=child_env, cpus=cpus)
     base = f"http://127.0.0.1:{port}"
     wait_until(lambda: http_ok(base + "/healthz"), 30, "the served worker")
     return worker, base, profile

@@ -84,14 +84,15 @@ class Processes:
     ) -> subprocess.Popen:
         log = open(self.directory / f"{name}.log", "ab")  # noqa: SIM115 - the child keeps it
         try:
+            # taskset execs the command (same pid); PyPy has no os.sched_setaffinity for a preexec_fn.
+            pinned = ["taskset", "-c", ",".join(str(cpu) for cpu in cpus)] if cpus else []
             process = subprocess.Popen(
-                list(command),
+                [*pinned, *command],
                 cwd=cwd,
                 env={**os.environ, **(env or {})},
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
             )
         finally:
             log.close()
