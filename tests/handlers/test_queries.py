@@ -334,6 +334,7 @@ def test_indexes_declared_by_the_cli_are_built_and_dropped_by_the_workers(
 ) -> None:
     """The CLI stores the settings and gives the shards their specs; its change's message makes a worker build
     a new index, and sweep a dropped one's fields from the documents."""
+    from cache.indexes import declared_indexes
     from tests.handlers.test_collection_settings import cli
 
     documents = orders(200, seed=3)
@@ -348,24 +349,31 @@ def test_indexes_declared_by_the_cli_are_built_and_dropped_by_the_workers(
     until(lambda: all(redis_client.hvals(state) == [b"1"] for state in states), "built after the CLI's change")
     found = query_all(api, "bycli", "email=eq.user2@example.com")
     assert found == [d for _, d in sorted(documents.items()) if d["email"] == "user2@example.com"]
-    assert index_fields(redis_client, "bycli") == len(documents)
+    assert index_fields(redis_client, "bycli", documents) == len(documents)
+    index = declared_indexes({"by_email": INDEXES["by_email"]})[0]
+    entries = [
+        keys.index_entries_key(b"bycli", shard, b"by_email", index.version.encode())
+        for shard in range(keys.INDEX_SHARDS)
+    ]
+    assert sum(redis_client.exists(key) for key in entries) == keys.INDEX_SHARDS
     indexes.write_text("{}")
     dropped = cli(redis_server.url, "set", "bycli", "--indexes", str(indexes))
     assert dropped.returncode == 0, dropped.stderr
     # Dropped: its entries at once, and its field in each document's hash by the sweep its message starts.
-    assert redis_client.keys(b"ji:{bycli:*}:x:*") == []
-    until(lambda: index_fields(redis_client, "bycli") == 0, "the dropped index's fields swept")
-    until(lambda: redis_client.keys(b"ji:{bycli:*}*") == [], "the sweep's own keys gone")
+    assert sum(redis_client.exists(key) for key in entries) == 0
+    until(lambda: index_fields(redis_client, "bycli", documents) == 0, "the dropped index's fields swept")
+    swept = [keys.index_dropped_key(b"bycli", shard) for shard in range(keys.INDEX_SHARDS)]
+    until(lambda: sum(redis_client.exists(key) for key in swept) == 0, "the sweep's own keys gone")
     assert api.get("/v1/bycli?email=eq.user2@example.com").json()["type"] == PROBLEM + "no-index"
     indexes.write_text('{"by email": {}}')
     refused = cli(redis_server.url, "set", "bycli", "--indexes", str(indexes))
     assert refused.returncode == 1 and "index name 'by email'" in refused.stderr
 
 
-def index_fields(client, collection: str) -> int:
-    """How many index fields the collection's documents' hashes hold."""
-    documents = client.keys(b"jw:{%s:*}:d:*" % collection.encode())
-    return sum(sum(1 for field in client.hkeys(key) if field.startswith(b"x:")) for key in documents)
+def index_fields(client, collection: str, documents: Dict[str, Any]) -> int:
+    """How many index fields the hashes of ``documents`` hold (key by key: on a cluster too)."""
+    hashes = [keys.document_key(collection.encode(), doc_id.encode()) for doc_id in documents]
+    return sum(sum(1 for field in client.hkeys(key) if field.startswith(b"x:")) for key in hashes)
 
 
 def until(condition, what: str, seconds: float = 20) -> None:
