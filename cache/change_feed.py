@@ -132,9 +132,13 @@ class Event:
     op: bytes
     doc_id: bytes
     etag: bytes  # empty for a delete
+    # In a shard that keeps indexes: the document's entries after the write (x:<name>:<v>) and, where one
+    # changed, before it (w:<name>:<v>, b"" for none), as the write's script set them (cache.live_queries).
+    marks: Tuple[Tuple[bytes, bytes], ...] = ()
 
-    def json(self, with_doc: bool = False, doc: Optional[bytes] = None) -> bytes:
-        """``{"op","id","etag","time"[,"doc"]}``; ``doc`` inlined as stored, never re-encoded.
+    def json(self, with_doc: bool = False, doc: Optional[bytes] = None, matches: Optional[bool] = None) -> bytes:
+        """``{"op","id","etag","time"[,"matches"][,"doc"]}``; ``doc`` inlined as stored, never re-encoded;
+        ``matches``: a live query's judgement (``cache.live_queries``).
 
         Ids match ``[A-Za-z0-9._~-]`` and ETags are quoted base64url with a
         counter (``cache.ids``), so only the ETag's quotes need escaping.
@@ -146,6 +150,8 @@ class Event:
             etag,
             iso_time(self.stream_id[0]),
         )
+        if matches is not None:
+            head += b',"matches":true' if matches else b',"matches":false'
         if not with_doc:
             return head + b"}"
         return head + b',"doc":' + (b"null" if doc is None else doc) + b"}"
@@ -257,7 +263,13 @@ def _shard_reads(replies: List[Any], requests: Sequence[Request]) -> List[ShardR
 def _event(shard: int, entry: List[Any]) -> Event:
     stream_id, fields = entry
     values = dict(zip(fields[::2], fields[1::2]))
-    return Event(shard, parse_id(stream_id), values.get(b"o", b"put"), values.get(b"i", b""), values.get(b"e", b""))
+    marks = tuple((name, value) for name, value in values.items() if name[:2] in _MARKS) if len(values) > 3 else ()
+    return Event(
+        shard, parse_id(stream_id), values.get(b"o", b"put"), values.get(b"i", b""), values.get(b"e", b""), marks
+    )
+
+
+_MARKS = (b"x:", b"w:")
 
 
 def merged(reads: Sequence[ShardRead]) -> List[Event]:

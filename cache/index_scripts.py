@@ -147,10 +147,24 @@ end
 
 -- Moves a document's entries from those it held (held[at + i]: its fields' values, false for none) to the
 -- write's: a changed entry leaves its index and the new one joins it. The fields to set join `sets` and those
--- to remove `dels`, for the write's own HSET and HDEL of its document.
-local function move_entries(itag, indexed, held, at, sets, dels)
+-- to remove `dels`, for the write's own HSET and HDEL of its document. With `marked`, returns what its
+-- change-feed event carries for live queries (cache.live_queries): each entry now (x:<name>:<v>, none: no
+-- field) and, where it changed, the one before (w:<name>:<v>, '' for none).
+local function move_entries(itag, indexed, held, at, sets, dels, marked)
+  local marks = nil
+  if marked then marks = {} end
   for i, field in ipairs(indexed.fields) do
     local entry, before = indexed.entries[i], held[at + i]
+    if marks then
+      if entry then
+        marks[#marks + 1] = field
+        marks[#marks + 1] = entry
+      end
+      if before ~= entry then
+        marks[#marks + 1] = 'w' .. string.sub(field, 2)
+        marks[#marks + 1] = before or ''
+      end
+    end
     if before ~= entry then
       if before then redis.call('ZREM', itag .. field, before) end
       if entry then
@@ -162,18 +176,26 @@ local function move_entries(itag, indexed, held, at, sets, dels)
       end
     end
   end
+  return marks
 end
 
 -- Takes a document about to be removed (the caller removes its hash) out of the shard's indexes. The index
--- states' hash names them, so no spec is decoded.
+-- states' hash names them, so no spec is decoded. Returns its event's marks (move_entries): each entry it
+-- had, as the one before (w:<name>:<v>).
 local function unindex(itag, key)
   local fields = redis.call('HKEYS', itag .. 'xst')
-  if #fields == 0 then return end
+  if #fields == 0 then return nil end
   for i, name in ipairs(fields) do fields[i] = 'x:' .. name end
   local held = redis.call('HMGET', key, unpack(fields))
+  local marks = {}
   for i, field in ipairs(fields) do
-    if held[i] then redis.call('ZREM', itag .. field, held[i]) end
+    if held[i] then
+      redis.call('ZREM', itag .. field, held[i])
+      marks[#marks + 1] = 'w' .. string.sub(field, 2)
+      marks[#marks + 1] = held[i]
+    end
   end
+  return marks
 end
 """
 )

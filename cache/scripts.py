@@ -38,7 +38,9 @@ end
 # WRITE_MANY nudges each shard once, after its writes, with the last
 # event's id (a follower reads the shard from where it was, so the last
 # nudge brings the others' events too): one PUBLISH per shard a call, not
-# one per write.
+# one per write. In a shard that keeps indexes, an event also carries the
+# document's index entries (``marks``, cache.index_scripts' move_entries
+# and unindex): what a live query judges it by (cache.live_queries).
 _FEED = """
 -- WRITE_MANY's: by channel (a collection's), each shard's last event, nudged at its end.
 local nudges = nil
@@ -46,11 +48,17 @@ local function feed_start(K, A)
   if K[3] then return #A - 5 end
   return #A
 end
-local function log_change(K, A, id, etag)
+local function log_change(K, A, id, etag, marks)
   if not K[3] then return end
   local feed_at = #A - 5
-  local event = redis.call('XADD', K[3], 'MAXLEN', '~', A[feed_at + 2], '*',
-    'o', A[feed_at + 1], 'i', id, 'e', etag)
+  local event
+  if marks and #marks > 0 then
+    event = redis.call('XADD', K[3], 'MAXLEN', '~', A[feed_at + 2], '*',
+      'o', A[feed_at + 1], 'i', id, 'e', etag, unpack(marks))
+  else
+    event = redis.call('XADD', K[3], 'MAXLEN', '~', A[feed_at + 2], '*',
+      'o', A[feed_at + 1], 'i', id, 'e', etag)
+  end
   if A[feed_at + 3] ~= '0' then
     local oldest = tonumber(string.match(event, '^%d+')) - tonumber(A[feed_at + 3])
     redis.call('XTRIM', K[3], 'MINID', '~', string.format('%d', oldest))
@@ -105,7 +113,8 @@ local function put(K, A)
   if current then
     for i = stale, feed_at do dels[#dels + 1] = A[i] end
   end
-  if indexed then move_entries(itag, indexed, held, 1, sets, dels) end
+  local marks = nil
+  if indexed then marks = move_entries(itag, indexed, held, 1, sets, dels, K[3] ~= nil) end
   redis.call('HSET', K[1], unpack(sets))
   if #dels > 0 then redis.call('HDEL', K[1], unpack(dels)) end
   if A[5] == '0' then
@@ -114,7 +123,7 @@ local function put(K, A)
     redis.call('EXPIRE', K[1], A[5])
   end
   redis.call('ZADD', K[2], 0, A[1])
-  log_change(K, A, A[1], A[3])
+  log_change(K, A, A[1], A[3], marks)
   if current then return 1 end
   return 2
 end
@@ -128,10 +137,10 @@ local function delete(K, A)
   local current = redis.call('HGET', K[1], 'e')
   if not holds(current, A[2], '') then return 0 end
   if not current then return -1 end
-  unindex(index_tag(K[2]), K[1])  -- then the hash goes, with its index fields
+  local marks = unindex(index_tag(K[2]), K[1])  -- then the hash goes, with its index fields
   redis.call('DEL', K[1])
   redis.call('ZREM', K[2], A[1])
-  log_change(K, A, A[1], '')
+  log_change(K, A, A[1], '', marks)
   return 1
 end
 """

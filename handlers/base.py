@@ -7,12 +7,13 @@ Every error, whether raised by a handler, by the store or by Cyclone itself
 from __future__ import annotations
 
 import zlib
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 from urllib.parse import parse_qs
 
 import cyclone.web
 from twisted.internet import defer
 
+from cache import index_queries
 from cache.collection_settings import CollectionSettings
 from cache.idempotency import IdempotencyRecords, StoredResponse
 from cache.ratelimit import RateDecision
@@ -193,6 +194,21 @@ class ResourceHandler(JsonHandler):
     def collection_settings(self, collection: bytes) -> defer.Deferred:
         """The collection's settings (``NO_SETTINGS`` when it has none): what a write must obey."""
         return defer.maybeDeferred(self.settings_now, collection)
+
+    @defer.inlineCallbacks
+    def planned_query(
+        self, name: bytes, indexes: Any, filters: Dict[str, List[str]], limit: int, cursor: Optional[str] = None
+    ) -> Any:
+        """The query ``filters`` ask, planned onto the collection's ``indexes`` (``cache.index_queries``). When
+        none answers it, onto the settings read again first: an index declared a moment ago through another
+        worker may not have reached this worker's cache yet."""
+        try:
+            return index_queries.plan(indexes, filters, limit, cursor)
+        except index_queries.NoIndex:
+            if self.collections is None:
+                raise
+        fresh = yield self.collections.fresh(name.decode())
+        return index_queries.plan(fresh.indexes if fresh else (), filters, limit, cursor)
 
     def settings_now(self, collection: bytes) -> Any:
         """The collection's settings, now when this worker knows them, else a Deferred (``SettingsCache.resolve``)."""

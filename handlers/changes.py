@@ -9,7 +9,9 @@
   ``handlers.feed.event_stream`` and ``handlers.feed.feed``.
 - Otherwise a long poll: ``{"events": [...], "next": "<position>"}``, up to
   ``limit`` events after ``since`` (or now), waiting up to ``wait`` seconds
-  for the first.
+  for the first. With a query's filters (``?status=eq.open``) it is a live
+  query (``cache.live_queries``): only the events of documents that match
+  the query, or stopped matching it, each with ``"matches"``.
 
 A position older than what the feed keeps is a 410 ``feed-position-lost``
 (on a stream mid-way: a ``lost`` event, then the end). Read scope on the
@@ -22,14 +24,16 @@ revoked or rotated or expires, or the ticket expires, a stream ends with an
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
+from urllib.parse import parse_qs
 
 from twisted.internet import defer
 
-from cache import feed_position
+from cache import feed_position, index_queries
 from cache.change_feed import Page
 from cache.credential_watch import TICKET_EXPIRED, TOKEN_EXPIRED, TOKEN_REVOKED, Hold
 from cache.feed_position import Position, PositionError
+from cache.live_queries import LiveQuery
 from handlers.base import ResourceHandler
 from handlers.feed.event_stream import LOST_DETAIL, EventStream, ready_event
 from handlers.feed.feed import Feed
@@ -46,6 +50,12 @@ ENDED_DETAILS = {
     TOKEN_EXPIRED: "token expired",
     TICKET_EXPIRED: "ticket expired: ask for a new one, then reconnect with Last-Event-ID",
 }
+
+
+# Events a live query's long poll reads at most before it answers, none of them its own.
+LIVE_LOOK = 10_000
+# The feed's own arguments: never a live query's filters, whatever their values look like.
+FEED_ARGUMENTS = frozenset({"since", "include_docs", "wait", "ticket", "limit"})
 
 
 def gone() -> ApiError:
@@ -111,9 +121,31 @@ class ChangesHandler(ResourceHandler):
     def get(self, collection: str) -> defer.Deferred:
         name = validation.collection_name(collection)
         with_docs = _flag("include_docs", self.query_argument("include_docs"))
+        filters = index_queries.filters_of(parse_qs(self.request.query, keep_blank_values=True))
+        filters = {argument: values for argument, values in filters.items() if argument not in FEED_ARGUMENTS}
         if wants_events(self.request.headers.get("Accept")):
+            if filters:
+                raise bad_request(
+                    "a live query (the feed filtered by a query) is answered by the long poll: ask without"
+                    " Accept: text/event-stream",
+                    "invalid-query",
+                )
             return self._stream(name, with_docs)
-        return self._poll(name, with_docs)
+        return self._poll(name, with_docs, filters)
+
+    @defer.inlineCallbacks
+    def _live_query(self, name: bytes, filters: Dict[str, List[str]]) -> Any:
+        """The filters as a live query over one of the collection's indexes (``cache.live_queries``)."""
+        if "order" in filters:
+            raise bad_request("a live query has the feed's order: no order", "invalid-query")
+        settings = yield self.collection_settings(name)
+        try:
+            query = yield self.planned_query(name, settings.indexes, filters, 1)
+        except index_queries.NoIndex as error:
+            raise ApiError(400, "no-index", str(error)) from None
+        except index_queries.QueryError as error:
+            raise ApiError(400, "invalid-query", str(error)) from None
+        return LiveQuery.of(query)
 
     def _position(self, name: bytes, resuming: bool) -> Optional[Position]:
         """Where to start: ``Last-Event-ID`` (a stream resuming), else ``since``; None for now."""
@@ -157,26 +189,40 @@ class ChangesHandler(ResourceHandler):
     # -- the long poll ----------------------------------------------------
 
     @defer.inlineCallbacks
-    def _poll(self, name: bytes, with_docs: bool) -> Any:
+    def _poll(self, name: bytes, with_docs: bool, filters: Dict[str, List[str]]) -> Any:
         assert self.feed is not None
         limit = validation.limit(self.query_argument("limit"))
         wait = _seconds("wait", self.query_argument("wait"), self.feed.limits.max_wait)
         position = self._position(name, resuming=False)
+        live = (yield self._live_query(name, filters)) if filters else None
         self._stop_poll = defer.Deferred()
         self._watch_credential()
         if position is None:
             position = yield self.feed.now(name)
-        page: Page = yield self.feed.poll(name, position, limit, wait, self._stop_poll)
-        if page.lost:
-            raise gone()
+        deadline, looked = self.feed.clock.seconds() + wait, 0
+        while True:
+            page: Page = yield self.feed.poll(name, position, limit, wait, self._stop_poll)
+            if page.lost:
+                raise gone()
+            judged = [(event, None if live is None else live.judge(event)) for event in page.events]
+            if live is not None:
+                judged = [(event, matches) for event, matches in judged if matches is not None]
+            position, wait = page.position, max(0.0, deadline - self.feed.clock.seconds())
+            looked += len(page.events)
+            # A live query reads on past events that are none of its own (waiting, when it has read them all, as
+            # long as it was asked to), up to LIVE_LOOK of them: then an empty page whose next is not its since.
+            if judged or not page.events or looked >= LIVE_LOOK:
+                break
+            if self._credential_ended is not None or self.feed.draining:
+                break
         docs: Dict[bytes, Optional[bytes]] = {}
-        if with_docs and page.events:
-            ids = list(dict.fromkeys(event.doc_id for event in page.events))
+        if with_docs and judged:
+            ids = list(dict.fromkeys(event.doc_id for event, _ in judged))
             bodies = yield self.feed.reader.documents(name, ids)
             docs = dict(zip(ids, bodies))
         if self._credential_ended is not None:
             raise self._refused()
-        events = b",".join([event.json(with_docs, docs.get(event.doc_id)) for event in page.events])
+        events = b",".join([event.json(with_docs, docs.get(event.doc_id), matches) for event, matches in judged])
         following = feed_position.encode(name, page.position).encode("ascii")
         self.set_header("Cache-Control", "no-store")
         self.send_bytes(200, b'{"events":[' + events + b'],"next":"' + following + b'"}')

@@ -100,7 +100,7 @@ class CollectionHandler(ComposedHandler):
         settings = yield self.collection_settings(name)
         self.cache_control = policy_for(settings.cache_control, self.cache_control)
         try:
-            query = yield self._planned(name, settings.indexes, filters, limit)
+            query = yield self.planned_query(name, settings.indexes, filters, limit, self.query_argument("cursor"))
             found = yield self.store.query(name, query, self.response_budget)
         except index_queries.NoIndex as error:
             raise ApiError(400, "no-index", str(error)) from None
@@ -113,19 +113,6 @@ class CollectionHandler(ComposedHandler):
             raise ApiError(409, "index-building", str(error), {"Retry-After": RETRY_AFTER_SECONDS}) from None
         cursor = validation.encode_cursor(found.last) if found.last is not None else None
         self.send_items(found.bodies, cursor, with_next=True)
-
-    @defer.inlineCallbacks
-    def _planned(self, name: bytes, indexes: Any, filters: Dict[str, List[str]], limit: int) -> Any:
-        """The query over the collection's indexes. When none answers it, over the settings read again first: an
-        index declared a moment ago through another worker may not have reached this worker's cache yet."""
-        cursor = self.query_argument("cursor")
-        try:
-            return index_queries.plan(indexes, filters, limit, cursor)
-        except index_queries.NoIndex:
-            if self.collections is None:
-                raise
-        fresh = yield self.collections.fresh(name.decode())
-        return index_queries.plan(fresh.indexes if fresh else (), filters, limit, cursor)
 
     def _resume_builds(self, name: bytes) -> None:
         """The stored settings' indexes to every shard again, and their builds started (or resumed) here.

@@ -1,0 +1,183 @@
+"""Live queries: the change feed filtered by a query over a declared index (cache/live_queries.py)."""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+from tests.handlers.test_queries import INDEXES, PROBLEM, declare
+
+STATUS = {"by_status": {"fields": [{"name": "status", "pointer": "/status", "type": "string"}]}}
+
+
+def now(api, collection: str) -> str:
+    return api.get(f"/v1/_changes/{collection}").json()["next"]
+
+
+def live(api, collection: str, query: str, since: str) -> List[Tuple[str, str, bool]]:
+    """Every event of the live query after ``since``, as (id, op, matches), by long-poll pages."""
+    seen: List[Tuple[str, str, bool]] = []
+    while True:
+        page = api.get(f"/v1/_changes/{collection}?{query}&since={since}&limit=7")
+        assert page.status_code == 200, page.text
+        events = page.json()["events"]
+        seen += [(event["id"], event["op"], event["matches"]) for event in events]
+        if not events and page.json()["next"] == since:
+            return seen  # caught up: an empty page that read nothing
+        since = page.json()["next"]
+
+
+def test_the_events_of_documents_that_match_or_stop_matching_each_say_which(api) -> None:
+    declare(api, "tickets", STATUS)
+    since = now(api, "tickets")
+    api.put_json("/v1/tickets/a", b'{"status": "open"}')
+    api.put_json("/v1/tickets/b", b'{"status": "closed"}')  # never the query's
+    api.put_json("/v1/tickets/a", b'{"status": "open", "n": 2}')  # still matching: an update of a match
+    api.put_json("/v1/tickets/a", b'{"status": "closed"}')  # stops matching
+    api.put_json("/v1/tickets/a", b'{"status": "closed", "n": 3}')  # not the query's any more
+    api.patch_merge("/v1/tickets/b", b'{"status": "open"}')
+    api.delete("/v1/tickets/b")  # a match removed: stops matching
+    api.put_json("/v1/tickets/c", b'{"status": 1}')  # another type: in no index
+    batch = {"operations": [{"op": "put", "collection": "tickets", "id": "d", "document": {"status": "open"}}]}
+    assert api.post_json("/v1/_batch", json.dumps(batch).encode()).status_code == 200
+    assert live(api, "tickets", "status=eq.open", since) == [
+        ("a", "put", True),
+        ("a", "put", True),
+        ("a", "put", False),
+        ("b", "patch", True),
+        ("b", "delete", False),
+        ("d", "put", True),
+    ]
+    # The plain feed is as it was: every event, and no judgement.
+    plain = api.get(f"/v1/_changes/tickets?since={since}").json()["events"]
+    assert len(plain) == 9 and all("matches" not in event for event in plain)
+
+
+def test_a_document_that_matched_before_the_subscription_is_told_when_it_stops(api) -> None:
+    declare(api, "older", STATUS)
+    api.put_json("/v1/older/a", b'{"status": "open"}')
+    since = now(api, "older")
+    api.put_json("/v1/older/a", b'{"status": "done"}')
+    assert live(api, "older", "status=eq.open", since) == [("a", "put", False)]
+
+
+def matches(document: Optional[Dict[str, Any]], customer: str, low: float, high: float) -> bool:
+    if document is None:
+        return False
+    created, owner = document.get("created"), document.get("customer", {}).get("id")
+    number = isinstance(created, (int, float)) and not isinstance(created, bool)
+    return owner == customer and number and low <= created < high
+
+
+def test_generated_writes_are_judged_as_their_documents_before_and_after(api) -> None:
+    """Random writes by several writers at once; each document's events held to a model of its versions."""
+    declare(api, "livegen", INDEXES)
+    since = now(api, "livegen")
+    chooser = random.Random(47)
+    plans = [[(chooser.randrange(12), chooser.random()) for _ in range(60)] for _ in range(3)]
+    written: Dict[str, List[Optional[Dict[str, Any]]]] = {}
+    lock = threading.Lock()
+
+    def write(plan: List[Tuple[int, float]], writer: int) -> None:
+        for number, dice in plan:
+            doc_id = f"d{number}"
+            document: Optional[Dict[str, Any]] = None
+            if dice > 0.15:
+                customer = ["ann", "bob"][int(dice * 10) % 2]
+                document = {"customer": {"id": customer}, "created": int(dice * 100) % 40}
+                if dice > 0.9:
+                    document["created"] = "not a number"
+            with lock:  # one writer at a time per document: the model knows each version's predecessor
+                if document is None:
+                    answer = api.delete(f"/v1/livegen/{doc_id}")
+                else:
+                    answer = api.put_json(f"/v1/livegen/{doc_id}", json.dumps(document).encode())
+                if answer.status_code in (200, 201, 204):
+                    written.setdefault(doc_id, []).append(document)
+
+    threads = [threading.Thread(target=write, args=(plan, n)) for n, plan in enumerate(plans)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    got = live(api, "livegen", "customer=eq.ann&created=gte.10&created=lt.30", since)
+    expected: List[Tuple[str, bool]] = []
+    for doc_id, versions in written.items():
+        before = None
+        for after in versions:
+            if matches(before, "ann", 10, 30) or matches(after, "ann", 10, 30):
+                expected.append((doc_id, matches(after, "ann", 10, 30)))
+            before = after
+    by_document: Dict[str, List[bool]] = {}
+    for doc_id, _, matched in got:
+        by_document.setdefault(doc_id, []).append(matched)
+    wanted: Dict[str, List[bool]] = {}
+    for doc_id, matched in expected:
+        wanted.setdefault(doc_id, []).append(matched)
+    assert by_document == wanted
+    assert sum(len(v) for v in wanted.values()) > 20  # the plan does exercise it
+
+
+def test_a_live_long_poll_waits_through_events_that_are_not_its_own(api) -> None:
+    declare(api, "livewait", STATUS)
+    since = now(api, "livewait")
+
+    def later() -> None:
+        time.sleep(0.3)
+        api.put_json("/v1/livewait/x", b'{"status": "closed"}')
+        time.sleep(0.5)
+        api.put_json("/v1/livewait/y", b'{"status": "open"}')
+
+    writer = threading.Thread(target=later)
+    started = time.monotonic()
+    writer.start()
+    page = api.get(f"/v1/_changes/livewait?status=eq.open&since={since}&wait=10").json()
+    writer.join()
+    assert [event["id"] for event in page["events"]] == ["y"]
+    assert 0.7 < time.monotonic() - started < 9
+    quiet = api.get(f"/v1/_changes/livewait?status=eq.open&since={page['next']}&wait=1")
+    assert quiet.json()["events"] == []
+
+
+def test_include_docs_comes_with_a_live_query_too(api) -> None:
+    declare(api, "livedocs", STATUS)
+    since = now(api, "livedocs")
+    api.put_json("/v1/livedocs/a", b'{"status": "open", "title": "t"}')
+    events = api.get(f"/v1/_changes/livedocs?status=eq.open&since={since}&include_docs=true").json()["events"]
+    assert [(event["matches"], event["doc"]) for event in events] == [(True, {"status": "open", "title": "t"})]
+
+
+def test_a_live_query_no_index_answers_or_that_is_malformed_is_a_400(api) -> None:
+    declare(api, "livebad", STATUS)
+    for query, problem in (
+        ("title=eq.x", "no-index"),
+        ("status=gt.a&status=gt.b", "invalid-query"),
+        ("status=eq.open&order=status.desc", "invalid-query"),
+    ):
+        answer = api.get(f"/v1/_changes/livebad?{query}")
+        assert answer.status_code == 400 and answer.json()["type"] == PROBLEM + problem, (query, answer.text)
+    streamed = api.get("/v1/_changes/livebad?status=eq.open", headers={"Accept": "text/event-stream"})
+    assert streamed.status_code == 400 and streamed.json()["type"] == PROBLEM + "invalid-query"
+    # The feed's own arguments are never filters, whatever they look like.
+    assert api.get("/v1/_changes/livebad?wait=0&limit=5").status_code == 200
+
+
+def test_a_live_poll_that_read_ten_thousand_events_none_its_own_answers_and_says_read_on(api) -> None:
+    """An empty page whose ``next`` moved: it looked at LIVE_LOOK events, none the query's (handlers/changes.py)."""
+    from handlers.changes import LIVE_LOOK
+
+    declare(api, "livelook", STATUS)
+    since = now(api, "livelook")
+    for start in range(0, LIVE_LOOK + 50, 1000):
+        operations = [
+            {"op": "put", "collection": "livelook", "id": f"n{n}", "document": {"status": "closed"}}
+            for n in range(start, min(start + 1000, LIVE_LOOK + 50))
+        ]
+        assert api.post_json("/v1/_batch", json.dumps({"operations": operations}).encode()).status_code == 200
+    api.put_json("/v1/livelook/m", b'{"status": "open"}')
+    first = api.get(f"/v1/_changes/livelook?status=eq.open&since={since}&limit=1000").json()
+    assert first["events"] == [] and first["next"] != since
+    assert live(api, "livelook", "status=eq.open", first["next"]) == [("m", "put", True)]
