@@ -6,7 +6,8 @@
   starting position as its ``id:``, then every change as ``id:`` (the
   position after it) and ``data:`` ``{"op","id","etag","time"}``, plus
   ``"doc"`` with ``?include_docs=true``; the stream itself is
-  ``handlers.feed.event_stream`` and ``handlers.feed.feed``.
+  ``handlers.feed.event_stream`` and ``handlers.feed.feed``. With a query's
+  filters, a live query's events only (below).
 - Otherwise a long poll: ``{"events": [...], "next": "<position>"}``, up to
   ``limit`` events after ``since`` (or now), waiting up to ``wait`` seconds
   for the first. With a query's filters (``?status=eq.open``) it is a live
@@ -124,13 +125,7 @@ class ChangesHandler(ResourceHandler):
         filters = index_queries.filters_of(parse_qs(self.request.query, keep_blank_values=True))
         filters = {argument: values for argument, values in filters.items() if argument not in FEED_ARGUMENTS}
         if wants_events(self.request.headers.get("Accept")):
-            if filters:
-                raise bad_request(
-                    "a live query (the feed filtered by a query) is answered by the long poll: ask without"
-                    " Accept: text/event-stream",
-                    "invalid-query",
-                )
-            return self._stream(name, with_docs)
+            return self._stream(name, with_docs, filters)
         return self._poll(name, with_docs, filters)
 
     @defer.inlineCallbacks
@@ -230,11 +225,12 @@ class ChangesHandler(ResourceHandler):
     # -- the stream -------------------------------------------------------
 
     @defer.inlineCallbacks
-    def _stream(self, name: bytes, with_docs: bool) -> Any:
+    def _stream(self, name: bytes, with_docs: bool, filters: Dict[str, List[str]]) -> Any:
         assert self.feed is not None
         position = self._position(name, resuming=True)
+        live = (yield self._live_query(name, filters)) if filters else None
         self._watch_credential()
-        subscription = self.feed.subscription(name, with_docs)
+        subscription = self.feed.subscription(name, with_docs, live)
         try:
             first = yield subscription.start(position)
         except BaseException:

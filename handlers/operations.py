@@ -105,7 +105,9 @@ OPERATIONS: Tuple[Operation, ...] = (
         CHANGES,
         "GET",
         "getChanges",
-        "Follow a collection's changes: Server-Sent Events (`Accept: text/event-stream`) or a long poll",
+        "Follow a collection's changes: Server-Sent Events (`Accept: text/event-stream`) or a long poll; with a"
+        " query's filters (`?status=eq.open`, as the collection's list takes them), a live query: only the events"
+        " of documents that match the query, or stopped matching it, each with `matches`",
         "changes",
         "read",
         {
@@ -120,7 +122,8 @@ OPERATIONS: Tuple[Operation, ...] = (
         },
         (400, 404, 410, *REDIS),
         {
-            400: "Invalid collection name, `since`, `Last-Event-ID`, `wait`, `limit` or `include_docs`.",
+            400: "Invalid collection name, `since`, `Last-Event-ID`, `wait`, `limit` or `include_docs`; a live"
+            " query no declared index answers (`no-index`), or that is malformed or asks an order (`invalid-query`).",
             401: "No valid bearer token or ticket: missing, unknown, revoked, rotated or expired (never said which).",
             403: "The token (or the ticket's token) lacks read scope on the collection, or the ticket is for"
             " another collection.",

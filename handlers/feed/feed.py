@@ -24,6 +24,7 @@ from twisted.internet import defer, task
 from cache.change_feed import FeedReader
 from cache.feed_nudges import FeedNudges
 from cache.feed_position import Position, StreamId
+from cache.live_queries import LiveQuery
 from cache.redis.address import RedisAddress
 from handlers.feed.event_stream import EventStream, FeedStats
 from handlers.feed.hub import Hub
@@ -76,8 +77,8 @@ class Feed:
             hub = self.hubs[collection] = Hub(collection, self.reader, self.nudges, self.clock)
         return hub
 
-    def subscription(self, collection: bytes, with_docs: bool) -> Subscription:
-        return Subscription(self.hub(collection), with_docs, self.limits.buffer, self.clock)
+    def subscription(self, collection: bytes, with_docs: bool, live: Optional[LiveQuery] = None) -> Subscription:
+        return Subscription(self.hub(collection), with_docs, self.limits.buffer, self.clock, live)
 
     def stream_opened(self, stream: EventStream) -> None:
         self.streams.add(stream)

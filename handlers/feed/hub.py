@@ -24,7 +24,7 @@ starts again from the tail.
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional, Protocol, Set, Tuple
+from typing import Any, Callable, List, Optional, Protocol, Sequence, Set, Tuple
 
 from twisted.internet import defer
 from twisted.logger import Logger
@@ -60,15 +60,21 @@ def sse_frame(token: bytes, data: bytes) -> bytes:
     return b"id: " + token + b"\ndata: " + data + b"\n\n"
 
 
+# A chunk's event, its position token, and its document (the docs lane's; None on the plain lane).
+Framed = Tuple[Event, bytes, Optional[bytes]]
+
+
 class Chunk:
-    """The SSE frames of one batch, shared by every subscriber of a lane."""
+    """The SSE frames of one batch, shared by every subscriber of a lane; and their events, for a live query's
+    subscriber to frame the ones that are its own (``handlers.feed.subscriber``)."""
 
-    __slots__ = ("_chunked", "count", "frames", "position")
+    __slots__ = ("_chunked", "count", "events", "frames", "position")
 
-    def __init__(self, frames: bytes, position: Position, count: int) -> None:
+    def __init__(self, frames: bytes, position: Position, count: int, events: Sequence[Framed] = ()) -> None:
         self.frames = frames
         self.position = position
         self.count = count
+        self.events = events
         self._chunked: Optional[bytes] = None
 
     def chunked(self) -> bytes:
@@ -288,7 +294,7 @@ class Hub:
             entries.append((event, encode(self.collection, position).encode("ascii"), position))
         self.position = position
         frames = b"".join([sse_frame(token, event.json()) for event, token, _ in entries])
-        self.plain.deliver(Chunk(frames, position, len(entries)))
+        self.plain.deliver(Chunk(frames, position, len(entries), [(event, token, None) for event, token, _ in entries]))
         self._docs_chain.addCallback(self._docs_step, entries)
         self._wake_polls()
 
@@ -308,8 +314,9 @@ class Hub:
     def _docs_fetched(self, bodies: List[Optional[bytes]], entries: List[Entry], start: int, ids: List[bytes]) -> Any:
         docs = dict(zip(ids, bodies))
         part = entries[start : start + DOCS_PER_FETCH]
-        frames = b"".join([sse_frame(token, event.json(True, docs[event.doc_id])) for event, token, _ in part])
-        self.docs.deliver(Chunk(frames, part[-1][2], len(part)))
+        framed = [(event, token, docs[event.doc_id]) for event, token, _ in part]
+        frames = b"".join([sse_frame(token, event.json(True, doc)) for event, token, doc in framed])
+        self.docs.deliver(Chunk(frames, part[-1][2], len(part), framed))
         if start + DOCS_PER_FETCH < len(entries):
             return self._fetch_docs(entries, start + DOCS_PER_FETCH)
         return None

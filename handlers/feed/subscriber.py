@@ -16,6 +16,11 @@ if it is still ahead then, the events it names are gone (``lost``).
 Memory: a page is at most ``PAGE_SIZE`` events per shard, and the next is
 read only once the client has taken the last (its queued output below half
 its limit).
+
+A live query's subscriber (``cache.live_queries``) is a member of the same
+lanes: it frames only the events that are its own, from the chunk's events,
+each with ``"matches"``. An event it passes over moves no ``id:``, so a
+client that reconnects reads those again, and passes over them again.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from twisted.internet import defer
 
 from cache.change_feed import Event, Page
 from cache.feed_position import Position, advanced, ahead, encode
+from cache.live_queries import LiveQuery
 from handlers.feed.hub import DOCS_PER_FETCH, Chunk, Hub, Lane, sse_frame
 
 # Events per shard per page while catching up.
@@ -55,9 +61,12 @@ class Sink(Protocol):
 class Subscription:
     """A client following ``hub``'s collection (``with_docs``: the docs lane)."""
 
-    def __init__(self, hub: Hub, with_docs: bool, buffer_limit: int, clock: Any) -> None:
+    def __init__(
+        self, hub: Hub, with_docs: bool, buffer_limit: int, clock: Any, live: Optional[LiveQuery] = None
+    ) -> None:
         self.hub = hub
         self.with_docs = with_docs
+        self.live = live  # a live query's: only its events, each with "matches" (cache.live_queries)
         self.lane: Lane = hub.docs if with_docs else hub.plain
         self.position: Position = hub.position
         self.buffer_limit = buffer_limit
@@ -96,8 +105,16 @@ class Subscription:
     # -- the lane's calls ---------------------------------------------------
 
     def deliver(self, chunk: Chunk) -> None:
-        if self.sink is not None:
+        if self.sink is None:
+            return
+        if self.live is None:
             self.sink.deliver(chunk)
+            return
+        # The lane's frames are every event's: a live query's subscriber frames its own from the chunk's events.
+        judged = [(framed, self.live.judge(framed[0])) for framed in chunk.events]
+        own = [(event, token, doc, matches) for (event, token, doc), matches in judged if matches is not None]
+        frames = [sse_frame(token, event.json(self.with_docs, doc, matches)) for event, token, doc, matches in own]
+        self.sink.send(b"".join(frames), len(frames))
 
     def buffer(self, chunk: Chunk) -> None:
         self._buffered.append(chunk)
@@ -197,10 +214,13 @@ class Subscription:
             position = self.position
             for event in part:
                 position = advanced(position, event.shard, event.stream_id)
+                matches = None if self.live is None else self.live.judge(event)
+                if self.live is not None and matches is None:
+                    continue  # not the live query's: passed over, its position with the next one's
                 token = encode(collection, position).encode("ascii")
-                frames.append(sse_frame(token, event.json(self.with_docs, docs.get(event.doc_id))))
+                frames.append(sse_frame(token, event.json(self.with_docs, docs.get(event.doc_id), matches)))
             self.position = position
-            self.sink.send(b"".join(frames), len(part))
+            self.sink.send(b"".join(frames), len(frames))
 
     def _drained(self) -> defer.Deferred:
         """Fires once the client has taken most of what it was sent (or is gone)."""

@@ -167,6 +167,11 @@ def _changes() -> Json:
             "id": ref("schemas", "DocumentId"),
             "etag": {"type": ["string", "null"], "description": "The document's new ETag; null for a delete."},
             "time": {"type": "string", "format": "date-time", "description": "When Redis stored it (UTC, ms)."},
+            "matches": {
+                "type": "boolean",
+                "description": "In a live query's events only: whether the document matches the query after this"
+                " write (false: it matched before, and no longer does).",
+            },
             "doc": {
                 "oneOf": [ref("schemas", "Document"), {"type": "null"}],
                 "description": "With `include_docs`: the document as it is now, null if it is gone.",

@@ -159,8 +159,8 @@ def test_a_live_query_no_index_answers_or_that_is_malformed_is_a_400(api) -> Non
     ):
         answer = api.get(f"/v1/_changes/livebad?{query}")
         assert answer.status_code == 400 and answer.json()["type"] == PROBLEM + problem, (query, answer.text)
-    streamed = api.get("/v1/_changes/livebad?status=eq.open", headers={"Accept": "text/event-stream"})
-    assert streamed.status_code == 400 and streamed.json()["type"] == PROBLEM + "invalid-query"
+    streamed = api.get("/v1/_changes/livebad?title=eq.x", headers={"Accept": "text/event-stream"})
+    assert streamed.status_code == 400 and streamed.json()["type"] == PROBLEM + "no-index"  # before the stream
     # The feed's own arguments are never filters, whatever they look like.
     assert api.get("/v1/_changes/livebad?wait=0&limit=5").status_code == 200
 
@@ -181,3 +181,36 @@ def test_a_live_poll_that_read_ten_thousand_events_none_its_own_answers_and_says
     first = api.get(f"/v1/_changes/livelook?status=eq.open&since={since}&limit=1000").json()
     assert first["events"] == [] and first["next"] != since
     assert live(api, "livelook", "status=eq.open", first["next"]) == [("m", "put", True)]
+
+
+# -- the same as an event stream ------------------------------------------
+
+
+def test_a_live_stream_carries_its_own_events_live_and_after_a_reconnect(api) -> None:
+    from tests.handlers.test_changes import ready, stream
+
+    declare(api, "livesse", STATUS)
+    with stream(api, "livesse", "?status=eq.open&include_docs=true") as client:
+        ready(client)
+        api.put_json("/v1/livesse/a", b'{"status": "closed"}')  # not its own
+        api.put_json("/v1/livesse/b", b'{"status": "open"}')
+        api.put_json("/v1/livesse/b", b'{"status": "done"}')
+        live_events = client.events(2)
+        assert [(e.json()["id"], e.json()["matches"], e.json()["doc"]) for e in live_events] == [
+            ("b", True, {"status": "done"}),  # the document as it is now, as include_docs has it
+            ("b", False, {"status": "done"}),
+        ]
+        last_id = live_events[-1].id
+    # Written while no one follows: a resumed stream catches up from its last id, its own events only.
+    for n in range(30):
+        api.put_json(f"/v1/livesse/c{n}", json.dumps({"status": "open" if n % 3 == 0 else "x"}).encode())
+    api.delete("/v1/livesse/c0")
+    with stream(api, "livesse", "?status=eq.open", **{"Last-Event-ID": last_id}) as client:
+        ready(client)
+        caught_up = [(e.json()["id"], e.json()["op"], e.json()["matches"]) for e in client.events(11)]
+        api.put_json("/v1/livesse/z", b'{"status": "open"}')
+        then = client.next_event(timeout=10)
+    expected = [(f"c{n}", "put", True) for n in range(0, 30, 3)] + [("c0", "delete", False)]
+    assert sorted(caught_up) == sorted(expected)
+    assert [e for e in caught_up if e[0] == "c0"] == [("c0", "put", True), ("c0", "delete", False)]
+    assert then is not None and (then.json()["id"], then.json()["matches"]) == ("z", True)
