@@ -105,9 +105,8 @@ OPERATIONS: Tuple[Operation, ...] = (
         CHANGES,
         "GET",
         "getChanges",
-        "Follow a collection's changes: Server-Sent Events (`Accept: text/event-stream`) or a long poll; with a"
-        " query's filters (`?status=eq.open`, as the collection's list takes them), a live query: only the events"
-        " of documents that match the query, or stopped matching it, each with `matches`",
+        "Follow a collection's changes: Server-Sent Events (`Accept: text/event-stream`) or a long poll; with"
+        " a query's filters (`?status=eq.open`), a live query: its documents' events, each with `matches`",
         "changes",
         "read",
         {
