@@ -7,7 +7,9 @@ worker's sweep; it never blocks a Redis connection. Each read's events are
 merged in stream-id order, given their position token once, and made into
 SSE frames once, and every live subscriber gets the same bytes in one
 write (``Chunk``): the cost of an event is paid once per worker, and a
-subscriber costs a write per batch.
+subscriber costs a write per batch. A live query's subscribers get the
+frames of its own events, made from the chunk's events once per live query
+(``Chunk.judged``), whatever the number of its subscribers.
 
 Two lanes: ``plain`` (op, id, etag, time) and ``docs`` (the same with the
 document's bytes as they are now, fetched once per batch for all the
@@ -24,7 +26,7 @@ starts again from the tail.
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional, Protocol, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Set, Tuple
 
 from twisted.internet import defer
 from twisted.logger import Logger
@@ -33,6 +35,7 @@ from cache.change_feed import Event, FeedReader, ShardRead, merged
 from cache.feed_nudges import FeedNudges
 from cache.feed_position import START, Position, StreamId, advanced, ahead, encode
 from cache.keys import INDEX_SHARDS
+from cache.live_queries import LiveQuery
 
 # Events read per shard at once; a busier shard is read again at once.
 READ_BATCH = 500
@@ -68,7 +71,7 @@ class Chunk:
     """The SSE frames of one batch, shared by every subscriber of a lane; and their events, for a live query's
     subscriber to frame the ones that are its own (``handlers.feed.subscriber``)."""
 
-    __slots__ = ("_chunked", "count", "events", "frames", "position")
+    __slots__ = ("_chunked", "_judged", "count", "events", "frames", "position")
 
     def __init__(self, frames: bytes, position: Position, count: int, events: Sequence[Framed] = ()) -> None:
         self.frames = frames
@@ -76,6 +79,22 @@ class Chunk:
         self.count = count
         self.events = events
         self._chunked: Optional[bytes] = None
+        self._judged: Optional[Dict[LiveQuery, Tuple[bytes, int]]] = None
+
+    def judged(self, live: LiveQuery, with_docs: bool) -> Tuple[bytes, int]:
+        """The frames of the events that are ``live``'s own, each with ``matches``, and how many: made once per
+        live query for all its subscribers on the lane."""
+        if self._judged is None:
+            self._judged = {}
+        made = self._judged.get(live)
+        if made is None:
+            frames = []
+            for event, token, doc in self.events:
+                matches = live.judge(event)
+                if matches is not None:
+                    frames.append(sse_frame(token, event.json(with_docs, doc, matches)))
+            made = self._judged[live] = (b"".join(frames), len(frames))
+        return made
 
     def chunked(self) -> bytes:
         """The frames as one HTTP/1.1 chunk, made once for all subscribers."""

@@ -110,11 +110,8 @@ class Subscription:
         if self.live is None:
             self.sink.deliver(chunk)
             return
-        # The lane's frames are every event's: a live query's subscriber frames its own from the chunk's events.
-        judged = [(framed, self.live.judge(framed[0])) for framed in chunk.events]
-        own = [(event, token, doc, matches) for (event, token, doc), matches in judged if matches is not None]
-        frames = [sse_frame(token, event.json(self.with_docs, doc, matches)) for event, token, doc, matches in own]
-        self.sink.send(b"".join(frames), len(frames))
+        # The lane's frames are every event's: a live query's are made from the chunk's events, once per query.
+        self.sink.send(*chunk.judged(self.live, self.with_docs))
 
     def buffer(self, chunk: Chunk) -> None:
         self._buffered.append(chunk)

@@ -214,3 +214,19 @@ def test_a_live_stream_carries_its_own_events_live_and_after_a_reconnect(api) ->
     assert sorted(caught_up) == sorted(expected)
     assert [e for e in caught_up if e[0] == "c0"] == [("c0", "put", True), ("c0", "delete", False)]
     assert then is not None and (then.json()["id"], then.json()["matches"]) == ("z", True)
+
+
+def test_a_chunks_frames_for_a_live_query_are_made_once_for_all_its_subscribers() -> None:
+    from cache.change_feed import Event
+    from cache.live_queries import LiveQuery
+    from handlers.feed.hub import Chunk
+
+    def event(n: int, entry: bytes) -> Event:
+        return Event(0, (n, 0), b"put", b"d%d" % n, b'"e"', ((b"x:i:v", entry), (b"w:i:v", b"")))
+
+    chunk = Chunk(b"", (), 2, [(event(1, b"a1"), b"t1", None), (event(2, b"b2"), b"t2", None)])
+    only_a = LiveQuery(b"x:i:v", b"w:i:v", b"[a", b"(b")
+    frames, count = chunk.judged(only_a, False)
+    assert count == 1 and b"id: t1\n" in frames and b'"matches":true' in frames and b"t2" not in frames
+    assert chunk.judged(LiveQuery(b"x:i:v", b"w:i:v", b"[a", b"(b"), False)[0] is frames  # an equal query: shared
+    assert chunk.judged(LiveQuery(b"x:i:v", b"w:i:v", b"[b", b"+"), False)[1] == 1  # another: its own
