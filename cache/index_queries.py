@@ -110,6 +110,13 @@ def _below(candidate: bytes, current: bytes) -> bool:
     return candidate[1:] <= current[1:]
 
 
+def within(entry: bytes, low: bytes, high: bytes) -> bool:
+    """Whether ``ZRANGEBYLEX key low high`` would list ``entry`` ("[x" inclusive, "(x" exclusive, "-", "+")."""
+    above = low == b"-" or (low != b"+" and (entry > low[1:] or (low[:1] == b"[" and entry == low[1:])))
+    below = high == b"+" or (high != b"-" and (entry < high[1:] or (high[:1] == b"[" and entry == high[1:])))
+    return above and below
+
+
 def filters_of(arguments: Dict[str, List[str]]) -> Dict[str, List[str]]:
     """The arguments that make a request a query: ``order``, and each whose values are all ``op.value``.
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from cache.change_feed import Event
-from cache.index_queries import Query
+from cache.index_queries import Query, within
 
 
 @dataclass(frozen=True)
@@ -62,10 +62,3 @@ class LiveQuery:
         if matches or (before is not None and within(before, self.low, self.high)):
             return matches
         return None
-
-
-def within(entry: bytes, low: bytes, high: bytes) -> bool:
-    """Whether ``ZRANGEBYLEX key low high`` would list ``entry`` ("[x" inclusive, "(x" exclusive, "-", "+")."""
-    above = low == b"-" or (low != b"+" and (entry > low[1:] or (low[:1] == b"[" and entry == low[1:])))
-    below = high == b"+" or (high != b"-" and (entry < high[1:] or (high[:1] == b"[" and entry == high[1:])))
-    return above and below

@@ -165,6 +165,18 @@ class NoRouteHandler(JsonHandler):
         self.answer_preflight(API_METHODS)
 
 
+def _plan(indexes: Any, filters: Dict[str, List[str]], limit: int, cursor: Optional[str], again: bool) -> Any:
+    """``index_queries.plan``, its refusals as 400s; with ``again``, None when no index answers (to plan again)."""
+    try:
+        return index_queries.plan(indexes, filters, limit, cursor)
+    except index_queries.NoIndex as error:
+        if again:
+            return None
+        raise ApiError(400, "no-index", str(error)) from None
+    except index_queries.QueryError as error:
+        raise ApiError(400, "invalid-query", str(error)) from None
+
+
 class ResourceHandler(JsonHandler):
     """A ``/v1`` handler: the request is authorized before its method runs."""
 
@@ -201,14 +213,12 @@ class ResourceHandler(JsonHandler):
     ) -> Any:
         """The query ``filters`` ask, planned onto the collection's ``indexes`` (``cache.index_queries``). When
         none answers it, onto the settings read again first: an index declared a moment ago through another
-        worker may not have reached this worker's cache yet."""
-        try:
-            return index_queries.plan(indexes, filters, limit, cursor)
-        except index_queries.NoIndex:
-            if self.collections is None:
-                raise
+        worker may not have reached this worker's cache yet. Refused: 400 ``no-index`` or ``invalid-query``."""
+        query = _plan(indexes, filters, limit, cursor, again=self.collections is not None)
+        if query is not None:
+            return query
         fresh = yield self.collections.fresh(name.decode())
-        return index_queries.plan(fresh.indexes if fresh else (), filters, limit, cursor)
+        return _plan(fresh.indexes if fresh else (), filters, limit, cursor, again=False)
 
     def settings_now(self, collection: bytes) -> Any:
         """The collection's settings, now when this worker knows them, else a Deferred (``SettingsCache.resolve``)."""

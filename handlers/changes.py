@@ -134,12 +134,7 @@ class ChangesHandler(ResourceHandler):
         if "order" in filters:
             raise bad_request("a live query has the feed's order: no order", "invalid-query")
         settings = yield self.collection_settings(name)
-        try:
-            query = yield self.planned_query(name, settings.indexes, filters, 1)
-        except index_queries.NoIndex as error:
-            raise ApiError(400, "no-index", str(error)) from None
-        except index_queries.QueryError as error:
-            raise ApiError(400, "invalid-query", str(error)) from None
+        query = yield self.planned_query(name, settings.indexes, filters, 1)
         return LiveQuery.of(query)
 
     def _position(self, name: bytes, resuming: bool) -> Optional[Position]:

@@ -102,10 +102,6 @@ class CollectionHandler(ComposedHandler):
         try:
             query = yield self.planned_query(name, settings.indexes, filters, limit, self.query_argument("cursor"))
             found = yield self.store.query(name, query, self.response_budget)
-        except index_queries.NoIndex as error:
-            raise ApiError(400, "no-index", str(error)) from None
-        except index_queries.QueryError as error:
-            raise ApiError(400, "invalid-query", str(error)) from None
         except index_queries.IndexNotReady as error:
             builds = self.store.index_builds
             if not builds.building(name, query.index) and builds.resume_due(name):

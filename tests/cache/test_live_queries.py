@@ -1,4 +1,4 @@
-"""``cache.live_queries.within`` against Redis's own ``ZRANGEBYLEX``: a live query's range is the query's."""
+"""``cache.index_queries.within``, what a live query judges by, against Redis's own ``ZRANGEBYLEX``."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ bounds = st.one_of(
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(members=entries, low=bounds, high=bounds)
 def test_within_is_what_zrangebylex_lists(redis_client, members, low, high) -> None:
-    from cache.live_queries import within
+    from cache.index_queries import within
 
     redis_client.delete(b"lex")  # the fixture flushes once per test, not per example
     redis_client.zadd(b"lex", {member: 0 for member in members})
