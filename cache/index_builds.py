@@ -91,6 +91,8 @@ class IndexBuilds:
         self._link = link
         self._clock = reactor if clock is None else clock
         self._running: Set[Tuple[bytes, str, str]] = set()
+        # Asked for while running (at most one each): run once more when the run ends.
+        self._again: Dict[Tuple[bytes, str, str], Callable[[], defer.Deferred]] = {}
         self._tried: Dict[bytes, float] = {}  # when this worker last tried to resume a collection's builds
         self.steps = 0  # build steps this worker ran (a metric)
 
@@ -132,8 +134,10 @@ class IndexBuilds:
         return progress
 
     def _start(self, running: Tuple[bytes, str, str], work: Callable[[], defer.Deferred]) -> None:
-        """``work`` unless this worker runs it already; its failure logged (the next ``resume`` starts it again)."""
+        """``work``, or once more after the run under way: a change's second message may come while a build
+        started by its first is past shards that had no spec yet. Its failure is logged (a later look resumes)."""
         if running in self._running:
+            self._again[running] = work
             return
         self._running.add(running)
         started = work()
@@ -195,6 +199,9 @@ class IndexBuilds:
 
     def _done(self, _: Any, running: Tuple[bytes, str, str]) -> None:
         self._running.discard(running)
+        again = self._again.pop(running, None)
+        if again is not None:
+            self._start(running, again)
 
     def progress(self, collection: bytes, indexes: Sequence[Index]) -> defer.Deferred:
         """Each index's state: ``{"shards_built": n, "shards": 16}`` by name, from the shards' specs."""
