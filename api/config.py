@@ -50,6 +50,8 @@ class Settings:
     grace: float = 10.0
     header_timeout: float = 10.0
     body_timeout: float = 30.0
+    # Bytes per second a streamed body (an import's) must average past its first body_timeout seconds.
+    body_min_rate: int = 500
     # Longer than an AWS load balancer's default 60 s idle timeout, so the
     # balancer, not Jetway, closes an idle connection: otherwise it may send a
     # request on a connection Jetway is closing, and answer the client 502.
@@ -67,6 +69,8 @@ class Settings:
     write_concern: WriteConcern = PRIMARY_ONLY
     # What each worker's hot cache may add to its memory (cache/hot_cache.py, HEAP_GROWTH); 0: no cache.
     hot_cache_bytes: int = 64 * 1024 * 1024
+    # Seconds the hot cache's invalidations may lag before it is bypassed (cache/tracking.py, the heartbeat).
+    hot_cache_max_lag: float = 0.05
     # Operations with a pipeline (handlers/pipeline.py) answered by the connection, without Cyclone; off:
     # DocumentHandler runs the same pipelines (what they are compared with, in tests and benchmarks).
     direct_answers: bool = True
@@ -157,6 +161,7 @@ def from_environment(environ: Optional[Mapping[str, str]] = None) -> Settings:
         grace=read("JETWAY_GRACE", _positive_float, defaults.grace),
         header_timeout=read("JETWAY_HEADER_TIMEOUT", _positive_float, defaults.header_timeout),
         body_timeout=read("JETWAY_BODY_TIMEOUT", _positive_float, defaults.body_timeout),
+        body_min_rate=read("JETWAY_BODY_MIN_RATE", _positive_int, defaults.body_min_rate),
         keepalive_timeout=read("JETWAY_KEEPALIVE_TIMEOUT", _positive_float, defaults.keepalive_timeout),
         send_timeout=read("JETWAY_SEND_TIMEOUT", _positive_float, defaults.send_timeout),
         body_budget=body_budget,
@@ -166,6 +171,7 @@ def from_environment(environ: Optional[Mapping[str, str]] = None) -> Settings:
         json_logs=read("JETWAY_LOG_FORMAT", _log_format, defaults.json_logs),
         write_concern=write_concern,
         hot_cache_bytes=read("JETWAY_HOT_CACHE_BYTES", _non_negative_int, defaults.hot_cache_bytes),
+        hot_cache_max_lag=read("JETWAY_HOT_CACHE_MAX_LAG_MS", _milliseconds, defaults.hot_cache_max_lag),
         direct_answers=read("JETWAY_DIRECT_ANSWERS", _flag, defaults.direct_answers),
         warm_up=read("JETWAY_WARM_UP", _non_negative_int, defaults.warm_up),
         debug_burn_us=read("JETWAY_DEBUG_BURN_US", _non_negative_int, defaults.debug_burn_us),
@@ -232,6 +238,11 @@ def _non_negative_int(text: str) -> int:
     if value < 0:
         raise ValueError("must be a whole number, 0 or more")
     return value
+
+
+def _milliseconds(text: str) -> float:
+    """A positive whole number of milliseconds, as seconds."""
+    return _positive_int(text) / 1000.0
 
 
 def _positive_float(text: str) -> float:

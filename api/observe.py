@@ -180,7 +180,7 @@ class HotCacheMetrics:
     and sets the worker's own gauges (one series per worker, by ``pid``).
     """
 
-    COUNTS = ("hits", "misses", "evictions", "invalidations", "refused_fills", "refused_admissions")
+    COUNTS = ("hits", "misses", "evictions", "invalidations", "refused_fills", "refused_admissions", "lagging")
     LEVELS = ("bytes", "entries", "bypassed")
 
     def __init__(self, stats: Callable[[], Dict[str, int]]) -> None:
@@ -199,7 +199,7 @@ class HotCacheMetrics:
             ),
             "bypassed": Gauge(
                 "jetway_hot_cache_bypassed",
-                "Workers whose hot cache is bypassed (an invalidation connection is down)",
+                "Workers whose hot cache is bypassed (an invalidation connection is down, or lags more than its bound)",
                 multiprocess_mode="livesum",
                 registry=None,
             ),

@@ -39,6 +39,7 @@ from cache.collection_settings import CollectionSettingsStore
 from cache.hot_cache import HotCache
 from cache.idempotency import IdempotencyRecords
 from cache.index_upkeep import follow_settings_changes
+from cache.keys import INDEX_SHARDS
 from cache.redis.address import CLUSTER
 from cache.redis.lazy_link import LazyLink
 from cache.redis.metered import MeteredLink
@@ -144,7 +145,7 @@ def assemble(
     link = MeteredLink(redis, metrics.observe_redis)
     hot = None
     if settings.hot_cache_bytes:
-        hot = HotCache(settings.hot_cache_bytes)
+        hot = HotCache(settings.hot_cache_bytes, max_lag=settings.hot_cache_max_lag)
         invalidations = invalidation_feed(settings.redis, redis, hot, reactor, settings.redis_timeout)
         metrics.hot_cache = HotCacheMetrics(hot.stats)
         on_shutdown(invalidations.stop)
@@ -204,7 +205,8 @@ def _feed(settings: Settings, link: Any, reactor: Any) -> Optional[Feed]:
     """The change feed's serving side, with its nudge subscription (None when JETWAY_FEED=off)."""
     if not settings.feed:
         return None
-    limits = FeedLimits(settings.feed_buffer, settings.send_timeout, settings.feed_max_wait)
+    id_every = max(1, settings.feed_max_events // (2 * INDEX_SHARDS))
+    limits = FeedLimits(settings.feed_buffer, settings.send_timeout, settings.feed_max_wait, id_every)
     return Feed.connected(FeedReader(link), settings.redis, reactor, settings.redis_timeout, limits)
 
 

@@ -17,6 +17,13 @@ by their Redis key, least recently used out first. Its consistency rule:
   invalidation of that key, a write by this worker, the loss of the feed, a
   flush or a topology change came in between. Invalidations arrive on another
   connection than replies, so either may come first.
+- An entry is served only while the invalidations are known to be at most
+  ``max_lag`` behind (``confirm``): the feed's heartbeat (``cache.tracking``)
+  says up to which moment every invalidation has arrived, and past that
+  moment plus ``max_lag`` a hit is refused and the read goes to Redis, as
+  when the feed is down. So a document served from the cache was current at
+  some moment within ``max_lag`` before it is served, however late the
+  invalidations come (docs/operations.md, "The hot cache").
 - An entry carries the key's expiry (``PTTL``, read with the body) and is not
   served past it: Redis may delete an expired key much later (its active
   expiry samples keys), and only then sends the invalidation.
@@ -56,6 +63,7 @@ SAMPLE_PER_ENTRY = 10
 MIN_SAMPLE = 16_384
 # PTTL's answers besides a number of milliseconds.
 _NO_EXPIRY, _NO_KEY = -1, -2
+_ALWAYS, _NEVER = float("inf"), float("-inf")
 
 
 class _Entry:
@@ -104,7 +112,9 @@ class HotCache:
     entries hold at most ``max_bytes`` of it (``HEAP_GROWTH``).
     """
 
-    def __init__(self, memory_bytes: int, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, memory_bytes: int, clock: Callable[[], float] = time.monotonic, max_lag: Optional[float] = None
+    ) -> None:
         self.max_bytes = int(memory_bytes / HEAP_GROWTH)
         self.max_entry = self.max_bytes // MAX_ENTRY_SHARE
         self._clock = clock
@@ -113,6 +123,10 @@ class HotCache:
         # Until the first fill tells the entries' size: as if of 1 KiB.
         self._frequency = FrequencySketch(max(MIN_SAMPLE, SAMPLE_PER_ENTRY * (self.max_bytes >> 10)))
         self._live = False
+        # None: no bound on the invalidations' lag (a cache without a heartbeat: tests, tools).
+        self.max_lag = max_lag
+        # Hits are served until this moment on the clock (``confirm``).
+        self._fresh_until = _ALWAYS if max_lag is None else _NEVER
         # Bumped by every invalidation and every loss; a ticket is this
         # number when its read was sent, and tickets below _floor are void.
         self._sequence = 0
@@ -125,6 +139,11 @@ class HotCache:
         self.invalidations = 0
         self.refused_fills = 0
         self.refused_admissions = 0
+        self.lagging = 0
+
+    def now(self) -> float:
+        """The cache's clock (the heartbeat stamps its pings with it)."""
+        return self._clock()
 
     @property
     def live(self) -> bool:
@@ -138,8 +157,9 @@ class HotCache:
         """The cached document, or None (counted as a miss)."""
         document = self.hit(key)
         if document is None:
-            if key in self._entries:  # held, but past its expiry
-                self._drop(key)
+            entry = self._entries.get(key)
+            if entry is not None and entry.expires and self._clock() >= entry.expires:
+                self._drop(key)  # held, but past its expiry
             self.misses += 1
         return document
 
@@ -147,7 +167,13 @@ class HotCache:
         """The cached document, counted as a hit; None when not held, and not counted then (``get`` counts the miss)."""
         # No live check: entries exist only while the feed is up.
         entry = self._entries.get(key)
-        if entry is None or (entry.expires and self._clock() >= entry.expires):
+        if entry is None:
+            return None
+        now = self._clock()
+        if now > self._fresh_until:  # the invalidations may lag more than max_lag: Redis answers
+            self.lagging += 1
+            return None
+        if entry.expires and now >= entry.expires:
             return None
         self._entries.move_to_end(key)
         self._frequency.add(key)
@@ -230,6 +256,17 @@ class HotCache:
         self._sequence += 1
         self._invalidate_one(key)
 
+    def confirm(self, sent_at: Optional[float]) -> None:
+        """Every invalidation of a write Redis ran before ``sent_at`` (on the cache's clock) has arrived:
+        hits are served until ``sent_at + max_lag``. None: nothing is confirmed (a tracker is new)."""
+        if self.max_lag is not None:
+            self._fresh_until = _NEVER if sent_at is None else sent_at + self.max_lag
+
+    @property
+    def fresh(self) -> bool:
+        """Whether a hit would be served now (the invalidations are known to be at most ``max_lag`` behind)."""
+        return self._live and self._clock() <= self._fresh_until
+
     def up(self) -> None:
         """The feed is up: entries may be made from reads sent from now on."""
         self._forget_all()
@@ -239,6 +276,8 @@ class HotCache:
         """The feed is down (or not yet up): nothing is cached or served until ``up``."""
         self._live = False
         self._forget_all()
+        if self.max_lag is not None:
+            self._fresh_until = _NEVER
 
     def reset(self) -> None:
         """The topology changed (a slot moved, a master changed): start over."""
@@ -257,9 +296,10 @@ class HotCache:
             "invalidations": self.invalidations,
             "refused_fills": self.refused_fills,
             "refused_admissions": self.refused_admissions,
+            "lagging": self.lagging,
             "bytes": self.bytes,
             "entries": len(self._entries),
-            "bypassed": 0 if self._live else 1,
+            "bypassed": 0 if self.fresh else 1,
         }
 
     def _invalidate_one(self, key: bytes) -> None:

@@ -17,9 +17,32 @@ cache"; its measurements in docs/performance.md).
 
 The cache is live only while every tracker the topology needs
 (``InvalidationFeed``) is subscribed. A tracker that loses its connection,
-or whose ``PING`` (sent every ``PING_INTERVAL``, the one command a RESP2
-subscriber may send) is not answered within the link's timeout, takes the
-cache down with it until it is subscribed again.
+or whose ``PING`` is not answered within the link's timeout, takes the cache
+down with it until it is subscribed again.
+
+**The heartbeat: how late an invalidation can be.** Being subscribed is not
+enough: an invalidation travels on its own connection, and nothing makes it
+arrive before the acknowledgement of its write reaches a client on another
+connection (a retransmission, a busy relay, Redis on another host: a read
+served 0.3-8.7 ms after the newer write was acknowledged elsewhere, with the
+invalidations held 2-20 ms, issue #56). So each tracker sends a ``PING`` on
+its subscription every ``max_lag / 4`` (the one command a RESP2 subscriber
+may send), stamped with the time it was sent, and a hit is served only
+while the stamp of the last one answered is less than ``max_lag`` old
+(``HotCache.confirm``). Why a pong bounds the invalidations: Redis runs
+commands one at a time, and in each turn of its event loop it queues the
+turn's broadcast invalidations on the tracking connection *before* it sends
+any client its replies (``beforeSleep``: ``trackingBroadcastInvalidationMessages``,
+then ``handleClientsWithPendingWrites``). A write acknowledged to anyone
+before Redis read the ``PING`` therefore had its invalidation queued on this
+connection ahead of the pong, and TCP delivers in order: once the pong of a
+``PING`` sent at ``t`` is read, every write acknowledged before ``t`` has
+been invalidated here (invalidations are handled before the pong in the same
+read). A hit at ``now`` is served only while ``now - t <= max_lag``, so what
+it returns was current at some moment within ``max_lag`` before ``now``. The
+cost: one 14-byte ``PING`` and its pong per tracker every ``max_lag / 4``
+(80 a second at the default 50 ms), nothing on the read path but one clock
+read and a comparison.
 """
 
 from __future__ import annotations
@@ -43,12 +66,15 @@ from cache.redis.sentinel import MasterEndpoint
 TRACKED_PREFIX = keys.PREFIX + b"{"
 INVALIDATION_CHANNEL = b"__redis__:invalidate"
 CONNECTION_NAME = b"jetway-hot-cache"
+# Between PINGs when the cache has no bound on the lag (max_lag None); else max_lag / HEARTBEATS_PER_BOUND.
 PING_INTERVAL = 1.0
+HEARTBEATS_PER_BOUND = 4
 # Between connection attempts, as the links redial (cache.redis.link).
 RETRY_DELAYS = (0.2, 1.0)
 _log = Logger()
 
 Reply = Any
+_PING = encode_command((b"PING",))
 
 
 class _TrackingProtocol(Protocol):
@@ -65,10 +91,15 @@ class _TrackingProtocol(Protocol):
         if read_first is not None and self._fd >= 0:
             # Invalidations before the requests that came in the same poll (api/event_loop.py).
             read_first(self._fd)
+        set_no_delay = getattr(self.transport, "setTcpNoDelay", None)
+        if set_no_delay is not None:
+            set_no_delay(True)  # a PING waits for no acknowledgement (Nagle): its round trip is the lag measured
         self._buffer = b""
         self._expected: Deque[Callable[[Reply], None]] = deque()
         self.subscribed = False
-        self.waiting_since: Optional[float] = self.tracker.clock.seconds()
+        self.setup_since = self.tracker.stamp()
+        # The send times of the PINGs not yet answered, oldest first (the cache's clock).
+        self._pings: Deque[float] = deque()
         setup = []
         if self.tracker.password is not None:
             auth = (self.tracker.username, self.tracker.password) if self.tracker.username else (self.tracker.password,)
@@ -102,7 +133,8 @@ class _TrackingProtocol(Protocol):
             self.tracker.invalidated(reply[2])
             return
         if isinstance(reply, list) and reply and reply[0] == b"pong":
-            self.waiting_since = None
+            if self._pings:
+                self.tracker.heard(self._pings.popleft())
             return
         if not self._expected:
             return
@@ -132,19 +164,19 @@ class _TrackingProtocol(Protocol):
             self._refuse(f"SUBSCRIBE failed: {reply}")
             return
         self.subscribed = True
-        self.waiting_since = None
         self.tracker.subscribed(self)
+        self.ping(self.tracker.stamp(), self.tracker.timeout)  # the first confirmation, at once
 
     def ping(self, now: float, timeout: float) -> None:
-        """Send a PING, or drop the connection if the last one (or the setup) is overdue."""
-        if self.waiting_since is not None:
-            if now - self.waiting_since > timeout:
-                self.tracker.refused(f"no answer in {timeout:g} s")
-                self.transport.abortConnection()
+        """Send a PING stamped ``now``, or drop the connection if the oldest one (or the setup) is overdue."""
+        overdue = self._pings[0] if self._pings else (None if self.subscribed else self.setup_since)
+        if overdue is not None and now - overdue > timeout:
+            self.tracker.refused(f"no answer in {timeout:g} s")
+            self.transport.abortConnection()
             return
         if self.subscribed:
-            self.waiting_since = now
-            self.transport.write(encode_command((b"PING",)))
+            self._pings.append(now)
+            self.transport.write(_PING)
 
     def connectionLost(self, reason: Any) -> None:
         read_first = getattr(self.tracker.clock, "read_first", None)
@@ -180,6 +212,12 @@ class Tracker:
         self.username = username
         self.require_master = require_master
         self.live: Optional[_TrackingProtocol] = None
+        # The send time of the last PING answered on the live connection (None: none yet), and its round trip.
+        self.confirmed_at: Optional[float] = None
+        self.lag = 0.0
+        self.stamp: Callable[[], float] = feed.cache.now
+        max_lag = feed.cache.max_lag
+        self.heartbeat = PING_INTERVAL if max_lag is None else max_lag / HEARTBEATS_PER_BOUND
         self._connection: Optional[_TrackingProtocol] = None
         self._failures = 0
         self._stopped = False
@@ -192,7 +230,7 @@ class Tracker:
         return self.live is not None
 
     def start(self) -> None:
-        self._pinging.start(PING_INTERVAL, now=False)
+        self._pinging.start(self.heartbeat, now=False)
         self._dial()
 
     def stop(self) -> None:
@@ -232,12 +270,19 @@ class Tracker:
 
     def _ping(self) -> None:
         if self._connection is not None:
-            self._connection.ping(self.clock.seconds(), self.timeout)
+            self._connection.ping(self.stamp(), self.timeout)
 
     def subscribed(self, protocol: _TrackingProtocol) -> None:
         self._failures = 0
         self.live = protocol
+        self.confirmed_at = None
         self.feed.tracker_up(self)
+
+    def heard(self, sent_at: float) -> None:
+        """The pong of a PING sent at ``sent_at``: every invalidation queued before it has been handled."""
+        self.lag = self.stamp() - sent_at
+        self.confirmed_at = sent_at
+        self.feed.confirmed()
 
     def invalidated(self, message: Any) -> None:
         self.feed.invalidated(message)
@@ -250,6 +295,7 @@ class Tracker:
             self._connection = None
         if self.live is protocol:
             self.live = None
+            self.confirmed_at = None
         self.feed.tracker_down(self)
         self._redial()
 
@@ -308,6 +354,17 @@ class InvalidationFeed:
 
     def tracker_up(self, tracker: Tracker) -> None:
         self._settle()
+
+    def confirmed(self) -> None:
+        """A tracker's pong: hits are served until the oldest confirmation of all trackers plus the bound."""
+        oldest: Optional[float] = None
+        for tracker in self.trackers.values():
+            if tracker.confirmed_at is None:
+                return  # one master's invalidations unconfirmed: nothing changes (it is down or new)
+            if oldest is None or tracker.confirmed_at < oldest:
+                oldest = tracker.confirmed_at
+        if self.cache.live:
+            self.cache.confirm(oldest)
 
     def tracker_down(self, tracker: Tracker) -> None:
         self._settle()

@@ -270,3 +270,32 @@ def test_hit_counts_only_hits_and_leaves_a_miss_to_get():
     clock.now += 1.0  # past the expiry read with it
     assert cache.hit(b"k") is None and len(cache) == 1 and cache.misses == misses  # held, not served
     assert cache.get(b"k") is None and len(cache) == 0 and cache.misses == misses + 1
+
+
+def test_with_a_bound_on_the_lag_an_entry_is_served_only_until_the_last_confirmation_plus_the_bound():
+    """``confirm(t)``: every invalidation of a write Redis ran before t has arrived; hits are served until
+    t + max_lag, then refused (counted as lagging) with the entry kept; the feed going down forgets it."""
+    clock = Clock()
+    cache = HotCache(1 << 20, clock, max_lag=0.05)
+    cache.up()
+    document = doc()
+    assert read(cache, b"k", document) is None
+    assert read(cache, b"k", document) is not None  # fills, though nothing is confirmed yet
+    assert cache.hit(b"k") is None and cache.lagging == 1 and not cache.fresh
+    cache.confirm(clock.now - 0.01)
+    assert cache.hit(b"k") is document and cache.fresh and cache.stats()["bypassed"] == 0
+    clock.now += 0.04  # the confirmation's PING is now 50 ms old: still served
+    assert cache.hit(b"k") is document
+    clock.now += 0.001
+    assert cache.hit(b"k") is None and len(cache) == 1 and cache.stats()["bypassed"] == 1
+    assert cache.get(b"k") is None and len(cache) == 1  # a miss, but the entry stays for when the lag is back
+    cache.confirm(clock.now)
+    assert cache.hit(b"k") is document
+    cache.down()
+    cache.up()
+    cached_again = read(cache, b"k", document), read(cache, b"k", document)
+    assert cached_again[1] is not None and cache.hit(b"k") is None  # not served before a new confirmation
+    cache.confirm(None)
+    assert cache.hit(b"k") is None
+    cache.confirm(clock.now)
+    assert cache.hit(b"k") is document
