@@ -106,6 +106,7 @@ def make_app(
         max_batch_body=settings.max_batch_bytes,
         header_timeout=settings.header_timeout,
         body_timeout=settings.body_timeout,
+        body_min_rate=settings.body_min_rate,
         keepalive_timeout=settings.keepalive_timeout,
         send_timeout=settings.send_timeout,
         body_budget=settings.body_budget,

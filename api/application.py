@@ -17,9 +17,10 @@ from cyclone.web import URLSpec
 from twisted.internet import task
 from twisted.logger import Logger
 
-from api.body_budget import BodyBudget
+from api.body_budget import STREAM_SHARE, BodyBudget
 from api.connection import HttpLimits, JetwayConnection
 from api.observe import Observer
+from api.streamed_body import stream_reservation
 from handlers.http.cors import NO_CORS, CorsPolicy
 from handlers.http.reply import request_id_of
 from handlers.operation import Route
@@ -56,7 +57,9 @@ class JetwayApplication(cyclone.web.Application):
         self.clock = clock
         self.limits = limits
         self.observer = observer
-        self.body_budget = BodyBudget(limits.body_budget)
+        # Streamed bodies get a share of the budget, room for one of them at least.
+        streams = max(int(limits.body_budget * STREAM_SHARE), stream_reservation(limits.max_body))
+        self.body_budget = BodyBudget(limits.body_budget, min(limits.body_budget, streams))
         self.connections: Set[JetwayConnection] = set()
         self.port: Any = None
         self._date: Tuple[int, str] = (0, "")

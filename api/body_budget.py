@@ -8,24 +8,37 @@ lost. A body that does not fit is refused at once with 503 and
 busy server from a dead one, and the bodies that hold the budget may be an
 attacker's, trickling until their body timeout (docs/operations.md,
 "Hostile clients").
+
+Streamed bodies (an import's, which may rightly run for minutes) reserve
+from a share of their own within the budget, ``STREAM_SHARE`` of it: any
+number of slow imports leaves the rest to every other body.
 """
 
 from __future__ import annotations
 
+# The part of the budget streamed bodies may hold together.
+STREAM_SHARE = 0.25
+
 
 class BodyBudget:
-    """Bytes reserved by unfinished request bodies, against a fixed limit."""
+    """Bytes reserved by unfinished request bodies, against a fixed limit; streamed ones against their share."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, stream_limit: int = 0) -> None:
         self.limit = limit
+        self.stream_limit = stream_limit or int(limit * STREAM_SHARE)
         self.reserved = 0
+        self.streamed = 0
 
-    def reserve(self, size: int) -> bool:
+    def reserve(self, size: int, streamed: bool = False) -> bool:
         """Take ``size`` bytes if they fit; False (and nothing taken) if not."""
-        if self.reserved + size > self.limit:
+        if self.reserved + size > self.limit or (streamed and self.streamed + size > self.stream_limit):
             return False
         self.reserved += size
+        if streamed:
+            self.streamed += size
         return True
 
-    def release(self, size: int) -> None:
+    def release(self, size: int, streamed: bool = False) -> None:
         self.reserved -= size
+        if streamed:
+            self.streamed -= size

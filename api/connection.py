@@ -45,7 +45,7 @@ from api.chunked import ChunkedDecoder
 from api.client_address import Network, client_address
 from api.debug_burn import burn_cpu
 from api.request_head import MAX_HEADER_BYTES, MAX_REQUEST_LINE, ProtocolError, RequestHead, parse_head
-from api.streamed_body import StreamedBody, streams
+from api.streamed_body import STREAM_TIMEOUT_DETAIL, StreamedBody, streams
 from cache import codec
 from handlers.framework import CycloneConnection
 from handlers.http.body_stream import BodyLost, BodyStream
@@ -102,6 +102,9 @@ class HttpLimits:
     max_batch_body: int = 8 * 1024 * 1024
     header_timeout: float = 10.0
     body_timeout: float = 30.0
+    # A streamed body must keep to this average rate (bytes per second) past its first body_timeout
+    # seconds, the time its handler held it up aside (Apache's mod_reqtimeout MinRate).
+    body_min_rate: int = 500
     keepalive_timeout: float = 75.0
     send_timeout: float = 30.0
     body_budget: int = 64 * 1024 * 1024
@@ -137,6 +140,7 @@ class JetwayConnection(StreamedBody, CycloneConnection):
         self._output_blocked = False
         self._lost = False
         self._body_reserved = 0
+        self._body_streamed = False
         self.idle_since = self.factory.clock.seconds()
         # The peer's address, asked of the transport once (it builds a new address object per call).
         self._peer_host: str = getattr(self.transport.getPeer(), "host", "unix")
@@ -279,12 +283,13 @@ class JetwayConnection(StreamedBody, CycloneConnection):
         del self._buffer[: head.content_length]
         return body
 
-    def _reserve_body(self, size: int) -> None:
-        """Hold ``size`` bytes of the worker's body budget for this request's body."""
+    def _reserve_body(self, size: int, streamed: bool = False) -> None:
+        """Hold ``size`` bytes of the worker's body budget for this request's body (a streamed one: of its share)."""
         extra = size - self._body_reserved
         if extra <= 0:
             return
-        if not self.factory.body_budget.reserve(extra):
+        self._body_streamed = streamed
+        if not self.factory.body_budget.reserve(extra, streamed):
             raise ProtocolError(
                 503, "the server is receiving too many request bodies; retry shortly", {"Retry-After": BUSY_RETRY_AFTER}
             )
@@ -292,7 +297,7 @@ class JetwayConnection(StreamedBody, CycloneConnection):
 
     def _release_body(self) -> None:
         if self._body_reserved:
-            self.factory.body_budget.release(self._body_reserved)
+            self.factory.body_budget.release(self._body_reserved, self._body_streamed)
             self._body_reserved = 0
 
     def _drop_input(self) -> None:
@@ -484,7 +489,7 @@ class JetwayConnection(StreamedBody, CycloneConnection):
         if self._stream is not None and action not in (_CLOSE, _ABORT):
             # A streamed body stalled: its handler answers (what it wrote, then the 408), and the connection closes.
             self.transport.pauseProducing()
-            self._end_stream(ApiError(408, "request-timeout", "the request's body stopped arriving"))
+            self._end_stream(ApiError(408, "request-timeout", STREAM_TIMEOUT_DETAIL))
         elif action is _CLOSE:
             self.close()  # idle keep-alive: close quietly
         elif action == _ABORT:

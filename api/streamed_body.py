@@ -5,10 +5,17 @@ One route takes its body as it arrives, not whole: the NDJSON import
 dispatched at its head; what the socket brings is handed to the request's
 ``BodyStream`` (``handlers.http.body_stream``), and the connection stops
 reading while the stream is full, so the input it holds is bounded
-whatever the body's size. The body timeout counts from the last byte that
-arrived (a slow but steady upload goes on; an idle one gets its 408),
-and not while the handler is the one holding the body up. A request
-answered before its body ended closes the connection.
+whatever the body's size. A streamed body has a deadline, not only an idle
+timeout: it gets its 408 when no byte came for the body timeout, and also
+when its average rate falls short, as Apache's ``mod_reqtimeout`` rules
+it: the deadline is ``body_timeout`` seconds after its start plus a second
+for every ``body_min_rate`` bytes received, plus the time its handler held
+it up (then the clock stops: the client is not the one waiting). So a
+steady upload goes on for as long as it takes, and one that trickles is
+cut within the body timeout of falling behind; what it reserved of the
+worker's body budget (streamed bodies have a share of their own,
+``api.body_budget``) comes back when it ends. A request answered before
+its body ended closes the connection.
 
 A handler that streams its answer (the NDJSON export, ``handlers.exports``)
 writes a part, then waits for ``when_drained`` before making the next.
@@ -32,7 +39,42 @@ from handlers.paths import IMPORT as IMPORT_PATH
 # What a streamed body holds before the connection stops reading: the
 # handler's line splitter holds at most a line more (max_body).
 STREAM_HOLD = 64 * 1024
+STREAM_TIMEOUT_DETAIL = "the request's body stopped arriving, or came slower than the server's minimum rate"
 STREAMED_PREFIX = IMPORT_PATH.partition("{")[0]
+
+
+def stream_reservation(max_body: int) -> int:
+    """What a streamed body reserves of the worker's body budget: what its stream and line splitter may hold."""
+    return 2 * STREAM_HOLD + max_body
+
+
+class StreamClock:
+    """A streamed body's deadline: idle for the body timeout, or behind its minimum rate (see the module)."""
+
+    def __init__(self, now: float, timeout: float, min_rate: int) -> None:
+        self.timeout = timeout
+        self.min_rate = min_rate
+        self.started = now
+        self.received = 0
+        self.held_since: Optional[float] = None  # the handler holds the body up since then
+        self.held_for = 0.0
+
+    def arrived(self, size: int) -> None:
+        self.received += size
+
+    def held(self, now: float) -> None:
+        if self.held_since is None:
+            self.held_since = now
+
+    def freed(self, now: float) -> None:
+        if self.held_since is not None:
+            self.held_for += now - self.held_since
+            self.held_since = None
+
+    def seconds_left(self, now: float) -> float:
+        """Until the 408, counted from ``now`` (a byte just came, or the handler just took what it held)."""
+        by_rate = self.started + self.timeout + self.held_for + self.received / self.min_rate
+        return max(0.0, min(self.timeout, by_rate - now))
 
 
 def streams(head: RequestHead) -> bool:
@@ -47,12 +89,14 @@ class StreamedBody:
     _drained: Optional[defer.Deferred]
     _chunks: Optional[ChunkedDecoder]
     _stream_left: int
+    _stream_clock: StreamClock
     _stream_keep_alive: bool
     _buffer: bytearray
     _lost: bool
     _output_blocked: bool
     _request: Any
     transport: Any
+    factory: Any
     limits: Any
     keep_alive: bool
 
@@ -87,7 +131,10 @@ class StreamedBody:
         The worker's body budget holds what the stream and the handler's
         line splitter may hold, not the body's size, which is unbounded.
         """
-        self._reserve_body(2 * STREAM_HOLD + self.limits.max_body)
+        self._reserve_body(stream_reservation(self.limits.max_body), streamed=True)
+        self._stream_clock = StreamClock(
+            self.factory.clock.seconds(), self.limits.body_timeout, self.limits.body_min_rate
+        )
         self._chunks = ChunkedDecoder(sys.maxsize) if head.chunked else None
         self._stream_left = head.content_length
         self._stream = BodyStream(STREAM_HOLD, self._stream_room)
@@ -107,7 +154,8 @@ class StreamedBody:
             self._end_stream(ApiError(error.status, error.problem, error.detail))
             return
         if data:
-            self._arm(self.limits.body_timeout, 408)  # steady progress keeps a slow upload going
+            self._stream_clock.arrived(len(data))
+            self._arm_stream()  # steady progress keeps a slow upload going
             stream.feed(data)  # the handler may answer in there, ending the stream
         if self._stream is not stream:
             return
@@ -119,7 +167,11 @@ class StreamedBody:
             stream.finish()
         elif not stream.has_room():
             self._disarm()  # the handler holds the body up, not the client
+            self._stream_clock.held(self.factory.clock.seconds())
             self.transport.pauseProducing()
+
+    def _arm_stream(self) -> None:
+        self._arm(self._stream_clock.seconds_left(self.factory.clock.seconds()), 408)
 
     def _stream_data(self) -> Tuple[bytes, bool]:
         """What the buffer holds of the streamed body, taken from it; and whether the body ended."""
@@ -136,7 +188,8 @@ class StreamedBody:
         """The handler took what the stream held: read on."""
         if self._stream is None or self._lost:
             return
-        self._arm(self.limits.body_timeout, 408)
+        self._stream_clock.freed(self.factory.clock.seconds())
+        self._arm_stream()
         if not self._output_blocked:
             self.transport.resumeProducing()
 

@@ -35,9 +35,11 @@ BLOCK = 64 * 1024
 STATE_SUFFIX = ".jetway-import"
 NDJSON = "application/x-ndjson"
 COUNT_HEADER = "X-Jetway-Documents"
-KEY_BUSY_RETRIES = 10
-# An import refused at its head wrote nothing: there is nothing to resume.
-NOTHING_WRITTEN = (400, 401, 403, 404, 415)
+# How long an import retries while its key is held: an import that died holds it until its lease runs out
+# (cache.import_progress.LEASE_SECONDS, 15 s).
+KEY_BUSY_SECONDS = 30
+# Refusals of an import's head, before any line is read (an answer with no report of lines written).
+REFUSED_AT_HEAD = (400, 401, 403, 404, 415)
 
 
 class TransferError(Exception):
@@ -152,21 +154,22 @@ def run_import(args: argparse.Namespace) -> int:
         query = {"id_field": args.id_field}
     connection, prefix = connect(args.url)
     path = f"{prefix}/v1/_import/{args.collection}" + ("?" + urlencode(query) if query else "")
-    for attempt in range(KEY_BUSY_RETRIES + 1):
+    busy_until = time.monotonic() + KEY_BUSY_SECONDS
+    while True:
         with opened(args.file, "rb") as source:
             size = None if args.file == "-" else os.fstat(source.fileno()).st_size
             with progress_bar(args, size, f"import {args.collection}") as bar:
                 counter = Counter(bar)
                 reply, body = post_lines(connection, path, _blocks(source, counter), headers(args, Idempotency_Key=key))
-        if reply.status != 409 or args.file == "-" or attempt == KEY_BUSY_RETRIES:
+        if not key_busy(reply.status, body) or args.file == "-" or time.monotonic() > busy_until:
             break
-        # The import cut short still holds the key (it is writing its last lines): send again shortly.
+        # The import cut short still holds the key (it is writing its last lines, or it died and its lease
+        # has yet to run out): send again shortly.
         connection.close()
         time.sleep(float(reply.getheader("Retry-After") or 1))
-    if reply.status in NOTHING_WRITTEN or reply.status == 200:
-        forget(state_path)
     if reply.status != 200:
-        raise TransferError(f"the server refused the import: {problem_text(reply.status, body)}")
+        raise TransferError(cut_short(reply.status, body, state_path))
+    forget(state_path)
     report = json.loads(body)
     write_refusals(args, report)
     print(import_summary(report, counter), file=sys.stderr)
@@ -219,6 +222,33 @@ def import_key(args: argparse.Namespace, state_path: Optional[str]) -> str:
     with open(state_path, "w") as state:
         json.dump({"collection": args.collection, "url": args.url, "key": key, "started": time.time()}, state)
     return key
+
+
+def key_busy(status: int, body: bytes) -> bool:
+    """The answer is a 409 ``idempotency-key-in-use``: another import runs under the key."""
+    return status == 409 and b"idempotency-key-in-use" in body
+
+
+def cut_short(status: int, body: bytes, state_path: Optional[str]) -> str:
+    """What to tell of an import answered with an error; its state is forgotten only if it wrote nothing.
+
+    An import that ended early answers with what it wrote (``written``,
+    ``last_line``, ``resume_from_line``): the state file is kept so that
+    ``--resume`` goes on after it. An answer without that report is a
+    refusal before any line was read.
+    """
+    text = f"the server refused the import: {problem_text(status, body)}"
+    try:
+        report = json.loads(body)
+        written, last_line = int(report["written"]), int(report["last_line"])
+    except (ValueError, KeyError, TypeError):
+        if status in REFUSED_AT_HEAD:
+            forget(state_path)  # nothing was read, so nothing to resume
+        return text
+    text += f"\n{written:,} documents were written, up to line {last_line:,}"
+    if state_path is None:
+        return text + f"; the same import from line {last_line + 1} on goes on (?from_line={last_line + 1})"
+    return text + "; the same command with --resume goes on after it"
 
 
 def forget(state_path: Optional[str]) -> None:

@@ -33,6 +33,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 from twisted.internet import defer
 
+from cache.import_progress import ImportProgress
 from cache.redis.link import Link
 from cache.redis.script import Script
 
@@ -131,60 +132,6 @@ class IdempotencyRecords:
         """After a failure that is not recorded: the next retry carries out the same plan without waiting."""
         call = END_LEASE.call([record_key(token_digest, key)], [owner])
         return self._link.pipeline_scripts([call], [END_LEASE])
-
-
-IMPORT_PREFIX = b"jw:import:"
-# How long an import holds its Idempotency-Key without writing a group.
-IMPORT_LEASE_SECONDS = 60
-
-
-class ImportProgress:
-    """An NDJSON import's progress under an ``Idempotency-Key`` (``handlers.imports``): its last line written.
-
-    ``jw:import:{<sha256 of token digest, collection and key>}`` holds the
-    number of the last line whose group was written, for 24 hours; a retry
-    with the same key goes on after it, so a line is written once however
-    often the upload is cut and sent again.
-    """
-
-    def __init__(self, link: Link, ttl_seconds: int = DEFAULT_TTL_SECONDS) -> None:
-        self._link = link
-        self._ttl = ttl_seconds
-
-    @defer.inlineCallbacks
-    def last_line(self, token_digest: bytes, collection: bytes, key: str) -> Any:
-        value = yield self._link.execute(b"GET", import_key(token_digest, collection, key))
-        return int(value) if value is not None else 0
-
-    def record(self, token_digest: bytes, collection: bytes, key: str, line: int) -> defer.Deferred:
-        """The last line written, and the import's lease (``claim``) renewed."""
-        progress = import_key(token_digest, collection, key)
-        return self._link.pipeline(
-            [
-                (b"SET", progress, b"%d" % line, b"EX", self._ttl),
-                (b"SET", progress + b":busy", b"1", b"EX", IMPORT_LEASE_SECONDS),
-            ]
-        )
-
-    def claim(self, token_digest: bytes, collection: bytes, key: str) -> defer.Deferred:
-        """True when no other import under the key is running (it then holds the key until ``release``).
-
-        Without it, a retry sent while the cut-short upload still writes its
-        last group would read the last line before that group is recorded,
-        and write the group again. The lease outlives a worker that died
-        holding it by ``IMPORT_LEASE_SECONDS``, renewed by each group.
-        """
-        busy = import_key(token_digest, collection, key) + b":busy"
-        claiming = self._link.execute(b"SET", busy, b"1", b"NX", b"EX", IMPORT_LEASE_SECONDS)
-        return claiming.addCallback(lambda reply: reply is not None)
-
-    def release(self, token_digest: bytes, collection: bytes, key: str) -> defer.Deferred:
-        return self._link.execute(b"DEL", import_key(token_digest, collection, key) + b":busy")
-
-
-def import_key(token_digest: bytes, collection: bytes, key: str) -> bytes:
-    digest = hashlib.sha256(token_digest + b"\0" + collection + b"\0" + key.encode()).hexdigest()[:32]
-    return IMPORT_PREFIX + b"{" + digest.encode() + b"}"
 
 
 def record_key(token_digest: bytes, key: str) -> bytes:

@@ -31,10 +31,11 @@ class UlidFactory:
         else:
             self._last_ms = now_ms
             self._last_random = int.from_bytes(os.urandom(10), "big")
-        return _encode((now_ms << 80) | self._last_random)
+        return encode_ulid((now_ms << 80) | self._last_random)
 
 
-def _encode(value: int) -> str:
+def encode_ulid(value: int) -> str:
+    """A 128-bit value as a ULID's 26 Crockford base-32 characters."""
     chars = []
     for _ in range(26):
         chars.append(_CROCKFORD[value & 31])

@@ -16,18 +16,29 @@ each line is ``{"id": ..., "doc": {...}}`` (what the export writes with
 ``doc`` member's bytes as they are in the line when the line has the
 export's form, else its compact serialization. An upload cut short is
 resumed without writing a line twice: ``from_line=N`` skips the lines
-before N, and under an ``Idempotency-Key`` the worker records the last line
-of each group written (``cache.idempotency.ImportProgress``) and a retry
-with the key goes on after it; while an import holds its key, another with
-the same key is a 409 ``idempotency-key-in-use``. A group's lines all written or refused is
-what "written" means: a Redis failure mid-group ends the import (5xx)
-without recording that group. A group's writes go as a batch's do
-(``cache.batch``: one script call per slot group), and the next group is
-read and checked while Redis writes them: at most two groups in flight.
+before N, and under an ``Idempotency-Key`` the import holds a lease on the
+key for as long as it runs and records the last line of each group written
+(``cache.import_progress``); a retry with the key goes on after it, and
+writes each line with the ETag and new id its plan gives that line, so a
+line written but not yet recorded is found written, not written twice.
+While an import holds its key, another with the same key is a 409
+``idempotency-key-in-use``. A group's lines all written or refused is what
+"written" means. A group's writes go as a batch's do (``cache.batch``: one
+script call per slot group), and the next group is read and checked while
+Redis writes them: at most two groups in flight.
+
+An import that ends early, for any reason (a malformed chunk, its body's
+deadline, Redis failing, its lease lost), answers its error with what it
+did: the report's members (``complete: false``, ``written``,
+``last_line``) and ``resume_from_line``, after the group in flight has
+settled, so the answer says exactly which lines are written.
 """
 
 from __future__ import annotations
 
+import math
+import re
+from dataclasses import dataclass
 from typing import Any, Callable, List, Optional, Tuple
 
 from twisted.internet import defer
@@ -35,12 +46,13 @@ from twisted.internet import defer
 from cache import codec
 from cache.batch import CREATE, PUT, BatchRunner, Operation
 from cache.collection_settings import CollectionSettings
+from cache.import_progress import Lease, LeaseLost, Plan
 from cache.indexes import index_args
 from handlers.base import ResourceHandler
 from handlers.http import validation
 from handlers.http.body_stream import BodyLost, BodyStream
 from handlers.http.errors import ApiError, bad_request
-from handlers.http.problems import as_api_error
+from handlers.http.problems import as_api_error, problem_of
 from handlers.idempotency import HEADER as IDEMPOTENCY_HEADER
 from handlers.idempotency import idempotency_key
 from handlers.ndjson_lines import ImportReport, Line, LineReader
@@ -52,6 +64,8 @@ IdOf = Callable[[Any], Optional[bytes]]
 # What a with_ids line adds to its document: {"id":"<an id of up to 128 bytes>","doc":...}.
 WRAPPER_BYTES = 256
 WITH_IDS = ["id"]  # a with_ids line's id is at /id
+# An array index in a JSON Pointer (RFC 6901): ASCII digits, no leading zero; str.isdigit() takes "²" too.
+ARRAY_INDEX = re.compile(r"0|[1-9][0-9]{0,15}")
 
 
 def with_ids_flag(text: Optional[str]) -> bool:
@@ -91,13 +105,24 @@ def id_at(value: Any, path: List[str]) -> bytes:
     for token in path:
         if isinstance(value, dict) and token in value:
             value = value[token]
-        elif isinstance(value, list) and token.isdigit() and int(token) < len(value):
+        elif isinstance(value, list) and ARRAY_INDEX.fullmatch(token) and int(token) < len(value):
             value = value[int(token)]
         else:
             raise bad_request("the line has no id at " + "/" + "/".join(path), "missing-id")
     if not isinstance(value, str):
         raise bad_request("the line's id must be a string", "invalid-id")
     return validation.document_id(value)
+
+
+@dataclass(frozen=True)
+class Group:
+    """What each group of an import is written with: its collection, TTL, id path, and its key's lease and plan."""
+
+    collection: bytes
+    ttl: Optional[int]
+    path: Optional[List[str]]
+    lease: Optional[Lease]
+    plan: Optional[Plan]
 
 
 def line_number(text: Optional[str]) -> int:
@@ -126,38 +151,33 @@ class ImportHandler(ResourceHandler):
             raise bad_request("give with_ids, or id or id_field, not both", "invalid-id-source")
         ttl = validation.ttl(self.query_argument("ttl"))
         key = idempotency_key(self.request.headers.get(IDEMPOTENCY_HEADER))
-        digest = self.grant.record.digest if self.grant.record is not None else b""
         report = ImportReport(line_number(self.query_argument("from_line")) - 1)
         if key is None:
-            yield self._run(name, ttl, path, None, digest, report)
+            yield self._run(Group(name, ttl, path, None, None), report)
             return
-        imports = self.idempotency.imports
-        if not (yield imports.claim(digest, name, key)):
+        digest = self.grant.record.digest if self.grant.record is not None else b""
+        claimed = yield self.idempotency.imports.claim(digest, name, key, self.application.clock)
+        if claimed.lease is None:
+            # Retry soon: the running import frees the key as it answers. One that died holds it until its
+            # lease runs out, which the detail tells.
             raise ApiError(
                 409,
                 "idempotency-key-in-use",
-                "an import with this Idempotency-Key is still running; retry in 1 s",
+                "an import with this Idempotency-Key is still running (its lease runs out in"
+                f" {math.ceil(claimed.busy_for)} s unless renewed); retry in 1 s",
                 {"Retry-After": "1"},
             )
+        report.resumed_after = max(report.resumed_after, claimed.last_line)
+        plan = Plan.of(digest, name, key, claimed.since_ms)
         try:
-            done = yield imports.last_line(digest, name, key)
-            report.resumed_after = max(report.resumed_after, done)
-            yield self._run(name, ttl, path, key, digest, report)
+            yield self._run(Group(name, ttl, path, claimed.lease, plan), report)
         finally:
             # Before the answer is sent, so that a retry it prompts finds the key free.
-            yield imports.release(digest, name, key).addErrback(lambda _: None)  # else its lease ends it
+            yield claimed.lease.release().addErrback(lambda _: None)  # else it runs out
 
     @defer.inlineCallbacks
-    def _run(
-        self,
-        name: bytes,
-        ttl: Optional[int],
-        path: Optional[List[str]],
-        key: Optional[str],
-        digest: bytes,
-        report: ImportReport,
-    ) -> Any:
-        rules = yield self.collection_settings(name)
+    def _run(self, group: Group, report: ImportReport) -> Any:
+        rules = yield self.collection_settings(group.collection)
         reader = LineReader(
             getattr(self.request, "body_stream", None) or BodyStream.of(self.request.body),
             self.max_body + WRAPPER_BYTES * self.with_ids,
@@ -170,41 +190,47 @@ class ImportHandler(ResourceHandler):
                 lines = yield reader.group(GROUP)
                 if not lines:
                     continue
-                writing = self._write_group(name, lines, rules, ttl, path, report)
+                if group.lease is not None:
+                    group.lease.check()  # never a group sent on a lease that may be another's
+                writing = self._write_group(group, lines, rules, report)
                 if in_flight is not None:
-                    yield self._written(*in_flight, report, name, key, digest)
+                    yield self._written(*in_flight, report, group)
                 in_flight = (writing, reader.number)
             if in_flight is not None:
                 written, in_flight = in_flight, None
-                yield self._written(*written, report, name, key, digest)
-        finally:
+                yield self._written(*written, report, group)
+        except Exception as error:
             if in_flight is not None:
-                in_flight[0].addErrback(lambda _: None)  # the import failed before it: its failure is not news
+                # Let it settle: the answer then says exactly what is written.
+                yield self._written(*in_flight, report, group).addErrback(lambda _: None)
+            raise self._cut_short(error, report) from error
         if isinstance(reader.error, BodyLost):
             return  # no one to answer: what was read whole is written
         if reader.error is not None:
-            raise reader.error
+            raise self._cut_short(reader.error, report)
         self.send_bytes(200, codec.dumps(report.as_json(True)))
 
+    def _cut_short(self, error: Exception, report: ImportReport) -> ApiError:
+        """The import's error, carrying what it wrote: the report, and the line to resume from."""
+        if isinstance(error, LeaseLost):
+            problem = ApiError(409, "idempotency-key-lost", "the import lost its Idempotency-Key's lease; resume it")
+        else:
+            problem = problem_of(error, "POST", self.request.path)
+        extensions = {**problem.extensions, **report.as_json(False), "resume_from_line": report.last_line + 1}
+        return ApiError(problem.status_code, problem.problem, problem.detail, problem.headers, extensions)
+
     @defer.inlineCallbacks
-    def _write_group(
-        self,
-        name: bytes,
-        lines: List[Line],
-        rules: CollectionSettings,
-        ttl: Optional[int],
-        path: Optional[List[str]],
-        report: ImportReport,
-    ) -> Any:
+    def _write_group(self, group: Group, lines: List[Line], rules: CollectionSettings, report: ImportReport) -> Any:
         numbers: List[int] = []
         operations: List[Operation] = []
-        expiry = b"%d" % (rules.ttl_or_default(ttl) or 0)  # as a single PUT: no TTL clears an expiry
+        expiry = b"%d" % (rules.ttl_or_default(group.ttl) or 0)  # as a single PUT: no TTL clears an expiry
+        plan = group.plan
         for number, body in lines:
             if number <= report.resumed_after:
                 report.skipped += 1
                 continue
             try:
-                doc_id, document, value = self._checked(body, rules, path)
+                doc_id, document, value = self._checked(body, rules, group.path)
             except Exception as error:  # an ApiError, or the schema's violation (mapped as a PUT's is)
                 refusal = as_api_error(error)
                 if refusal is None:
@@ -212,18 +238,27 @@ class ImportHandler(ResourceHandler):
                 report.refuse(number, refusal)
                 continue
             op = PUT if doc_id is not None else CREATE
-            new_id = doc_id or self.store.new_id()
+            new_id = doc_id or (plan.new_id(number) if plan is not None else self.store.new_id())
             indexed = index_args(rules.indexes, value, new_id)
+            etag = plan.etag(number) if plan is not None else None
             operations.append(
-                Operation(op, name, new_id, document, ttl=expiry, replicas=rules.write_replicas, indexed=indexed)
+                Operation(
+                    op,
+                    group.collection,
+                    new_id,
+                    document,
+                    ttl=expiry,
+                    etag=etag,
+                    replicas=rules.write_replicas,
+                    indexed=indexed,
+                )
             )
             numbers.append(number)
         # The group's writes as a batch's: one script call per slot group, not one each (cache.batch_groups).
         results = (yield self.batches.run(operations, minimal=True)) if operations else []
         for number, result in zip(numbers, results):
             if result.error is None:
-                report.created += bool(result.created)
-                report.replaced += not result.created
+                report.count_written(result.created)
                 continue
             error = as_api_error(result.error)
             if error is None or (error.status_code >= 500 and error.problem != "not-replicated"):
@@ -231,20 +266,12 @@ class ImportHandler(ResourceHandler):
             report.refuse(number, error)
 
     @defer.inlineCallbacks
-    def _written(
-        self,
-        writing: defer.Deferred,
-        last_line: int,
-        report: ImportReport,
-        name: bytes,
-        key: Optional[str],
-        digest: bytes,
-    ) -> Any:
+    def _written(self, writing: defer.Deferred, last_line: int, report: ImportReport, group: Group) -> Any:
         """A group written whole (or its failure raised): its last line is done, and recorded under the key."""
         yield writing
         report.last_line = last_line
-        if key is not None:
-            yield self.idempotency.imports.record(digest, name, key, last_line)
+        if group.lease is not None:
+            yield group.lease.record(last_line)
 
     def _checked(
         self, line: Optional[bytes], rules: CollectionSettings, path: Optional[List[str]]

@@ -32,7 +32,11 @@ class LineReader:
         self.number = 0
         self.ended = False
         self.error: Optional[Exception] = None
-        self._pending = b""
+        # What arrived and is not yet a line; the bytes before ``_scanned`` hold no newline. Appended in place
+        # and searched only where it was not searched before, so a long line in small pieces costs linear time.
+        self._pending = bytearray()
+        self._scanned = 0
+        self.scanned_bytes = 0  # bytes searched for a newline, in all: what tests hold to linear
         self._skipping = False  # the rest of a line that was too long
 
     @defer.inlineCallbacks
@@ -44,7 +48,7 @@ class LineReader:
             if len(lines) >= size or self.ended:
                 return lines
             try:
-                data = yield self.stream.read()
+                data = yield self.stream.read(b"\n")
             except Exception as error:  # BodyLost, or the connection's 408/400 as an ApiError
                 self.error, self.ended = error, True
                 return lines
@@ -53,27 +57,34 @@ class LineReader:
                 continue
             self.ended = True
             if self._pending and not self._skipping:
-                self._give(lines, self._pending)
-            self._pending = b""
+                self._give(lines, bytes(self._pending))
+            self._pending, self._scanned = bytearray(), 0
 
     def _split(self, lines: List[Line], size: int) -> None:
         pending, start = self._pending, 0
         while len(lines) < size:
-            end = pending.find(b"\n", start)
+            end = pending.find(b"\n", max(start, self._scanned))
+            self.scanned_bytes += (end + 1 if end >= 0 else len(pending)) - max(start, self._scanned)
             if end < 0:
+                self._scanned = len(pending)
                 break
             if self._skipping:
                 self._skipping = False
             else:
-                self._give(lines, pending[start:end])
+                self._give(lines, bytes(pending[start:end]))
             start = end + 1
-        self._pending = pending[start:] if start else pending
-        if not self._skipping and len(self._pending) > self.max_line and b"\n" not in self._pending:
+        if start:
+            del pending[:start]
+            self._scanned = max(0, self._scanned - start)
+        if len(lines) >= size:
+            return  # what is left is searched by the next group's split
+        if not self._skipping and len(pending) > self.max_line:
             self.number += 1
             lines.append((self.number, None))
-            self._pending, self._skipping = b"", True
-        elif self._skipping and b"\n" not in self._pending:
-            self._pending = b""
+            self._skipping = True
+        if self._skipping:
+            del pending[:]  # the rest of a line too long, up to its newline, is not kept
+            self._scanned = 0
 
     def _give(self, lines: List[Line], line: bytes) -> None:
         self.number += 1
@@ -96,6 +107,15 @@ class ImportReport:
     refused: int = 0
     last_line: int = 0
     refusals: List[Dict[str, Any]] = field(default_factory=list)
+
+    def count_written(self, created: Optional[bool]) -> None:
+        """A line's write: created, replaced, or (None) found written before by this import's plan."""
+        if created is None:
+            self.skipped += 1
+        elif created:
+            self.created += 1
+        else:
+            self.replaced += 1
 
     def refuse(self, number: int, error: ApiError) -> None:
         self.refused += 1

@@ -30,6 +30,7 @@ class BodyStream:
         self.error: Optional[Exception] = None
         self._parts: List[bytes] = []
         self._waiting: Optional[defer.Deferred] = None
+        self._until: Optional[bytes] = None  # the waiting read wants a piece holding this, or a full stream
 
     @classmethod
     def of(cls, body: bytes) -> BodyStream:
@@ -55,7 +56,8 @@ class BodyStream:
             return False
         self._parts.append(data)
         self.held += len(data)
-        self._wake()
+        if self._until is None or self._until in data or not self.has_room():
+            self._wake()
         return self.has_room()
 
     def finish(self) -> None:
@@ -71,12 +73,19 @@ class BodyStream:
 
     # The handler's side.
 
-    def read(self) -> defer.Deferred:
-        """What arrived since the last read (all of it), ``b""`` at the end; fails with the stream's error."""
+    def read(self, until: Optional[bytes] = None) -> defer.Deferred:
+        """What arrived since the last read (all of it), ``b""`` at the end; fails with the stream's error.
+
+        With ``until`` (a line reader's ``b"\\n"``), a read that must wait is
+        woken only by a piece holding ``until``, a full stream or the end: a
+        long line arriving in small pieces wakes its reader once per
+        ``limit`` bytes, not once per piece.
+        """
         if self._waiting is not None:
             raise RuntimeError("one read at a time")
         if self._parts or self.ended:
             return defer.succeed(self._take()) if self._parts or self.error is None else defer.fail(self.error)
+        self._until = until
         self._waiting = defer.Deferred()
         return self._waiting
 
@@ -89,7 +98,7 @@ class BodyStream:
         return data
 
     def _wake(self) -> None:
-        waiting, self._waiting = self._waiting, None
+        waiting, self._waiting, self._until = self._waiting, None, None
         if waiting is None:
             return
         if self._parts or self.error is None:
