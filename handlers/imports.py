@@ -185,6 +185,7 @@ class ImportHandler(ResourceHandler):
         # The group Redis is writing, and the number of its last line: the next group is read, checked and
         # sent meanwhile (the worker's work and Redis's overlap; one link keeps them in order).
         in_flight: Optional[Tuple[defer.Deferred, int]] = None
+        recording = False  # a group's write or record is what failed: the one after it must not be recorded
         try:
             while not reader.ended:
                 lines = yield reader.group(GROUP)
@@ -194,15 +195,19 @@ class ImportHandler(ResourceHandler):
                     group.lease.check()  # never a group sent on a lease that may be another's
                 writing = self._write_group(group, lines, rules, report)
                 if in_flight is not None:
+                    recording = True
                     yield self._written(*in_flight, report, group)
+                    recording = False
                 in_flight = (writing, reader.number)
             if in_flight is not None:
                 written, in_flight = in_flight, None
                 yield self._written(*written, report, group)
         except Exception as error:
             if in_flight is not None:
-                # Let it settle: the answer then says exactly what is written.
-                yield self._written(*in_flight, report, group).addErrback(lambda _: None)
+                # Let it settle, so the answer says exactly what is written; after a group that failed, its
+                # lines are counted but the resume point stays before the failed one (a resume finds them written).
+                settling = in_flight[0] if recording else self._written(*in_flight, report, group)
+                yield settling.addErrback(lambda _: None)
             raise self._cut_short(error, report) from error
         if isinstance(reader.error, BodyLost):
             return  # no one to answer: what was read whole is written
