@@ -102,9 +102,7 @@ class HttpLimits:
     max_batch_body: int = 8 * 1024 * 1024
     header_timeout: float = 10.0
     body_timeout: float = 30.0
-    # A streamed body must keep to this average rate (bytes per second) past its first body_timeout
-    # seconds, the time its handler held it up aside (Apache's mod_reqtimeout MinRate).
-    body_min_rate: int = 500
+    body_min_rate: int = 500  # bytes/s a streamed body must average (api.streamed_body.StreamClock)
     keepalive_timeout: float = 75.0
     send_timeout: float = 30.0
     body_budget: int = 64 * 1024 * 1024

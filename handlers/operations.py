@@ -174,12 +174,10 @@ OPERATIONS: Tuple[Operation, ...] = (
         {200: R("The body was read whole; every line was written or refused (`refusals`).", "ImportReport")},
         (400, 408, 409, 415, *REDIS),
         {
-            409: "An import with this `Idempotency-Key` is still running (see `Retry-After`); or this one lost its"
-            " key's lease (with the report of what it wrote).",
+            409: "An import with this `Idempotency-Key` is running (see `Retry-After`), or this one lost its lease.",
             400: "Invalid collection name, `id`, `with_ids`, `from_line`, `ttl` or `Idempotency-Key`; or a malformed"
-            " chunk (with the report of what was written, `resume_from_line`).",
-            408: "The body stopped arriving for `JETWAY_BODY_TIMEOUT`, or fell below `JETWAY_BODY_MIN_RATE`: the"
-            " groups read whole are written, and the problem reports them (`last_line`, `resume_from_line`).",
+            " chunk. An import cut short reports what it wrote (`last_line`, `resume_from_line`).",
+            408: "The body stopped arriving for `JETWAY_BODY_TIMEOUT`, or fell below `JETWAY_BODY_MIN_RATE`.",
         },
         parameters=(
             parameter("id", "query", "A JSON Pointer to each line's id (a string), e.g. `/id`.", {"type": "string"}),
