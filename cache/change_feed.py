@@ -218,11 +218,13 @@ class FeedReader:
         limit: int,
         bound: Optional[Position] = None,
         check_all: bool = False,
+        per_shard: Optional[int] = None,
     ) -> defer.Deferred:
         """Up to ``limit`` events after ``position`` (each shard up to ``bound``'s id if given).
 
         ``check_all``: shards with nothing to read (at ``bound``) are still
         checked for lost events, so a stale position is found on the first read.
+        ``per_shard``: events read from each shard at most (default ``limit``).
         """
         requests: List[Request] = []
         for shard, after in enumerate(position):
@@ -231,7 +233,7 @@ class FeedReader:
                 if check_all:
                     requests.append((shard, after, None, 0))
                 continue
-            requests.append((shard, after, end, limit))
+            requests.append((shard, after, end, limit if per_shard is None else per_shard))
         return self.read(collection, requests).addCallback(_page_of, position, limit)
 
     def tail(self, collection: bytes) -> defer.Deferred:

@@ -2,7 +2,9 @@
 
 It reads the response as a browser's ``EventSource`` would: HTTP/1.1 chunks
 (or a body delimited by the connection's close), then SSE lines, and
-counts an event only once its blank line has arrived. It can drop the
+counts an event only once its blank line has arrived. An event with an
+``id:`` and no data (a live query's place, past events not its own) is not
+dispatched, as ``EventSource`` does not: it only moves ``last_id``. It can drop the
 connection at any moment, mid-chunk included, as a flaky network would.
 """
 
@@ -54,6 +56,8 @@ class SseClient:
         self._text = b""
         self._eof = False
         self.comments = 0
+        self.last_id: Optional[str] = None  # what an EventSource would send as Last-Event-ID
+        self.id_only = 0  # events with an id: and no data (not dispatched)
         self.response = self._read_head()
         self.chunked = self.response.headers.get("transfer-encoding", "").lower() == "chunked"
         self._pending = Event()
@@ -135,8 +139,12 @@ class SseClient:
             self._text = self._text[line_end + 1 :]
             if line == "":
                 event, self._pending = self._pending, Event()
-                if event.data or event.name != "message" or event.id is not None:
+                if event.id is not None:
+                    self.last_id = event.id
+                if event.data or event.name != "message":
                     return event
+                if event.id is not None:
+                    self.id_only += 1
                 continue
             if line.startswith(":"):
                 self.comments += 1

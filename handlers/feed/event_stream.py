@@ -23,7 +23,9 @@ read the feed: reconnect with ``Last-Event-ID``), ``unauthorized`` (the
 stream's credential died: ``reason`` is ``token-revoked``,
 ``token-expired`` or ``ticket-expired``, ``cache.credential_watch``; a
 reconnect needs a valid token or a new ticket). Only ``ready`` and the
-changes carry an ``id:``, so a reconnect resumes after the last change.
+changes carry an ``id:`` (and, for a live query, events with an ``id:``
+alone: its place past events that were not its own), so a reconnect
+resumes after the last change.
 """
 
 from __future__ import annotations
@@ -98,6 +100,8 @@ class EventStream:
         self.last_write = clock.seconds()
         self._stalled_since = None
         self._queued_seen = 0
+        # A live query's position past events it passed over, not yet sent (``handlers.feed.subscriber``).
+        self.pending_id = b""
 
     def open(self, head: bytes, first: bytes) -> None:
         self.transport.write(head + self._framed(first))
@@ -128,7 +132,8 @@ class EventStream:
             self._stalled_since = None
         self._queued_seen = queued
         if now - self.last_write >= HEARTBEAT_SECONDS:
-            self._write(self._framed(_HEARTBEAT), 0)
+            self._write(self._framed(self.pending_id + _HEARTBEAT), 0)
+            self.pending_id = b""
 
     def fell_behind(self) -> None:
         self.stats.fell_behind += 1

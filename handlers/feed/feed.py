@@ -42,6 +42,9 @@ class FeedLimits:
     buffer: int = 1024 * 1024
     stall_seconds: float = 30.0
     max_wait: int = 60
+    # A live query's stream sends its place (an id-only event) once this many events passed it by: under half
+    # of what a shard's stream keeps (JETWAY_FEED_MAX_EVENTS / 16), so a reconnect never finds it trimmed.
+    id_every: int = 1000
 
 
 class Feed:
@@ -78,7 +81,7 @@ class Feed:
         return hub
 
     def subscription(self, collection: bytes, with_docs: bool, live: Optional[LiveQuery] = None) -> Subscription:
-        return Subscription(self.hub(collection), with_docs, self.limits.buffer, self.clock, live)
+        return Subscription(self.hub(collection), with_docs, self.limits.buffer, self.clock, live, self.limits.id_every)
 
     def stream_opened(self, stream: EventStream) -> None:
         self.streams.add(stream)
@@ -98,17 +101,23 @@ class Feed:
 
     @defer.inlineCallbacks
     def poll(
-        self, collection: bytes, position: Position, limit: int, wait: float, stop: Optional[defer.Deferred] = None
+        self,
+        collection: bytes,
+        position: Position,
+        limit: int,
+        wait: float,
+        stop: Optional[defer.Deferred] = None,
+        per_shard: Optional[int] = None,
     ) -> Any:
         """A long poll: the events after ``position``, waiting up to ``wait`` seconds for one, or until ``stop``."""
-        page = yield self.reader.page(collection, position, limit, check_all=True)
+        page = yield self.reader.page(collection, position, limit, check_all=True, per_shard=per_shard)
         if page.events or page.lost or wait <= 0 or self.draining:
             return page
         hub = self.hub(collection)
         yield hub.when_ready()
         woken = yield hub.wait_past(position, wait, stop)
         if woken and not self.draining:
-            page = yield self.reader.page(collection, position, limit, check_all=True)
+            page = yield self.reader.page(collection, position, limit, check_all=True, per_shard=per_shard)
         return page
 
     def nudged(self, collection: bytes, shard: int, stream_id: StreamId) -> None:

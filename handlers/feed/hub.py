@@ -35,7 +35,7 @@ from cache.change_feed import Event, FeedReader, ShardRead, merged
 from cache.feed_nudges import FeedNudges
 from cache.feed_position import START, Position, StreamId, advanced, ahead, encode
 from cache.keys import INDEX_SHARDS
-from cache.live_queries import LiveQuery
+from cache.live_queries import LiveIndex, LiveQuery
 
 # Events read per shard at once; a busier shard is read again at once.
 READ_BATCH = 500
@@ -65,36 +65,65 @@ def sse_frame(token: bytes, data: bytes) -> bytes:
 
 # A chunk's event, its position token, and its document (the docs lane's; None on the plain lane).
 Framed = Tuple[Event, bytes, Optional[bytes]]
+# A live query's frames of a chunk, how many events they are, and how many of the chunk's follow its last.
+Judged = Tuple[bytes, int, int]
 
 
 class Chunk:
     """The SSE frames of one batch, shared by every subscriber of a lane; and their events, for a live query's
     subscriber to frame the ones that are its own (``handlers.feed.subscriber``)."""
 
-    __slots__ = ("_chunked", "_judged", "count", "events", "frames", "position")
+    __slots__ = ("_chunked", "_index", "_judged", "count", "events", "frames", "position")
 
-    def __init__(self, frames: bytes, position: Position, count: int, events: Sequence[Framed] = ()) -> None:
+    def __init__(
+        self,
+        frames: bytes,
+        position: Position,
+        count: int,
+        events: Sequence[Framed] = (),
+        index: Optional[LiveIndex] = None,
+    ) -> None:
         self.frames = frames
         self.position = position
         self.count = count
         self.events = events
+        self._index = index  # the live queries of the lane when the chunk was made
         self._chunked: Optional[bytes] = None
-        self._judged: Optional[Dict[LiveQuery, Tuple[bytes, int]]] = None
+        self._judged: Optional[Dict[LiveQuery, Judged]] = None
 
-    def judged(self, live: LiveQuery, with_docs: bool) -> Tuple[bytes, int]:
-        """The frames of the events that are ``live``'s own, each with ``matches``, and how many: made once per
-        live query for all its subscribers on the lane."""
+    def judged(self, live: LiveQuery, with_docs: bool) -> Judged:
+        """The frames of the events that are ``live``'s own, each with ``matches``, how many, and how many of
+        the chunk's events follow its last own one: made once per live query for all its subscribers on the
+        lane, and for all the lane's live queries in one pass over the events (``cache.live_queries.LiveIndex``)."""
         if self._judged is None:
-            self._judged = {}
+            self._judged = self._judge_all(with_docs)
         made = self._judged.get(live)
-        if made is None:
-            frames = []
-            for event, token, doc in self.events:
-                matches = live.judge(event)
-                if matches is not None:
-                    frames.append(sse_frame(token, event.json(with_docs, doc, matches)))
-            made = self._judged[live] = (b"".join(frames), len(frames))
+        if made is None:  # a query that joined the lane after the chunk was made: judged on its own
+            own = [(n, live.judge(event)) for n, (event, _, _) in enumerate(self.events)]
+            made = self._judged[live] = self._framed([(n, m) for n, m in own if m is not None], with_docs)
         return made
+
+    def _judge_all(self, with_docs: bool) -> Dict[LiveQuery, Judged]:
+        if self._index is None:
+            return {}
+        own: Dict[LiveQuery, List[Tuple[int, bool]]] = {query: [] for query in self._index.queries}
+        for n, (event, _, _) in enumerate(self.events):
+            for query, matches in self._index.judge(event).items():
+                own[query].append((n, matches))
+        return {query: self._framed(events, with_docs) for query, events in own.items()}
+
+    def _framed(self, own: List[Tuple[int, bool]], with_docs: bool) -> Judged:
+        frames = []
+        for n, matches in own:
+            event, token, doc = self.events[n]
+            frames.append(sse_frame(token, event.json(with_docs, doc, matches)))
+        after = len(self.events) - 1 - own[-1][0] if own else len(self.events)
+        return b"".join(frames), len(frames), after
+
+    def last_id(self) -> bytes:
+        """An SSE event with only an ``id:``, the position after the chunk: a client's ``EventSource`` keeps it
+        as its last event id and dispatches nothing (for a live query's passed-over events)."""
+        return b"id: " + self.events[-1][1] + b"\n\n" if self.events else b""
 
     def chunked(self) -> bytes:
         """The frames as one HTTP/1.1 chunk, made once for all subscribers."""
@@ -122,6 +151,28 @@ class Lane:
         self.position = position
         self.members: Set[Member] = set()
         self.joining: Set[Member] = set()  # catching up: chunks are buffered for them
+        self._live: Dict[LiveQuery, int] = {}  # the live queries of its subscriptions, and how many have each
+        self._index: Optional[LiveIndex] = None
+
+    def follow(self, live: LiveQuery) -> None:
+        """A subscription of ``live`` joined the lane: its chunks judge their events for it too."""
+        self._live[live] = self._live.get(live, 0) + 1
+        if self._live[live] == 1:
+            self._index = None
+
+    def unfollow(self, live: LiveQuery) -> None:
+        left = self._live.get(live, 0) - 1
+        if left > 0:
+            self._live[live] = left
+        elif live in self._live:
+            del self._live[live]
+            self._index = None
+
+    def live_index(self) -> Optional[LiveIndex]:
+        """The lane's live queries as one index, made again only when a distinct query came or went."""
+        if self._index is None and self._live:
+            self._index = LiveIndex(self._live)
+        return self._index
 
     @property
     def busy(self) -> bool:
@@ -313,7 +364,8 @@ class Hub:
             entries.append((event, encode(self.collection, position).encode("ascii"), position))
         self.position = position
         frames = b"".join([sse_frame(token, event.json()) for event, token, _ in entries])
-        self.plain.deliver(Chunk(frames, position, len(entries), [(event, token, None) for event, token, _ in entries]))
+        framed = [(event, token, None) for event, token, _ in entries]
+        self.plain.deliver(Chunk(frames, position, len(entries), framed, self.plain.live_index()))
         self._docs_chain.addCallback(self._docs_step, entries)
         self._wake_polls()
 
@@ -335,7 +387,7 @@ class Hub:
         part = entries[start : start + DOCS_PER_FETCH]
         framed = [(event, token, docs[event.doc_id]) for event, token, _ in part]
         frames = b"".join([sse_frame(token, event.json(True, doc)) for event, token, doc in framed])
-        self.docs.deliver(Chunk(frames, part[-1][2], len(part), framed))
+        self.docs.deliver(Chunk(frames, part[-1][2], len(part), framed, self.docs.live_index()))
         if start + DOCS_PER_FETCH < len(entries):
             return self._fetch_docs(entries, start + DOCS_PER_FETCH)
         return None

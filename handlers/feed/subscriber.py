@@ -19,8 +19,13 @@ its limit).
 
 A live query's subscriber (``cache.live_queries``) is a member of the same
 lanes: it frames only the events that are its own, from the chunk's events,
-each with ``"matches"``. An event it passes over moves no ``id:``, so a
-client that reconnects reads those again, and passes over them again.
+each with ``"matches"``. The events it passes over move its position too:
+once ``id_every`` of them followed its last ``id:``, at the end of a
+catch-up page, and at a heartbeat, it sends an event with only an ``id:``
+(an ``EventSource`` keeps it as its last event id and dispatches nothing),
+so a client that reconnects resumes past them: a rare filter on a busy
+collection neither reads them again nor loses its place to the feed's cap
+(issue #55 item 7).
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ class Sink(Protocol):
     """Where a subscription's frames go (``handlers.feed.event_stream.EventStream``)."""
 
     closed: bool
+    pending_id: bytes  # an id-only event the next heartbeat sends (b"": none)
 
     def deliver(self, chunk: Chunk) -> None: ...
 
@@ -62,7 +68,13 @@ class Subscription:
     """A client following ``hub``'s collection (``with_docs``: the docs lane)."""
 
     def __init__(
-        self, hub: Hub, with_docs: bool, buffer_limit: int, clock: Any, live: Optional[LiveQuery] = None
+        self,
+        hub: Hub,
+        with_docs: bool,
+        buffer_limit: int,
+        clock: Any,
+        live: Optional[LiveQuery] = None,
+        id_every: int = 1000,
     ) -> None:
         self.hub = hub
         self.with_docs = with_docs
@@ -76,7 +88,11 @@ class Subscription:
         self._joined_at: Optional[Position] = None
         self._buffered: List[Chunk] = []
         self._buffered_bytes = 0
+        self.id_every = id_every
+        self._passed = 0  # a live query's: events passed over since the last id: it sent
         hub.attached += 1
+        if live is not None:
+            self.lane.follow(live)
 
     @defer.inlineCallbacks
     def start(self, position: Optional[Position]) -> Any:
@@ -98,6 +114,8 @@ class Subscription:
         """The client went away, or its stream ended."""
         if not self.stopped:
             self.hub.attached -= 1
+            if self.live is not None:
+                self.lane.unfollow(self.live)
         self.stopped = True
         self._leave()
         self.lane.members.discard(self)
@@ -111,7 +129,17 @@ class Subscription:
             self.sink.deliver(chunk)
             return
         # The lane's frames are every event's: a live query's are made from the chunk's events, once per query.
-        self.sink.send(*chunk.judged(self.live, self.with_docs))
+        frames, count, after = chunk.judged(self.live, self.with_docs)
+        self._passed = after if count else self._passed + after
+        if self._passed:
+            if self._passed >= self.id_every:
+                frames, self._passed = frames + chunk.last_id(), 0
+                self.sink.pending_id = b""
+            else:
+                self.sink.pending_id = chunk.last_id()
+        else:
+            self.sink.pending_id = b""
+        self.sink.send(frames, count)
 
     def buffer(self, chunk: Chunk) -> None:
         self._buffered.append(chunk)
@@ -209,15 +237,20 @@ class Subscription:
                 return
             frames = []
             position = self.position
+            passed = False
             for event in part:
                 position = advanced(position, event.shard, event.stream_id)
                 matches = None if self.live is None else self.live.judge(event)
-                if self.live is not None and matches is None:
-                    continue  # not the live query's: passed over, its position with the next one's
+                passed = self.live is not None and matches is None
+                if passed:
+                    continue  # not the live query's: its position goes with the next one's, or the page's id
                 token = encode(collection, position).encode("ascii")
                 frames.append(sse_frame(token, event.json(self.with_docs, docs.get(event.doc_id), matches)))
+            if passed:
+                frames.append(b"id: " + encode(collection, position).encode("ascii") + b"\n\n")
             self.position = position
-            self.sink.send(b"".join(frames), len(frames))
+            self._passed, self.sink.pending_id = 0, b""
+            self.sink.send(b"".join(frames), len(frames) - passed)
 
     def _drained(self) -> defer.Deferred:
         """Fires once the client has taken most of what it was sent (or is gone)."""
