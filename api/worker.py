@@ -40,10 +40,10 @@ from cache.hot_cache import HotCache
 from cache.idempotency import IdempotencyRecords
 from cache.index_upkeep import follow_settings_changes
 from cache.keys import INDEX_SHARDS
-from cache.redis.address import CLUSTER
+from cache.redis.address import CLUSTER, RedisAddress
 from cache.redis.lazy_link import LazyLink
 from cache.redis.metered import MeteredLink
-from cache.redis.topology import connect
+from cache.redis.topology import connect, watched
 from cache.settings_cache import SettingsCache
 from cache.store import DocumentStore
 from cache.tickets import TicketStore
@@ -141,12 +141,16 @@ def assemble(
     """
     if on_shutdown is None:
         on_shutdown = partial(reactor.addSystemEventTrigger, "before", "shutdown")
-    redis = connect(settings.redis, reactor, settings.redis_timeout, settings.redis_pool)
+    # A Sentinel group's watch: every connection below follows a failover at once (cache.redis.sentinel_watch).
+    address = watched(settings.redis, reactor, settings.redis_timeout)
+    if address.watch is not None:
+        on_shutdown(address.watch.stop)
+    redis = connect(address, reactor, settings.redis_timeout, settings.redis_pool)
     link = MeteredLink(redis, metrics.observe_redis)
     hot = None
     if settings.hot_cache_bytes:
         hot = HotCache(settings.hot_cache_bytes, max_lag=settings.hot_cache_max_lag)
-        invalidations = invalidation_feed(settings.redis, redis, hot, reactor, settings.redis_timeout)
+        invalidations = invalidation_feed(address, redis, hot, reactor, settings.redis_timeout)
         metrics.hot_cache = HotCacheMetrics(hot.stats)
         on_shutdown(invalidations.stop)
     # WAIT blocks the connection it is sent on: writes that wait get a pool of
@@ -154,7 +158,7 @@ def assemble(
     # collection's write_replicas first asks for it.
     write_link = LazyLink(
         lambda: MeteredLink(
-            connect(settings.redis, reactor, settings.redis_timeout, settings.redis_pool, spread=True),
+            connect(address, reactor, settings.redis_timeout, settings.redis_pool, spread=True),
             metrics.observe_redis,
         )
     )
@@ -170,10 +174,10 @@ def assemble(
         feed=FeedLog(True, settings.feed_max_events, settings.feed_max_age) if settings.feed else NO_FEED,
     )
     metrics.index_builds = store.index_builds
-    feed = _feed(settings, link, reactor)
+    feed = _feed(settings, address, link, reactor)
     tickets = TicketStore(link, settings.feed_ticket_ttl) if feed is not None else None
-    tokens = TokenCache(TokenStore(link), settings.redis, reactor, settings.redis_timeout) if settings.auth else None
-    collections = SettingsCache(CollectionSettingsStore(link), settings.redis, reactor, settings.redis_timeout)
+    tokens = TokenCache(TokenStore(link), address, reactor, settings.redis_timeout) if settings.auth else None
+    collections = SettingsCache(CollectionSettingsStore(link), address, reactor, settings.redis_timeout)
     follow_settings_changes(collections, store.index_builds)
     on_shutdown(collections.close)
     idempotency = IdempotencyRecords(link, settings.idempotency_lease)
@@ -201,13 +205,13 @@ def assemble(
     return app, feed
 
 
-def _feed(settings: Settings, link: Any, reactor: Any) -> Optional[Feed]:
+def _feed(settings: Settings, address: RedisAddress, link: Any, reactor: Any) -> Optional[Feed]:
     """The change feed's serving side, with its nudge subscription (None when JETWAY_FEED=off)."""
     if not settings.feed:
         return None
     id_every = max(1, settings.feed_max_events // (2 * INDEX_SHARDS))
     limits = FeedLimits(settings.feed_buffer, settings.send_timeout, settings.feed_max_wait, id_every)
-    return Feed.connected(FeedReader(link), settings.redis, reactor, settings.redis_timeout, limits)
+    return Feed.connected(FeedReader(link), address, reactor, settings.redis_timeout, limits)
 
 
 class StopSignals:

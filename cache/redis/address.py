@@ -10,8 +10,8 @@ password in the URL is that of the data nodes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Dict, List, Optional, Tuple
+from dataclasses import dataclass, field, replace
+from typing import Any, Dict, List, Optional, Tuple
 from urllib.parse import parse_qs, unquote, urlsplit
 
 DEFAULT_PORT = 6379
@@ -44,6 +44,9 @@ class RedisAddress:
     kind: str = SINGLE
     nodes: Tuple[Node, ...] = ()
     service: Optional[str] = None
+    # A Sentinel group's: the worker's SentinelWatch (cache.redis.sentinel_watch), which every
+    # connection to its master goes through; None: each link finds the master on its own.
+    watch: Any = field(default=None, compare=False, repr=False)
 
     def describe(self) -> str:
         """Where it is, without the password (for logs and errors)."""
@@ -56,7 +59,7 @@ class RedisAddress:
 
     def at(self, host: str, port: int) -> RedisAddress:
         """One server of this group, reached with the same credentials and TLS settings."""
-        return replace(self, kind=SINGLE, host=host, port=port, unix_path=None, nodes=(), service=None)
+        return replace(self, kind=SINGLE, host=host, port=port, unix_path=None, nodes=(), service=None, watch=None)
 
 
 def parse_redis_url(url: str) -> RedisAddress:

@@ -1,35 +1,38 @@
 """The master of a Sentinel-watched group, followed across failovers.
 
-``SentinelLink`` is a ``RedisLink`` whose pool comes from txredisapi's
-``Sentinel.master_for``: before every connection attempt it asks the
-sentinels where the master is, and it drops a connection to a server whose
-``ROLE`` is not master. When the master dies its connections drop, the pool
-redials through the sentinels, and requests wait on the usual deadline
-meanwhile, so the gateway answers 503 during the failover window and serves
-again once the sentinels name the promoted replica, with no restart.
+``SentinelLink`` is a ``RedisLink`` whose pool dials through a
+``MasterEndpoint``: before every connection attempt it asks the sentinels
+where the master is (``cache.redis.sentinel_watch``: the highest config
+epoch wins), and it drops a connection to a server whose ``ROLE`` is not
+master. When the master dies its connections drop, the pool redials through
+the sentinels, and requests wait on the usual deadline meanwhile, so the
+gateway answers 503 during the failover window and serves again once the
+sentinels name the promoted replica, with no restart. When the sentinels
+announce a failover (``SENTINEL FAILOVER``, or a master found down), the
+worker's ``SentinelWatch`` drops every connection made through it at once,
+those of the pools and of the subscriptions alike, so none goes on talking
+to a demoted master that still takes writes; a ``READONLY`` reply drops the
+link's connections too.
 
-``MasterEndpoint`` dials the master the same way for the token cache's
-subscription; that connection is rare and long-lived, so it asks the
-sentinels with a short-lived ``Sentinel`` of its own.
+``MasterEndpoint`` dials the master the same way for the subscriptions (the
+token and settings caches, the hot cache's tracking, the change feed).
 """
 
 from __future__ import annotations
 
-from typing import Any, Tuple
+from typing import Any, Callable, Optional, Sequence
 
 import txredisapi
 from twisted.internet import defer
 from twisted.internet.interfaces import IStreamClientEndpoint
+from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from cache.redis.address import RedisAddress
-from cache.redis.link import ForgetsLostConnections, RedisLink, endpoint_for, pool_options
+from cache.redis.errors import RedisNotReady
+from cache.redis.link import Command, ForgetsLostConnections, RedisLink, endpoint_for, pool_options
 from cache.redis.resp import FastRedisProtocol
-
-# txredisapi waits 10 s for a sentinel to name a healthy master before giving
-# up on a connection attempt, and only then tries again; during a failover
-# that delay would be added to the window, so the link asks again sooner.
-DISCOVERY_TIMEOUT = 0.5
+from cache.redis.sentinel_watch import SentinelWatch, watch_of
 
 
 class _MasterProtocol(FastRedisProtocol):
@@ -59,59 +62,56 @@ class _MasterFactory(ForgetsLostConnections, txredisapi.SentinelConnectionFactor
 
 
 class _FactoryHandle:
-    """Stands in for txredisapi's ConnectionHandler so ``master_for`` hands back the pool itself."""
+    """Stands in for txredisapi's ConnectionHandler so the factory's ``handler`` is harmless."""
 
     def __init__(self, factory: txredisapi.RedisFactory) -> None:
         self.factory = factory
-
-
-def _sentinel(address: RedisAddress, timeout: float) -> txredisapi.Sentinel:
-    sentinel = txredisapi.Sentinel(list(address.nodes), connectTimeout=timeout, replyTimeout=timeout)
-    sentinel.discovery_timeout = min(DISCOVERY_TIMEOUT, timeout)
-    return sentinel
 
 
 class SentinelLink(RedisLink):
     """A ``RedisLink`` to whichever server the sentinels name master of ``address.service``."""
 
     def _start(self, address: RedisAddress, reactor: Any, timeout: float, poolsize: int) -> txredisapi.RedisFactory:
-        self._sentinel = _sentinel(address, timeout)
-        handle = self._sentinel.master_for(
+        self._watch = watch_of(address, reactor, timeout)
+        factory = _MasterFactory(
+            None,
             address.service,
-            factory_class=_MasterFactory,
+            True,
+            uuid=None,
             dbid=address.db,
             poolsize=poolsize,
             handler=_FactoryHandle,
             **pool_options(address, timeout),
         )
-        return handle.factory
+        factory.startConnecting(MasterEndpoint(address, reactor, timeout, self._watch))
+        return factory
 
-    @defer.inlineCallbacks
-    def close(self) -> Any:
-        yield super().close()
-        yield self._sentinel.disconnect()
+    def _send(self, commands: Sequence[Command], then: Callable[..., Any], *then_args: Any) -> defer.Deferred:
+        return super()._send(commands, then, *then_args).addErrback(self._demoted)
+
+    def _demoted(self, failure: Failure) -> Failure:
+        """READONLY: the server this link writes to is a replica now; every connection is made again."""
+        if failure.check(RedisNotReady) and str(failure.value).startswith("READONLY"):
+            self._watch.suspect()
+        return failure
 
 
 @implementer(IStreamClientEndpoint)
 class MasterEndpoint:
-    """Dials the server the sentinels name master right now (for a subscription)."""
+    """Dials the server the sentinels name master right now; its connections are dropped at a failover."""
 
-    def __init__(self, address: RedisAddress, reactor: Any, timeout: float) -> None:
+    def __init__(
+        self, address: RedisAddress, reactor: Any, timeout: float, watch: Optional[SentinelWatch] = None
+    ) -> None:
         self._address = address
         self._reactor = reactor
         self._timeout = timeout
+        self._watch = watch if watch is not None else watch_of(address, reactor, timeout)
 
     @defer.inlineCallbacks
     def connect(self, factory: Any) -> Any:
-        host, port = yield self._master()
+        generation, (host, port) = yield self._watch.master()
         protocol = yield endpoint_for(self._address.at(host, port), self._reactor, self._timeout).connect(factory)
+        if not self._watch.opened(protocol, generation):
+            protocol.transport.abortConnection()  # found before a failover was announced: maybe the old master
         return protocol
-
-    @defer.inlineCallbacks
-    def _master(self) -> Any:
-        sentinel = _sentinel(self._address, self._timeout)
-        try:
-            found: Tuple[str, int] = yield sentinel.discover_master(self._address.service)
-        finally:
-            yield sentinel.disconnect()
-        return found

@@ -7,12 +7,14 @@ The hot cache's invalidations follow the same choice
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from cache.redis.address import CLUSTER, SENTINEL, RedisAddress
 from cache.redis.cluster import AnyNodeEndpoint, ClusterLink
 from cache.redis.link import Link, RedisLink, endpoint_for
 from cache.redis.sentinel import MasterEndpoint, SentinelLink
+from cache.redis.sentinel_watch import SentinelWatch
 
 
 def connect(address: RedisAddress, reactor: Any, timeout: float, poolsize: int = 4, spread: bool = False) -> Link:
@@ -33,3 +35,12 @@ def subscriber_endpoint(address: RedisAddress, reactor: Any, timeout: float) -> 
     if address.kind == CLUSTER:
         return AnyNodeEndpoint(address, reactor, timeout)
     return endpoint_for(address, reactor, timeout)
+
+
+def watched(address: RedisAddress, reactor: Any, timeout: float) -> RedisAddress:
+    """``address`` carrying a ``SentinelWatch`` that every link and subscription made with it
+    shares (a Sentinel group's: one subscription to the sentinels per worker); others unchanged.
+    Its ``watch.stop()`` ends it."""
+    if address.kind != SENTINEL or address.watch is not None:
+        return address
+    return replace(address, watch=SentinelWatch(address, reactor, timeout))
