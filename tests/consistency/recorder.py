@@ -24,7 +24,7 @@ import random
 import socket
 import threading
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 TIMEOUT = 5.0
 MERGE_PATCH = "application/merge-patch+json"
@@ -49,6 +49,21 @@ MIX = [
     ("cdelete", 4),
     ("batch", 8),
 ]
+# Mostly reads, for the scenarios about stale reads: a cached document stays cached between writes.
+READ_HEAVY = [
+    ("get", 40),
+    ("head", 5),
+    ("get304", 10),
+    ("mget", 15),
+    ("put", 4),
+    ("cas", 4),
+    ("create", 1),
+    ("patch", 3),
+    ("delete", 1),
+    ("cdelete", 1),
+    ("batch", 3),
+]
+MIXES = {"default": MIX, "read-heavy": READ_HEAVY}
 BATCH_KINDS = ["get", "put", "cas", "create", "patch", "delete", "cdelete"]
 
 
@@ -65,6 +80,7 @@ class Recorder:
         ops: int = 600,
         seconds: float = 120.0,
         seed: Optional[int] = None,
+        mix: str = "default",
     ) -> None:
         self.port = port
         self.auth = f"Bearer {token}"
@@ -73,21 +89,28 @@ class Recorder:
         self.doc_ids = [f"d{n}" for n in range(docs)]
         self.target = ops
         self.seconds = seconds
+        self.mix = MIXES[mix]
         self.seed = seed if seed is not None else random.randrange(1 << 30)
         self.lock = threading.Lock()
         self.records: List[Record] = []
         self.requests = 0
         self.stopping = threading.Event()
+        self.released = threading.Event()  # the fault is over: stop at ``ops``
         self.next_group = 0
 
     # --- the run -------------------------------------------------------------
 
-    def run(self) -> None:
+    def run(self, busy: Callable[[], bool] = lambda: False, tail: float = 1.0) -> None:
+        """Until ``ops`` are recorded and ``busy()`` (a fault at work) has been false for ``tail`` seconds."""
         threads = [threading.Thread(target=self._client, args=(n,), daemon=True) for n in range(self.clients)]
         self.started = time.monotonic_ns()
         for thread in threads:
             thread.start()
         deadline = time.monotonic() + self.seconds
+        while busy() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(tail)
+        self.released.set()
         while any(t.is_alive() for t in threads) and time.monotonic() < deadline:
             time.sleep(0.05)
         self.stopping.set()
@@ -102,10 +125,10 @@ class Recorder:
     def _client(self, number: int) -> None:
         rng = random.Random(self.seed * 1000 + number)
         client = _Client(self, number, rng)
-        kinds, weights = zip(*MIX)
+        kinds, weights = zip(*self.mix)
         while not self.stopping.is_set():
             with self.lock:
-                if self.requests >= self.target:
+                if self.requests >= self.target and self.released.is_set():
                     return
                 self.requests += 1
             kind = rng.choices(kinds, weights)[0]

@@ -4,15 +4,17 @@
 //	porcupine-checker [-delta 20ms] [-allow-lost-writes] [-feed] [-html out.html] [-timeout 60s] history.json
 //
 // It prints its verdict as JSON and exits 0 (linearizable), 1 (a violation:
-// the violating history's visualization is written to -html and named in the
-// verdict) or 2 (unknown: the search ran out of time). Reads that got no
+// first violating document's history, visualized, is written to -html and
+// named in the verdict) or 2 (unknown: the search ran out of time). Each
+// document is checked on its own, -timeout each. Reads that got no
 // answer are left out (they constrain nothing); writes that got none are
 // indeterminate (returned at infinity).
 //
 // -delta D: Δ-linearizability for reads: a read may return a value that was
 // current at some point within D before its call (its call is moved D back).
 // -allow-lost-writes: acknowledged writes that completed inside the history's
-// lossy_windows (a failover without write concern) may be lost.
+// lossy_windows (a failover without write concern) may be lost: each may
+// take effect or not, at a point within its interval.
 // -feed: the change feed (the history's feed) is a constraint: each write
 // that takes effect takes its document's next event (see model.go).
 package main
@@ -65,6 +67,7 @@ type verdict struct {
 	MaybeLost     int      `json:"maybe_lost"`
 	Documents     int      `json:"documents"`
 	Violating     []string `json:"violating_documents,omitempty"`
+	Unknown       []string `json:"unknown_documents,omitempty"`
 	HTML          string   `json:"html,omitempty"`
 	DeltaNs       int64    `json:"delta_ns"`
 	Feed          bool     `json:"feed"`
@@ -115,29 +118,55 @@ func check(h history, delta time.Duration, lossy, withFeed bool, html string, ti
 		}
 	}
 	pm := m.porcupine()
-	result, info := porcupine.CheckOperationsVerbose(pm, ops, timeout)
-	docs := map[string]bool{}
+	byDoc := map[string][]porcupine.Operation{}
 	for _, op := range ops {
-		docs[op.Input.(input).Doc] = true
+		doc := op.Input.(input).Doc
+		byDoc[doc] = append(byDoc[doc], op)
 	}
-	v.Documents = len(docs)
-	switch result {
-	case porcupine.Ok:
+	v.Documents = len(byDoc)
+	// Each document on its own (what Porcupine's partitioning does too), so the verdict names them.
+	var unknown []string
+	for _, doc := range sortedKeys(byDoc) {
+		limit := timeout
+		if len(v.Violating) > 0 && limit > 2*time.Second {
+			limit = 2 * time.Second // the verdict is known: the others are named if they are quick to prove
+		}
+		switch porcupine.CheckOperationsTimeout(pm, byDoc[doc], limit) {
+		case porcupine.Illegal:
+			v.Violating = append(v.Violating, doc)
+		case porcupine.Unknown:
+			unknown = append(unknown, doc)
+		}
+	}
+	switch {
+	case len(v.Violating) == 0 && len(unknown) == 0:
 		v.Result = "ok"
 		return v, 0
-	case porcupine.Unknown:
+	case len(v.Violating) == 0:
 		v.Result = "unknown"
+		v.Unknown = unknown
 		return v, 2
 	}
 	v.Result = "violation"
-	v.Violating = violating(pm, ops, docs, timeout)
+	v.Unknown = unknown
 	if html != "" {
+		// The first violating document's history: Porcupine shows its longest partial linearizations.
+		_, info := porcupine.CheckOperationsVerbose(pm, byDoc[v.Violating[0]], timeout)
 		if err := porcupine.VisualizePath(pm, info, html); err != nil {
 			fail(err)
 		}
 		v.HTML = html
 	}
 	return v, 1
+}
+
+func sortedKeys(m map[string][]porcupine.Operation) []string {
+	var keys []string
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 // operations: the records as Porcupine operations, by call time.
@@ -166,9 +195,10 @@ func operations(h history, delta int64, lossy bool, v *verdict) []porcupine.Oper
 		if isRead(r.Kind) {
 			call -= delta
 		} else if lossy && out.Status != 0 && inside(h.LossyWindows, r.Ret) {
+			// Taken or lost at its linearization point, inside its interval: returning it at
+			// infinity (as an indeterminate write) made the search of a failover's history blow up.
 			out.MaybeLost = true
 			v.MaybeLost++
-			ret = math.MaxInt64
 		}
 		ops = append(ops, porcupine.Operation{ClientId: r.Client, Input: in, Call: call, Output: out, Return: ret})
 	}
@@ -184,22 +214,4 @@ func inside(windows [][2]int64, t int64) bool {
 		}
 	}
 	return false
-}
-
-// violating: the documents whose own histories are not linearizable.
-func violating(pm porcupine.Model, ops []porcupine.Operation, docs map[string]bool, timeout time.Duration) []string {
-	var names []string
-	for doc := range docs {
-		var mine []porcupine.Operation
-		for _, op := range ops {
-			if op.Input.(input).Doc == doc {
-				mine = append(mine, op)
-			}
-		}
-		if porcupine.CheckOperationsTimeout(pm, mine, timeout) == porcupine.Illegal {
-			names = append(names, doc)
-		}
-	}
-	sort.Strings(names)
-	return names
 }
