@@ -71,6 +71,7 @@ from cache.redis.link import Link
 from cache.store import DocumentStore
 from cache.turns import in_turns
 from cache.write_concern import WriteConcern
+from cache.write_plan import KEPT
 
 _SCRIPTS = [scripts.WRITE_MANY, scripts.PUT, scripts.DELETE, scripts.READ_ONE_WITHIN]
 # A merge of a document this large (~1.5 ms of CPU here, more under load) gets a reactor turn of its own.
@@ -291,14 +292,13 @@ class BatchRunner:
             merged = codec.dumps(value)
             if len(merged) > operation.max_size:
                 raise DocumentTooLarge(len(merged))
-            if operation.check is not None:
-                operation.check(value, len(merged))
+            plan = operation.planner(value, len(merged)) if operation.planner is not None else KEPT
         except Exception as error:
             result.error = error
             return None
         cas = Conditions(if_match=etag)
         return self._store.prepare_put(
-            operation.collection, operation.doc_id, merged, cas, b"", operation.etag, b"patch"
+            operation.collection, operation.doc_id, merged, cas, plan.expiry, operation.etag, b"patch", plan.indexed
         )
 
 

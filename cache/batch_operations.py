@@ -7,18 +7,17 @@ bytes the results carry, and the runner can both name them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Optional, Tuple
 
 from cache.indexes import NO_INDEX_ARGS
 from cache.store import NO_CONDITIONS, Conditions, Document
+from cache.write_plan import Planner
 
 if TYPE_CHECKING:
     from cache.bounded_reads import OverBudget
 
 GET, PUT, CREATE, PATCH, DELETE = "get", "put", "create", "patch", "delete"
 WRITES = frozenset({PUT, CREATE, PATCH, DELETE})
-# Checks a merged document before it is written (a collection's schema); raises to refuse it.
-Check = Callable[[Any, int], None]
 
 
 @dataclass(frozen=True)
@@ -34,7 +33,7 @@ class Operation:
     ttl: bytes = b""  # b"" keeps the expiry, b"0" removes it, b"N" sets it
     etag: Optional[bytes] = None  # the ETag a write stores (planned: a retry writes the same)
     max_size: int = 1 << 20  # of a patch's merged document
-    check: Optional[Check] = None
+    planner: Optional[Planner] = None  # a patch's: its merged document's plan, or the exception refusing it
     replicas: Optional[int] = None  # the collection's own write_replicas (None: the deployment's)
     indexed: Tuple[Any, ...] = NO_INDEX_ARGS  # a put's entries in its collection's indexes (cache.indexes)
 

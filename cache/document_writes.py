@@ -37,6 +37,7 @@ from cache.redis.link import Link
 from cache.redis.script import Script
 from cache.variants import FIELDS, Variants
 from cache.write_concern import WriteConcern
+from cache.write_plan import KEPT, PLAIN, Planner, WritePlan
 
 
 class DocumentWrites:
@@ -60,19 +61,17 @@ class DocumentWrites:
         doc_id: bytes,
         body: bytes,
         conditions: Conditions = NO_CONDITIONS,
-        ttl: Optional[int] = None,
+        plan: WritePlan = PLAIN,
         etag: Optional[bytes] = None,
-        replicas: Optional[int] = None,
-        indexed: Sequence[Any] = NO_INDEX_ARGS,
     ) -> defer.Deferred:
         """Create or replace; fires with ``(Document, Created)``; ``etag``: a planned one (``new_etag``).
 
-        ``replicas``: the collection's own write concern (None: the store's).
-        ``indexed``: the document's entries in its collection's indexes (``cache.indexes.index_args``).
+        ``plan``: the collection's settings applied to the document (``cache.write_plan``): its expiry,
+        write concern and index entries.
         """
         if conditions.unmodified_since is not None and not conditions.if_match:
-            return self._write_unmodified(collection, doc_id, body, conditions, ttl, replicas)
-        return self._write(collection, doc_id, body, conditions, b"%d" % (ttl or 0), etag, replicas, indexed=indexed)
+            return self._write_unmodified(collection, doc_id, body, conditions, plan)
+        return self._write(collection, doc_id, body, conditions, plan.expiry, etag, plan.replicas, indexed=plan.indexed)
 
     @defer.inlineCallbacks
     def _write_unmodified(
@@ -81,12 +80,13 @@ class DocumentWrites:
         doc_id: bytes,
         body: bytes,
         conditions: Conditions,
-        ttl: Optional[int],
-        replicas: Optional[int] = None,
+        plan: WritePlan,
     ) -> Any:
         """A PUT with ``If-Unmodified-Since``: checked against the document read, then compare-and-set on it."""
         checked = yield self._unmodified_condition(collection, doc_id, conditions)
-        result = yield self._write(collection, doc_id, body, checked, b"%d" % (ttl or 0), None, replicas)
+        result = yield self._write(
+            collection, doc_id, body, checked, plan.expiry, None, plan.replicas, indexed=plan.indexed
+        )
         return result
 
     @defer.inlineCallbacks
@@ -121,16 +121,17 @@ class DocumentWrites:
         self,
         collection: bytes,
         body: bytes,
-        ttl: Optional[int] = None,
+        plan: WritePlan = PLAIN,
         doc_id: Optional[bytes] = None,
         etag: Optional[bytes] = None,
-        replicas: Optional[int] = None,
     ) -> Any:
-        """Store under a new ULID (or the planned ``doc_id``); fires with ``(id, Document)``."""
+        """Store under a new ULID (or the planned ``doc_id``, which ``plan``'s index entries name); fires with
+        ``(id, Document)``."""
         doc_id = doc_id or self.new_id()
         try:
+            create_only = Conditions(if_none_match=b"*")
             document, _ = yield self._write(
-                collection, doc_id, body, Conditions(if_none_match=b"*"), b"%d" % (ttl or 0), etag, replicas, b"create"
+                collection, doc_id, body, create_only, plan.expiry, etag, plan.replicas, b"create", plan.indexed
             )
         except NotReplicated as error:
             error.doc_id = doc_id
@@ -147,14 +148,14 @@ class DocumentWrites:
         max_size: int,
         unmodified_since: Optional[int] = None,
         planned_etag: Optional[bytes] = None,
-        check: Optional[Callable[[Any, int], None]] = None,
-        replicas: Optional[int] = None,
+        planner: Planner = lambda value, size: KEPT,
     ) -> Any:
         """Merge ``patch`` into the document; retried until no writer races it.
 
         With a ``planned_etag`` (an Idempotency-Key's plan), a document that
         already carries it is this patch done before: it is answered as it is.
-        ``check(merged, size)`` may refuse the merged document (raising) before it is written.
+        ``planner(merged, size)`` makes the merged document's plan (``cache.write_plan.patch_planner``),
+        or refuses it (raising) before it is written.
         """
         key = keys.document_key(collection, doc_id)
         for _ in range(self._patch_attempts):
@@ -176,13 +177,20 @@ class DocumentWrites:
             merged = codec.dumps(value)
             if len(merged) > max_size:
                 raise DocumentTooLarge(len(merged))
-            if check is not None:
-                check(value, len(merged))
+            plan = planner(value, len(merged))
             try:
                 # Compare-and-set on the ETag just read: a concurrent write
                 # changes it, and then the merge is redone on the new body.
                 written = self._write(
-                    collection, doc_id, merged, Conditions(if_match=etag), b"", planned_etag, replicas, b"patch"
+                    collection,
+                    doc_id,
+                    merged,
+                    Conditions(if_match=etag),
+                    plan.expiry,
+                    planned_etag,
+                    plan.replicas,
+                    b"patch",
+                    plan.indexed,
                 )
                 document, _ = yield written
             except PreconditionFailed:

@@ -39,12 +39,12 @@ from cache.batch import CREATE, DELETE, GET, PATCH, PUT, WRITES, BatchRunner, Op
 from cache.bounded_reads import OverBudget
 from cache.collection_settings import CollectionSettings
 from cache.idempotency import StoredResponse
-from cache.indexes import NO_INDEX_ARGS, index_args
 from cache.json_spans import Span, element_member_spans
 from cache.memory_return import MemoryReturn
 from cache.store import NO_CONDITIONS, Conditions
 from cache.turns import in_turns
 from cache.variants import base_tag
+from cache.write_plan import KEPT, keeping, patch_planner, plan_write
 from handlers.base import JSON_TYPE, ResourceHandler, as_api_error, too_large
 from handlers.http import validation
 from handlers.http.auth import may
@@ -254,38 +254,35 @@ def _ready(rules: Dict[bytes, CollectionSettings], item: Checked, value: Any, id
     if operation.op == GET:
         return operation
     rules_of = rules.get(operation.collection)
-    ttl, check, replicas, indexed = operation.ttl, None, None, NO_INDEX_ARGS
-    if rules_of is not None:
-        if operation.op in (PUT, CREATE):
-            assert operation.body is not None
-            try:
-                rules_of.check(value, len(operation.body))
-            except Exception as error:
-                problem = as_api_error(error)
-                if problem is None:
-                    raise
-                return problem
-            if ttl == _NO_TTL:
-                ttl = b"%d" % (rules_of.ttl or 0)  # a single PUT without ?ttl also clears an expiry
-        # A patch's merged document is checked by the runner, just before it is written.
-        check = rules_of.check if operation.op == PATCH else None
-        replicas = rules_of.write_replicas
-        if rules_of.indexes and operation.op in (PUT, CREATE):
-            doc_id = ids[0].encode() if operation.op == CREATE else operation.doc_id
-            indexed = index_args(rules_of.indexes, value, doc_id)
+    doc_id = ids[0].encode() if operation.op == CREATE else operation.doc_id
+    plan, planner = KEPT, None
+    if rules_of is not None and operation.op in (PUT, CREATE):
+        assert operation.body is not None
+        ttl = None if operation.ttl == _NO_TTL else int(operation.ttl)
+        try:
+            plan = plan_write(rules_of, value, len(operation.body), doc_id, ttl)
+        except Exception as error:
+            problem = as_api_error(error)
+            if problem is None:
+                raise
+            return problem
+    elif rules_of is not None:
+        plan = keeping(rules_of)  # a delete's or a patch's: the write concern
+        if operation.op == PATCH:
+            planner = patch_planner(rules_of, doc_id)  # its merged document, planned just before it is written
     return Operation(
         operation.op,
         operation.collection,
-        ids[0].encode() if operation.op == CREATE else operation.doc_id,
+        doc_id,
         operation.body,
         operation.patch,
         operation.conditions,
-        ttl,
+        plan.expiry,
         ids[1].encode(),
         operation.max_size,
-        check,
-        replicas,
-        indexed,
+        planner,
+        plan.replicas,
+        plan.indexed,
     )
 
 

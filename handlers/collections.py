@@ -22,6 +22,7 @@ from cache import index_queries
 from cache.errors import NotReplicated, PreconditionFailed
 from cache.memory_return import MemoryReturn
 from cache.store import Page
+from cache.write_plan import plan_write
 from handlers.base import ResourceHandler, as_api_error, document_response
 from handlers.exports import NdjsonExport, wants_ndjson
 from handlers.http import validation
@@ -151,11 +152,9 @@ class CollectionHandler(ComposedHandler):
         # Checked inside the Idempotency-Key's claim: a schema violation (422)
         # is this request's answer, recorded and replayed like the others.
         rules = yield self.collection_settings(name)
-        rules.check(value, len(self.request.body))  # before anything is stored
+        plan = plan_write(rules, value, len(self.request.body), doc_id, ttl)  # before anything is stored
         try:
-            _, document = yield self.store.create(
-                name, self.request.body, rules.ttl_or_default(ttl), doc_id, etag, rules.write_replicas
-            )
+            _, document = yield self.store.create(name, self.request.body, plan, doc_id, etag)
         except NotReplicated as error:
             # Stored on the primary under an id the client has not seen: say where.
             problem = as_api_error(error)

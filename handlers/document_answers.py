@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from typing import Any, Optional, Tuple
 
 from cache.collection_settings import CollectionSettings
-from cache.indexes import index_args
 from cache.settings_cache import SettingsCache, settings_of
 from cache.store import NO_CONDITIONS, Conditions, Document, DocumentStore
 from cache.variants import base_tag
+from cache.write_plan import plan_write
 from handlers.http import conditional, validation
 from handlers.http.auth import RATE_SCRIPTS, Gate, Grant
 from handlers.http.cache_policy import policy_for
@@ -126,12 +126,8 @@ class DocumentAnswers:
         self, rules: CollectionSettings, exchange: Exchange, keys: Tuple[bytes, bytes], value: Any, ttl: Optional[int]
     ) -> Step:
         body = exchange.body
-        rules.check(value, len(body))  # before anything is stored
-        conditions = write_conditions(exchange.headers)
-        indexed = index_args(rules.indexes, value, keys[1])
-        written = self.store.put(
-            *keys, body, conditions, rules.ttl_or_default(ttl), replicas=rules.write_replicas, indexed=indexed
-        )
+        plan = plan_write(rules, value, len(body), keys[1], ttl)  # before anything is stored
+        written = self.store.put(*keys, body, write_conditions(exchange.headers), plan)
         return written.addCallback(_written, exchange)
 
 

@@ -6,6 +6,7 @@ from typing import Any, Dict, Optional
 
 from twisted.internet import defer
 
+from cache.write_plan import keeping, patch_planner
 from handlers.base import ResourceHandler, document_response
 from handlers.document_answers import DocumentAnswers, if_match, if_unmodified_since
 from handlers.http import validation
@@ -61,9 +62,9 @@ class DocumentHandler(ResourceHandler):
         # Inside the Idempotency-Key's claim: a schema violation (422) is
         # this request's answer, recorded and replayed like a 412.
         rules = yield self.collection_settings(keys[0])
-        # The merged document is checked inside the store's compare-and-set loop, before it is written.
+        # The merged document is planned (checked) inside the store's compare-and-set loop, before it is written.
         document = yield self.store.patch(
-            *keys, patch, *conditions, planned_etag=etag, check=rules.check, replicas=rules.write_replicas
+            *keys, patch, *conditions, planned_etag=etag, planner=patch_planner(rules, keys[1])
         )
         return document_response(200, document)
 
@@ -71,7 +72,7 @@ class DocumentHandler(ResourceHandler):
     def delete(self, collection: str, doc_id: str) -> Any:
         keys = validation.collection_name(collection), validation.document_id(doc_id)
         rules = yield self.collection_settings(keys[0])
-        yield self.store.delete(*keys, self._if_match(), self._if_unmodified_since(), rules.write_replicas)
+        yield self.store.delete(*keys, self._if_match(), self._if_unmodified_since(), keeping(rules).replicas)
         self.send_no_content()
 
     def _if_match(self) -> bytes:

@@ -47,7 +47,7 @@ from cache import codec
 from cache.batch import CREATE, PUT, BatchRunner, Operation
 from cache.collection_settings import CollectionSettings
 from cache.import_progress import Lease, LeaseLost, Plan
-from cache.indexes import index_args
+from cache.write_plan import plan_write
 from handlers.base import ResourceHandler
 from handlers.http import validation
 from handlers.http.body_stream import BodyLost, BodyStream
@@ -228,14 +228,15 @@ class ImportHandler(ResourceHandler):
     def _write_group(self, group: Group, lines: List[Line], rules: CollectionSettings, report: ImportReport) -> Any:
         numbers: List[int] = []
         operations: List[Operation] = []
-        expiry = b"%d" % (rules.ttl_or_default(group.ttl) or 0)  # as a single PUT: no TTL clears an expiry
-        plan = group.plan
+        keyed = group.plan
         for number, body in lines:
             if number <= report.resumed_after:
                 report.skipped += 1
                 continue
             try:
-                doc_id, document, value = self._checked(body, rules, group.path)
+                doc_id, document, value = self._checked(body, group.path)
+                new_id = doc_id or (keyed.new_id(number) if keyed is not None else self.store.new_id())
+                plan = plan_write(rules, value, len(document), new_id, group.ttl)
             except Exception as error:  # an ApiError, or the schema's violation (mapped as a PUT's is)
                 refusal = as_api_error(error)
                 if refusal is None:
@@ -243,19 +244,17 @@ class ImportHandler(ResourceHandler):
                 report.refuse(number, refusal)
                 continue
             op = PUT if doc_id is not None else CREATE
-            new_id = doc_id or (plan.new_id(number) if plan is not None else self.store.new_id())
-            indexed = index_args(rules.indexes, value, new_id)
-            etag = plan.etag(number) if plan is not None else None
+            etag = keyed.etag(number) if keyed is not None else None
             operations.append(
                 Operation(
                     op,
                     group.collection,
                     new_id,
                     document,
-                    ttl=expiry,
+                    ttl=plan.expiry,
                     etag=etag,
-                    replicas=rules.write_replicas,
-                    indexed=indexed,
+                    replicas=plan.replicas,
+                    indexed=plan.indexed,
                 )
             )
             numbers.append(number)
@@ -278,23 +277,19 @@ class ImportHandler(ResourceHandler):
         if group.lease is not None:
             yield group.lease.record(last_line)
 
-    def _checked(
-        self, line: Optional[bytes], rules: CollectionSettings, path: Optional[List[str]]
-    ) -> Tuple[Optional[bytes], bytes, Any]:
-        """The line's id (None: a new one), document and its parsed value, once it is one its collection takes;
-        else an ApiError."""
+    def _checked(self, line: Optional[bytes], path: Optional[List[str]]) -> Tuple[Optional[bytes], bytes, Any]:
+        """The line's id (None: a new one), document and its parsed value, once it is a document; else an
+        ApiError. Its collection's settings then plan it (``cache.write_plan``), as any write's."""
         room = self.max_body + WRAPPER_BYTES * self.with_ids
         if line is None:
             raise ApiError(413, "line-too-large", f"the line is larger than {room} bytes")
         if not self.with_ids:
             value = validation.json_document(line, validation.JSON, validation.JSON, self.max_body)
             doc_id = id_at(value, path) if path is not None else None
-            rules.check(value, len(line))
             return doc_id, line, value
         value = validation.json_document(line, validation.JSON, validation.JSON, room)
         doc_id = id_at(value, WITH_IDS)
         value, body = unwrapped(line, value, doc_id)
         if len(body) > self.max_body:
             raise ApiError(413, "body-too-large", f"the document is {len(body)} bytes; the limit is {self.max_body}")
-        rules.check(value, len(body))
         return doc_id, body, value
