@@ -86,11 +86,12 @@ class Settings:
     # Browser origins allowed to call the API (handlers/http/cors.py); "*" for any.
     cors_origins: Tuple[str, ...] = ()
     # The change feed (cache/change_feed.py): on, how many events a collection
-    # keeps and for how long (0: no age cap), what a subscriber may leave
-    # unread, the longest long poll, a ticket's lifetime.
+    # keeps and for how long (0: no age cap), the bytes of events it keeps,
+    # what a subscriber may leave unread, the longest long poll, a ticket's lifetime.
     feed: bool = True
     feed_max_events: int = 100_000
     feed_max_age: int = 0
+    feed_max_bytes: int = 64 * 1024 * 1024
     feed_buffer: int = 1024 * 1024
     feed_max_wait: int = 60
     feed_ticket_ttl: int = 3600
@@ -181,6 +182,7 @@ def from_environment(environ: Optional[Mapping[str, str]] = None) -> Settings:
         feed=read("JETWAY_FEED", _flag, defaults.feed),
         feed_max_events=read("JETWAY_FEED_MAX_EVENTS", _positive_int, defaults.feed_max_events),
         feed_max_age=read("JETWAY_FEED_MAX_AGE", _non_negative_int, defaults.feed_max_age),
+        feed_max_bytes=read("JETWAY_FEED_MAX_BYTES", _positive_int, defaults.feed_max_bytes),
         feed_buffer=read("JETWAY_FEED_BUFFER", _positive_int, defaults.feed_buffer),
         feed_max_wait=read("JETWAY_FEED_MAX_WAIT", _positive_int, defaults.feed_max_wait),
         feed_ticket_ttl=read("JETWAY_FEED_TICKET_TTL", _positive_int, defaults.feed_ticket_ttl),

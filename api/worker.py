@@ -171,7 +171,9 @@ def assemble(
         write_concern=settings.write_concern,
         hot=hot,
         variants=Variants(settings.compress_min_bytes),
-        feed=FeedLog(True, settings.feed_max_events, settings.feed_max_age) if settings.feed else NO_FEED,
+        feed=FeedLog(True, settings.feed_max_events, settings.feed_max_age, settings.feed_max_bytes)
+        if settings.feed
+        else NO_FEED,
     )
     metrics.index_builds = store.index_builds
     feed = _feed(settings, address, link, reactor)

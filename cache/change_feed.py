@@ -37,6 +37,8 @@ from twisted.internet import defer
 
 from cache import keys
 from cache.feed_position import ZERO, Position, StreamId, advanced, format_id, parse_id
+from cache.index_values import MAX_STRING_BYTES
+from cache.indexes import MAX_FIELDS, MAX_INDEXES
 from cache.redis.link import Link
 from cache.scripts import Script
 
@@ -81,6 +83,15 @@ return {0, redis.call('XRANGE', KEYS[1], '(' .. ARGV[1] .. '-' .. ARGV[2], ARGV[
 )
 
 
+MAX_ID_BYTES = 128  # a document id's most (handlers.http.validation)
+# The most bytes one event counts (cache.scripts' event_bytes: 48, then each field and value and one more, and a
+# quarter more for the allocator): o, i, e with the longest operation, id and ETag, and with MAX_INDEXES indexes
+# each entry after the write (x:<name>:<version>) and the one before (w:...), the longest names and entries of
+# MAX_FIELDS strings of MAX_STRING_BYTES bytes, all NULs (each escaped in two bytes, then a two-byte end), then
+# the longest id: 65,418 bytes.
+_MARK = 2 + 32 + 1 + 12 + 1 + MAX_FIELDS * (2 * MAX_STRING_BYTES + 2) + MAX_ID_BYTES + 1
+MAX_EVENT_BYTES = (48 + (2 + 7 + 2 + MAX_ID_BYTES + 1 + 2 + 65) + 2 * MAX_INDEXES * _MARK) * 5 // 4
+
 # Each shard as the nudge names it: two hex digits.
 _SHARD_NAMES = tuple(b"%02x" % shard for shard in range(keys.INDEX_SHARDS))
 
@@ -97,11 +108,15 @@ class FeedLog:
     ``max_events`` is per collection: each shard's stream keeps about
     ``max_events / INDEX_SHARDS`` of them (writes spread over ids spread
     over shards). ``max_age`` (seconds, 0: none) also drops older events.
+    ``max_bytes`` is per collection too, divided over the shards alike:
+    the bytes of events (``cache.scripts``' event_bytes, at most
+    ``MAX_EVENT_BYTES`` each) a shard's stream keeps.
     """
 
     enabled: bool = True
     max_events: int = 100_000
     max_age: int = 0
+    max_bytes: int = 64 * 1024 * 1024
 
     def script_keys(self, collection: bytes, doc_id: bytes) -> List[bytes]:
         """The write script's extra key: the shard's stream (none with the feed off)."""
@@ -116,7 +131,8 @@ class FeedLog:
         if not self.enabled:
             return [], []
         per_shard = -(-self.max_events // keys.INDEX_SHARDS)
-        args = [op, per_shard, self.max_age * 1000, channel(collection), _SHARD_NAMES[shard]]
+        budget = max(self.max_bytes // keys.INDEX_SHARDS, MAX_EVENT_BYTES)
+        args = [op, per_shard, self.max_age * 1000, channel(collection), _SHARD_NAMES[shard], budget]
         return [keys.feed_key(collection, shard)], args
 
 

@@ -106,6 +106,11 @@ def index_states_key(collection: bytes, shard: int) -> bytes:
     return INDEX_PREFIX + _tag(collection, shard)[len(PREFIX) :] + b":xst"
 
 
+def feed_bytes_key(collection: bytes, shard: int) -> bytes:
+    """What one shard's change feed holds, in bytes as its budget counts them (``cache.scripts``' trim_feed)."""
+    return INDEX_PREFIX + _tag(collection, shard)[len(PREFIX) :] + b":fb"
+
+
 def index_dropped_key(collection: bytes, shard: int) -> bytes:
     """The fields of dropped indexes still in one shard's documents, and how far their sweep is."""
     return INDEX_PREFIX + _tag(collection, shard)[len(PREFIX) :] + b":xgc"

@@ -33,7 +33,7 @@ end
 # no event describes a write that did not happen. Only with a third key
 # (the shard's stream); then the last FEED_ARGS of ARGV are the event's
 # operation, the stream's length cap, its age cap in ms (0: none), the
-# channel to nudge and the shard's name. The nudge is the shard and the
+# channel to nudge, the shard's name and the stream's byte budget. The nudge is the shard and the
 # new event's id: a worker that follows the collection reads the shard.
 # WRITE_MANY nudges each shard once, after its writes, with the last
 # event's id (a follower reads the shard from where it was, so the last
@@ -41,28 +41,73 @@ end
 # one per write. In a shard that keeps indexes, an event also carries the
 # document's index entries (``marks``, cache.index_scripts' move_entries
 # and unindex): what a live query judges it by (cache.live_queries).
+#
+# The caps (trim_feed): the oldest events go, exactly, once the stream holds
+# more than its budget of bytes (each event counted as event_bytes says, a
+# running total kept beside it in ji:{<coll>:<shard>}:fb, out of the hot
+# cache's tracked prefix), more than FEED_STEP events over its length cap,
+# or events older than its age cap; never the event just added. A trim goes
+# a step below the budget (1/FEED_STEP of it), so a write at the cap reads
+# the oldest events once every few writes, as MAXLEN ~ trims by whole nodes.
 _FEED = """
 -- WRITE_MANY's: by channel (a collection's), each shard's last event, nudged at its end.
 local nudges = nil
 local function feed_start(K, A)
-  if K[3] then return #A - 5 end
+  if K[3] then return #A - 6 end
   return #A
+end
+-- What an event counts against its stream's budget: 48, its fields' and values' bytes and one more each, and
+-- a quarter more for the allocator (jemalloc's size classes are at most 25 % apart: a 25 KB event's listpack
+-- node took 29 KB of MEMORY USAGE).
+local function event_bytes(fields)
+  local bytes = 48
+  for i = 1, #fields do bytes = bytes + #fields[i] + 1 end
+  return math.floor(bytes * 5 / 4)
+end
+local function trim_feed(stream, state, added, max_len, budget, min_ms)
+  local total = redis.call('HINCRBY', state, 'b', added)
+  local length = redis.call('XLEN', stream)
+  local oldest = tonumber(redis.call('HGET', state, 'o') or '0')
+  local aged = min_ms and oldest < min_ms
+  if total <= budget and length < max_len + FEED_STEP and not aged then return end
+  local keep_bytes = total
+  if total > budget then keep_bytes = budget - math.floor(budget / FEED_STEP) end
+  local keep_len = math.min(length, max_len)
+  local start, dropped, freed = '-', 0, 0
+  while length - dropped > 1 do
+    local batch = redis.call('XRANGE', stream, start, '+', 'COUNT', FEED_STEP)
+    local stop = #batch == 0
+    for _, entry in ipairs(batch) do
+      oldest = tonumber(string.match(entry[1], '^%d+'))
+      local over = length - dropped > keep_len or total - freed > keep_bytes or (min_ms and oldest < min_ms)
+      if length - dropped <= 1 or not over then
+        stop = true
+        break
+      end
+      dropped, freed = dropped + 1, freed + event_bytes(entry[2])
+    end
+    if stop then break end
+    start = '(' .. batch[#batch][1]
+  end
+  if dropped > 0 then redis.call('XTRIM', stream, 'MAXLEN', length - dropped) end
+  -- Only the new event left: the total is its size (a stream deleted or trimmed outside this script is healed).
+  if length - dropped <= 1 then freed = total - added end
+  redis.call('HSET', state, 'b', math.max(total - freed, added), 'o', oldest)
 end
 local function log_change(K, A, id, etag, marks)
   if not K[3] then return end
-  local feed_at = #A - 5
-  local event
-  if marks and #marks > 0 then
-    event = redis.call('XADD', K[3], 'MAXLEN', '~', A[feed_at + 2], '*',
-      'o', A[feed_at + 1], 'i', id, 'e', etag, unpack(marks))
-  else
-    event = redis.call('XADD', K[3], 'MAXLEN', '~', A[feed_at + 2], '*',
-      'o', A[feed_at + 1], 'i', id, 'e', etag)
+  local feed_at = #A - 6
+  local fields = {'o', A[feed_at + 1], 'i', id, 'e', etag}
+  if marks then
+    for i = 1, #marks do fields[6 + i] = marks[i] end
   end
+  local event = redis.call('XADD', K[3], '*', unpack(fields))
+  local min_ms = nil
   if A[feed_at + 3] ~= '0' then
-    local oldest = tonumber(string.match(event, '^%d+')) - tonumber(A[feed_at + 3])
-    redis.call('XTRIM', K[3], 'MINID', '~', string.format('%d', oldest))
+    min_ms = tonumber(string.match(event, '^%d+')) - tonumber(A[feed_at + 3])
   end
+  local state = 'ji:' .. string.sub(K[2], 4, -2) .. 'fb'
+  trim_feed(K[3], state, event_bytes(fields), tonumber(A[feed_at + 2]), tonumber(A[feed_at + 6]), min_ms)
   if nudges then
     local channel = A[feed_at + 4]
     nudges[channel] = nudges[channel] or {}
@@ -71,8 +116,8 @@ local function log_change(K, A, id, etag, marks)
     redis.call('PUBLISH', A[feed_at + 4], A[feed_at + 5] .. ' ' .. event)
   end
 end
-"""
-FEED_ARGS = 5
+""".replace("FEED_STEP", "32")
+FEED_ARGS = 6
 
 
 # KEYS: document, index shard[, change feed].
