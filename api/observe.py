@@ -199,7 +199,7 @@ class HotCacheMetrics:
             ),
             "bypassed": Gauge(
                 "jetway_hot_cache_bypassed",
-                "Workers whose hot cache is bypassed (an invalidation connection is down, or lags more than its bound)",
+                "Workers whose hot cache is bypassed (an invalidation connection is down)",
                 multiprocess_mode="livesum",
                 registry=None,
             ),

@@ -299,7 +299,7 @@ class HotCache:
             "lagging": self.lagging,
             "bytes": self.bytes,
             "entries": len(self._entries),
-            "bypassed": 0 if self.fresh else 1,
+            "bypassed": 0 if self._live else 1,
         }
 
     def _invalidate_one(self, key: bytes) -> None:

@@ -29,7 +29,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from cache.redis.address import RedisAddress
-from cache.redis.errors import RedisNotReady
+from cache.redis.errors import RedisNotReady, RedisTimeout, RedisUnavailable
 from cache.redis.link import Command, ForgetsLostConnections, RedisLink, endpoint_for, pool_options
 from cache.redis.resp import FastRedisProtocol
 from cache.redis.sentinel_watch import SentinelWatch, watch_of
@@ -52,7 +52,12 @@ class _MasterProtocol(FastRedisProtocol):
 
         if self.password is not None:
             self.auth(self.password, self.username)
-        return self.role().addCallback(check_role)
+        return self.role().addCallback(check_role).addErrback(_lost)
+
+
+def _lost(failure: Failure) -> None:
+    """A connection lost before its ROLE came (dropped at a failover, or a server gone): nothing to report."""
+    failure.trap(txredisapi.ConnectionError)
 
 
 class _MasterFactory(ForgetsLostConnections, txredisapi.SentinelConnectionFactory):
@@ -87,12 +92,18 @@ class SentinelLink(RedisLink):
         return factory
 
     def _send(self, commands: Sequence[Command], then: Callable[..., Any], *then_args: Any) -> defer.Deferred:
-        return super()._send(commands, then, *then_args).addErrback(self._demoted)
+        return super()._send(commands, then, *then_args).addErrback(self._demoted, self._watch.generation)
 
-    def _demoted(self, failure: Failure) -> Failure:
-        """READONLY: the server this link writes to is a replica now; every connection is made again."""
+    def _demoted(self, failure: Failure, generation: int) -> Failure:
+        """READONLY: the server this link writes to is a replica now; every connection is made again.
+
+        A reply that timed out while a failover was announced is the failover's, not a slow Redis's:
+        RedisUnavailable (503 with Retry-After, what a client may retry), not RedisTimeout (504).
+        """
         if failure.check(RedisNotReady) and str(failure.value).startswith("READONLY"):
             self._watch.suspect()
+        elif failure.check(RedisTimeout) and (generation != self._watch.generation or self._watch.fenced):
+            raise RedisUnavailable(f"the master changed while Redis was answering ({failure.value})")
         return failure
 
 

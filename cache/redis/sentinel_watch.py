@@ -179,8 +179,8 @@ class SentinelWatch:
             self._last_switch = message
             self.switches += 1
             _log.warn("sentinel: {service} switched master: {message}", service=self.address.service, message=message)
+            self.drop()  # before the lift: the discoveries it lets go find the master of the new generation
             self._lift()
-            self.drop()
             return
         name = words[words.index(b"@") + 1] if b"@" in words else (words[1] if len(words) > 1 else b"")
         if name != self.service:
@@ -197,8 +197,8 @@ class SentinelWatch:
 
     def _lift_and_drop(self) -> None:
         self._fence_timer = None
-        self._lift()
         self.drop()
+        self._lift()
 
     def _lift(self) -> None:
         self.fenced = False

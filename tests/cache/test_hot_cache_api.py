@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import gzip
 from collections import Counter
-from typing import Dict, List
+from typing import Callable, Dict, List
 
 import pytest
 import requests
@@ -45,6 +45,24 @@ def command_calls(redis_server) -> Counter:
     return totals
 
 
+def spent_by(redis_server, action: Callable[[], object], attempts: int = 3) -> Counter:
+    """The commands ``action`` sent Redis, done again (up to ``attempts`` times) while it sent any.
+
+    A worker whose invalidations were last confirmed longer than
+    JETWAY_HOT_CACHE_MAX_LAG_MS ago (it was paused: PyPy compiling, a loaded
+    machine) rightly reads Redis instead of its cache
+    (tests/cache/test_invalidation_lag.py); a cache that never serves fails
+    every attempt.
+    """
+    for _ in range(attempts):
+        before = command_calls(redis_server)
+        action()
+        spent = command_calls(redis_server) - before
+        if not spent:
+            break
+    return spent
+
+
 def fresh_get(api, path: str, **headers: str) -> requests.Response:
     return requests.get(api.server.url(path), headers={**api.auth_header, **headers}, timeout=10)
 
@@ -68,19 +86,23 @@ def statuses(api, path: str, reads: int = 20) -> List[int]:
 def test_a_cached_read_with_an_unrated_token_sends_redis_nothing(api, redis_server):
     assert api.put_json("/v1/people/ada", BODY).status_code == 201
     warm(api, "/v1/people/ada")
-    before = command_calls(redis_server)
-    answers = [fresh_get(api, "/v1/people/ada") for _ in range(50)]
-    assert [(answer.status_code, answer.content) for answer in answers] == [(200, BODY)] * 50
-    assert command_calls(redis_server) - before == Counter()
+
+    def read() -> None:
+        answers = [fresh_get(api, "/v1/people/ada") for _ in range(50)]
+        assert [(answer.status_code, answer.content) for answer in answers] == [(200, BODY)] * 50
+
+    assert spent_by(redis_server, read) == Counter()
 
 
 def test_if_none_match_is_answered_304_from_the_cache(api, redis_server):
     etag = api.put_json("/v1/people/ada", BODY).headers["ETag"]
     warm(api, "/v1/people/ada")
-    before = command_calls(redis_server)
-    answers = [fresh_get(api, "/v1/people/ada", **{"If-None-Match": etag}) for _ in range(20)]
-    assert [(answer.status_code, answer.headers["ETag"]) for answer in answers] == [(304, etag)] * 20
-    assert command_calls(redis_server) - before == Counter()
+
+    def read() -> None:
+        answers = [fresh_get(api, "/v1/people/ada", **{"If-None-Match": etag}) for _ in range(20)]
+        assert [(answer.status_code, answer.headers["ETag"]) for answer in answers] == [(304, etag)] * 20
+
+    assert spent_by(redis_server, read) == Counter()
 
 
 # Over JETWAY_COMPRESS_MIN_BYTES (1 KB by default): stored with a gzip variant.
@@ -120,11 +142,13 @@ def test_cached_reads_answer_byte_for_byte_as_uncached_ones_gzip_and_validators_
         what: wire_answer(api, "/v1/people/ada", **h, **{"Cache-Control": "no-cache"}) for what, h in requests_.items()
     }
     warm(api, "/v1/people/ada")
-    before = command_calls(redis_server)
-    for _ in range(4):  # both workers, on fresh connections
-        cached = {what: wire_answer(api, "/v1/people/ada", **headers) for what, headers in requests_.items()}
-        assert cached == uncached
-    assert command_calls(redis_server) - before == Counter()
+
+    def read() -> None:
+        for _ in range(4):  # both workers, on fresh connections
+            cached = {what: wire_answer(api, "/v1/people/ada", **headers) for what, headers in requests_.items()}
+            assert cached == uncached
+
+    assert spent_by(redis_server, read) == Counter()
     assert [uncached[what][0] for what in requests_] == [200, 200, 304, 304, 304]
     assert uncached["gzip"][2]["Content-Encoding"] == "gzip" and gzip.decompress(uncached["gzip"][1]) == LARGE
 
