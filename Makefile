@@ -239,5 +239,24 @@ test-deploy: setup $(DEPLOY_BASE)/.jetway-base-complete
 API_TESTS := tests/handlers/test_documents.py tests/handlers/test_collections.py tests/handlers/test_queries.py tests/handlers/test_multi_get.py tests/cache/test_response_budget.py tests/handlers/http/test_errors.py tests/handlers/http/test_auth.py tests/cache/test_hot_cache_api.py
 
 test-cluster: setup
-	JETWAY_TEST_TOPOLOGY=cluster $(PY) -m pytest -rP $(API_TESTS) tests/handlers/test_changes.py tests/handlers/test_live_queries.py tests/cache/redis/test_cluster.py tests/cache/redis/test_cluster_failover.py tests/cache/redis/test_sentinel.py tests/cache/test_write_concern_failover.py
+	JETWAY_TEST_TOPOLOGY=cluster $(PY) -m pytest -rP $(API_TESTS) tests/handlers/test_changes.py tests/handlers/test_live_queries.py tests/cache/redis/test_cluster.py tests/cache/redis/test_cluster_failover.py tests/cache/redis/test_sentinel.py tests/cache/redis/test_sentinel_switch.py tests/cache/test_write_concern_failover.py
 	JETWAY_TEST_TOPOLOGY=sentinel $(PY) -m pytest $(filter-out tests/handlers/http/test_errors.py,$(API_TESTS))
+
+# --- Consistency: tests/consistency/ (issue #56), see tests/consistency/README.md
+# Concurrent clients' histories under each fault (a worker killed, SIGHUP,
+# Redis killed and restarted on its AOF, Sentinel failovers with and without
+# write concern, late invalidations), checked by Porcupine in a Go program of
+# its own and the change feed against them. One history of each: ~6 minutes
+# here. The soak: CONSISTENCY_HISTORIES=20 CONSISTENCY_OPS=2000 make test-consistency.
+# Go comes from Debian (golang-go, 1.19 on bookworm) only when there is none.
+.PHONY: test-consistency go-packages
+GO_PATHS := $(PATH):/usr/local/go/bin:/usr/lib/go/bin
+
+go-packages: | system-packages
+	@export PATH="$(GO_PATHS)"; command -v go >/dev/null || { \
+	  echo "installing: golang-go"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq golang-go; \
+	}
+
+test-consistency: setup go-packages
+	PATH="$(GO_PATHS)" JETWAY_TEST_CONSISTENCY=1 $(PY) -m pytest -rP tests/consistency

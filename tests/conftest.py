@@ -6,7 +6,9 @@ started, whatever the test did. ``JETWAY_TEST_TOPOLOGY=cluster`` (or
 same fixtures, so the API tests run unchanged on it (``make test-cluster``).
 Tests marked ``slow`` (the fuzzers, the load-test gate: each over ten
 seconds) are skipped unless ``JETWAY_TEST_SLOW=1`` (``make test-slow``), so
-``make test`` stays near ten minutes.
+``make test`` stays near ten minutes; those marked ``consistency``
+(tests/consistency/) unless ``JETWAY_TEST_CONSISTENCY=1`` (``make
+test-consistency``).
 """
 
 from __future__ import annotations
@@ -145,12 +147,19 @@ def page_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PageServer
 
 
 SLOW = os.environ.get("JETWAY_TEST_SLOW") == "1"
+CONSISTENCY = os.environ.get("JETWAY_TEST_CONSISTENCY") == "1"
 
 
 def pytest_collection_modifyitems(items: List[pytest.Item]) -> None:
-    """Mark the tests that drive the browser ``browser``; skip ``slow`` ones unless ``JETWAY_TEST_SLOW=1``."""
+    """Mark the tests that drive the browser ``browser``; skip ``slow`` ones unless ``JETWAY_TEST_SLOW=1``.
+
+    The ``consistency`` ones (tests/consistency/) run only with ``JETWAY_TEST_CONSISTENCY=1``.
+    """
     skip_slow = pytest.mark.skip(reason="slow: run by make test-slow")
+    skip_consistency = pytest.mark.skip(reason="consistency: run by make test-consistency")
     for item in items:
+        if not CONSISTENCY and item.get_closest_marker("consistency") is not None:
+            item.add_marker(skip_consistency)
         if "browser" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.browser)
         if not SLOW and item.get_closest_marker("slow") is not None:

@@ -104,6 +104,10 @@ def test_violations_are_capped():
         ({"minLength": -1}, "not a Draft 2020-12 schema"),
         ({"$schema": "http://json-schema.org/draft-07/schema#"}, "Draft 2020-12"),
         ({"pattern": "("}, "regex|regular expression"),
+        # With the u flag a malformed escape is an error, never another pattern (Annex B reads \x+1 as x+1).
+        ({"pattern": "^\\x+1$"}, "malformed \\\\x escape"),
+        ({"properties": {"a": {"pattern": "^\\u41"}}}, "malformed \\\\u escape"),
+        ({"patternProperties": {"^\\c1$": {}}}, "\\\\c must be followed by a letter"),
         ([], "JSON object"),
     ],
 )

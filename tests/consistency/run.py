@@ -32,8 +32,11 @@ from tests.consistency.stack import Stack
 from tests.support import ROOT
 
 CHECKER_SOURCE = Path(__file__).resolve().parent / "checker"
-GO = os.environ.get("GO") or next(
-    (p for p in ("/usr/local/go/bin/go", "/usr/lib/go/bin/go", "go") if p == "go" or os.path.exists(p)), "go"
+# Go on the PATH (Debian's golang-go), else where the upstream tarball goes; Porcupine is vendored (checker/vendor).
+GO = (
+    os.environ.get("GO")
+    or shutil.which("go")
+    or next((p for p in ("/usr/local/go/bin/go", "/usr/lib/go/bin/go") if os.path.exists(p)), "go")
 )
 
 
@@ -41,8 +44,7 @@ def build_checker(out: Path) -> Path:
     """``go build`` the checker into ``out`` (cached by Go: a second build is quick)."""
     binary = out / "porcupine-checker"
     out.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "GOFLAGS": "-mod=mod"}
-    subprocess.run([GO, "build", "-o", str(binary), "."], cwd=CHECKER_SOURCE, env=env, check=True, timeout=300)
+    subprocess.run([GO, "build", "-o", str(binary), "."], cwd=CHECKER_SOURCE, check=True, timeout=300)
     return binary
 
 
@@ -196,7 +198,8 @@ def run_scenario(name: str, args: argparse.Namespace, binary: Path) -> List[Dict
     summaries = []
     home = out / f"{name}-stack"
     shutil.rmtree(home, ignore_errors=True)  # a fresh Redis (its append-only file) for each run
-    with Stack(home, scenario.topology, scenario.relay, scenario.env) as stack:
+    tree = Path(args.tree) if args.tree else None
+    with Stack(home, scenario.topology, scenario.relay, scenario.env, tree) as stack:
         for number in range(args.histories):
             path = record_history(stack, scenario, number, args, out)
             summary = check_history(path, binary, scenario, args.delta_ms)
@@ -218,6 +221,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--delta-ms", type=float, default=float(env("CONSISTENCY_DELTA_MS", "50")))
     p.add_argument("--out", default=str(ROOT / "var" / "consistency"))
     p.add_argument("--summary", help="write every history's summary here as JSON")
+    p.add_argument("--tree", default=env("CONSISTENCY_TREE"), help="serve from this checkout (another commit)")
     return p
 
 

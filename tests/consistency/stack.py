@@ -12,8 +12,9 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 from tests.consistency.delay_relay import DelayRelay
 from tests.multinode import RedisProcess, SentinelServers
@@ -30,8 +31,26 @@ def aof_args(directory: Path, port: int) -> List[str]:
     ]
 
 
+class TreeJetway(JetwayServer):
+    """``python -m api serve`` from another checkout (``tree``): the same scenarios against another commit."""
+
+    def __init__(self, tree: Path, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.tree = tree
+
+    def start(self, args: Optional[List[str]] = None, stdout: Optional[int] = None) -> JetwayServer:
+        command = [self.python, "-m", "api", "serve", "--port", str(self.port), *(args or [])]
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(command, cwd=self.tree, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        wait_until(self._healthy, 30, f"jetway on port {self.port} (log: {self.log_path})")
+        return self
+
+
 class Stack:
-    """``topology``: ``single`` or ``sentinel``; ``relay``: None, ``tracking`` or ``all`` (``DelayRelay``)."""
+    """``topology``: ``single`` or ``sentinel``; ``relay``: None, ``tracking`` or ``all`` (``DelayRelay``).
+
+    ``tree``: serve from that checkout rather than this one (``git archive COMMIT | tar -x -C DIR``).
+    """
 
     def __init__(
         self,
@@ -39,8 +58,10 @@ class Stack:
         topology: str = "single",
         relay: Optional[str] = None,
         env: Optional[Dict[str, str]] = None,
+        tree: Optional[Path] = None,
     ) -> None:
         self.directory = directory
+        self.tree = tree
         self.topology = topology
         self.relay_mode = relay
         self.env = env or {}
@@ -65,7 +86,11 @@ class Stack:
             assert self.redis is not None, "the relay stands before a single Redis"
             self.relay = DelayRelay(self.redis.port, self.relay_mode).start()
             served_url = f"redis://127.0.0.1:{self.relay.port}/0"
-        self.jetway = JetwayServer(served_url, self.directory / "jetway.log", env=self.env, auth=True)
+        log = self.directory / "jetway.log"
+        if self.tree is None:
+            self.jetway = JetwayServer(served_url, log, env=self.env, auth=True)
+        else:
+            self.jetway = TreeJetway(self.tree, served_url, log, env=self.env, auth=True)
         self.jetway.start(["--workers", str(WORKERS)])
         self.token = self.jetway.make_token("consistency", "admin")
         wait_until(lambda: len(self.workers()) == WORKERS, 30, "the workers")

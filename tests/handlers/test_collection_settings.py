@@ -92,6 +92,9 @@ def test_an_invalid_schema_is_refused_saying_why(api, redis_client):
     body = problem(settings(api, "users", {"schema": {"type": "strnig"}}), 422, "invalid-schema")
     assert "/type" in body["detail"] and "strnig" in body["detail"]
     problem(settings(api, "users", {"schema": {"pattern": "\\p{L}"}}), 422, "invalid-schema")
+    # A malformed escape is refused (the u flag's grammar), never read as another pattern: Annex B's \x+1 is x+1.
+    body = problem(settings(api, "users", {"schema": {"pattern": "^\\x+1$"}}), 422, "invalid-schema")
+    assert "malformed \\x escape" in body["detail"]
     problem(settings(api, "users", {"ttl": 0}), 422, "invalid-settings")
     problem(settings(api, "users", {"max_bytes": "big"}), 422, "invalid-settings")
     body = problem(settings(api, "users", {"tll": 5}), 422, "invalid-settings")
