@@ -6,7 +6,8 @@
 // It prints its verdict as JSON and exits 0 (linearizable), 1 (a violation:
 // first violating document's history, visualized, is written to -html and
 // named in the verdict) or 2 (unknown: the search ran out of time). Each
-// document is checked on its own, -timeout each. Reads that got no
+// document is checked on its own, all within -timeout (and the
+// visualization's search within half of it more). Reads that got no
 // answer are left out (they constrain nothing); writes that got none are
 // indeterminate (returned at infinity).
 //
@@ -126,10 +127,15 @@ func check(h history, delta time.Duration, lossy, withFeed bool, html string, ti
 	v.Documents = len(byDoc)
 	// Each document on its own (what Porcupine's partitioning does too), so the verdict names them.
 	var unknown []string
+	deadline := time.Now().Add(timeout) // for all the documents together
 	for _, doc := range sortedKeys(byDoc) {
-		limit := timeout
+		limit := time.Until(deadline)
 		if len(v.Violating) > 0 && limit > 2*time.Second {
 			limit = 2 * time.Second // the verdict is known: the others are named if they are quick to prove
+		}
+		if limit <= 0 {
+			unknown = append(unknown, doc)
+			continue
 		}
 		switch porcupine.CheckOperationsTimeout(pm, byDoc[doc], limit) {
 		case porcupine.Illegal:
@@ -151,7 +157,7 @@ func check(h history, delta time.Duration, lossy, withFeed bool, html string, ti
 	v.Unknown = unknown
 	if html != "" {
 		// The first violating document's history: Porcupine shows its longest partial linearizations.
-		_, info := porcupine.CheckOperationsVerbose(pm, byDoc[v.Violating[0]], timeout)
+		_, info := porcupine.CheckOperationsVerbose(pm, byDoc[v.Violating[0]], timeout/2)
 		if err := porcupine.VisualizePath(pm, info, html); err != nil {
 			fail(err)
 		}
