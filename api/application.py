@@ -20,10 +20,11 @@ from twisted.logger import Logger
 from api.body_budget import STREAM_SHARE, BodyBudget
 from api.connection import HttpLimits, JetwayConnection
 from api.observe import Observer
+from api.routed import Routed
 from api.streamed_body import stream_reservation
 from handlers.http.cors import NO_CORS, CorsPolicy
 from handlers.http.reply import request_id_of
-from handlers.operation import Route
+from handlers.operation import DOCUMENT_BODY, Route
 from handlers.pipeline import Exchange, Pipeline
 
 # How often the application looks for connections past their deadline, so a
@@ -103,6 +104,16 @@ class JetwayApplication(cyclone.web.Application):
         """The request as a pipeline sees it, with its id (the client's ``X-Request-ID`` if sane)."""
         request_id = request_id_of(headers.get("X-Request-ID"), self.new_request_id)
         return Exchange(method, path, query, args, headers, body, request_id)
+
+    def route_request(self, method: str, target: str) -> Routed:
+        """The route of a request, found at its head, with what its operation declares (``Routed``)."""
+        path, _, query = target.partition("?")
+        spec, args = self.route(path)
+        if spec is None:
+            return Routed(None, args, path, query)
+        operation = spec.operations.get(method)  # type: ignore[attr-defined]  # a Route (handlers.operation)
+        intake = operation.intake if operation is not None else DOCUMENT_BODY
+        return Routed(spec, args, path, query, intake, self.pipeline_of(spec, method))
 
     def route(self, path: str) -> Tuple[Optional[URLSpec], Sequence[Optional[str]]]:
         """The route that serves ``path`` and the arguments its handler gets (None and none: no route).

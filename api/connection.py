@@ -33,11 +33,10 @@ import struct
 import termios
 import time
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, Optional, Tuple
 
 import cyclone.httpserver
 from cyclone.httputil import HTTPHeaders
-from cyclone.web import URLSpec
 from twisted.python import log
 from twisted.python.failure import Failure
 
@@ -45,7 +44,8 @@ from api.chunked import ChunkedDecoder
 from api.client_address import Network, client_address
 from api.debug_burn import burn_cpu
 from api.request_head import MAX_HEADER_BYTES, MAX_REQUEST_LINE, ProtocolError, RequestHead, parse_head
-from api.streamed_body import STREAM_TIMEOUT_DETAIL, StreamedBody, streams
+from api.routed import Routed
+from api.streamed_body import STREAM_TIMEOUT_DETAIL, StreamedBody
 from cache import codec
 from handlers.framework import CycloneConnection
 from handlers.http.body_stream import BodyLost, BodyStream
@@ -53,7 +53,7 @@ from handlers.http.cache_policy import ERROR_POLICY
 from handlers.http.deferreds import is_deferred
 from handlers.http.errors import ApiError
 from handlers.http.reply import PROBLEM_TYPE, REASONS, Reply, header_parts, response_head
-from handlers.paths import BATCH as BATCH_PATH  # the one path whose bodies may be larger than a document
+from handlers.operation import BATCH_BODY, STREAMED_BODY
 from handlers.pipeline import Exchange, failed, start
 
 # Everything a head may hold, plus its blank line: more is a 431 or a 414.
@@ -80,20 +80,6 @@ BUSY_RETRY_AFTER = "1"
 # What the connection's request is while a pipeline it runs waits (for
 # Redis): no Cyclone request, but one being answered.
 _AWAITING_REDIS: Any = object()
-
-
-class Routed:
-    """A request's route (None: no route) and its arguments, as the connection found them.
-
-    Cyclone's dispatch (``api.application.JetwayApplication.__call__``)
-    takes them and does not route the request again.
-    """
-
-    __slots__ = ("args", "spec")
-
-    def __init__(self, spec: Optional[URLSpec], args: Sequence[Any]) -> None:
-        self.spec = spec
-        self.args = args
 
 
 @dataclass(frozen=True)
@@ -125,6 +111,7 @@ class JetwayConnection(StreamedBody, CycloneConnection):
         self.keep_alive = True
         self._buffer = bytearray()
         self._head: Optional[RequestHead] = None
+        self._routed: Optional[Routed] = None  # the route of the request whose head was read
         self._chunks: Optional[ChunkedDecoder] = None
         self._stream: Optional[BodyStream] = None  # a streamed body still arriving
         self._stream_left = 0  # its bytes still to come, by Content-Length
@@ -227,14 +214,17 @@ class JetwayConnection(StreamedBody, CycloneConnection):
             self._head = self._read_head()
             if self._head is None:
                 return False
-            if streams(self._head):
-                self._start_stream(self._head)
+            # Routed once, at its head: its operation says how its body is read (api.application.route).
+            self._routed = self.factory.route_request(self._head.method, self._head.target)
+            intake = self._routed.intake
+            if intake == STREAMED_BODY and self._head.has_body:
+                self._start_stream(self._head, self._routed)
                 return True
-            self._expect_body(self._head)
+            self._expect_body(self._head, self.limits.max_batch_body if intake == BATCH_BODY else self.limits.max_body)
         body = self._read_body(self._head)
         if body is None:
             return False
-        self._dispatch(self._head, body)
+        self._dispatch(self._head, body, self._routed)
         return True
 
     def _read_head(self) -> Optional[RequestHead]:
@@ -252,10 +242,9 @@ class JetwayConnection(StreamedBody, CycloneConnection):
         del self._buffer[: end + 4]
         return parse_head(block)
 
-    def _expect_body(self, head: RequestHead) -> None:
+    def _expect_body(self, head: RequestHead, limit: int) -> None:
         if not head.has_body:
             return
-        limit = self.limits.max_batch_body if head.target.partition("?")[0] == BATCH_PATH else self.limits.max_body
         if head.content_length > limit:
             raise ProtocolError(413, f"the body is larger than {limit} bytes")
         if head.chunked:
@@ -304,7 +293,7 @@ class JetwayConnection(StreamedBody, CycloneConnection):
         self._head = self._chunks = None
         self._release_body()
 
-    def _dispatch(self, head: RequestHead, body: bytes, stream: Optional[BodyStream] = None) -> None:
+    def _dispatch(self, head: RequestHead, body: bytes, routed: Routed, stream: Optional[BodyStream] = None) -> None:
         self._disarm()
         self._head = None
         # A streamed body's request answered before its body ended closes the connection.
@@ -313,13 +302,12 @@ class JetwayConnection(StreamedBody, CycloneConnection):
         app = self.factory
         if app.debug_burn_seconds:
             burn_cpu(app.debug_burn_seconds)
-        path, _, query = head.target.partition("?")
-        spec, args = app.route(path)  # once: Cyclone's dispatch takes it as found (Routed)
-        pipeline = app.pipeline_of(spec, head.method) if self._answers(head) else None
+        pipeline = routed.pipeline if self._answers(head) else None
         if pipeline is None:
-            self._start_request(head, body, Routed(spec, args), stream)
+            self._start_request(head, body, routed, stream)
             return
-        exchange = app.exchange(head.method, path, query, args, head.headers, body)
+        spec = routed.spec
+        exchange = app.exchange(head.method, routed.path, routed.query, routed.args, head.headers, body)
         route = spec.handler_class.ROUTE  # type: ignore[union-attr]  # a pipeline has a route
         started = time.time()
         reply = start(pipeline, exchange)

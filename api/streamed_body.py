@@ -1,7 +1,8 @@
 """The connection's streamed bodies and streamed answers (``api.connection`` mixes this in).
 
-One route takes its body as it arrives, not whole: the NDJSON import
-(``handlers.paths.IMPORT``, ``handlers.imports``). Its request is
+An operation whose table entry declares its body streamed
+(``handlers.operation.STREAMED_BODY``: the NDJSON import,
+``handlers.imports``) takes its body as it arrives, not whole. Its request is
 dispatched at its head; what the socket brings is handed to the request's
 ``BodyStream`` (``handlers.http.body_stream``), and the connection stops
 reading while the stream is full, so the input it holds is bounded
@@ -34,13 +35,11 @@ from api.chunked import ChunkedDecoder
 from api.request_head import ProtocolError, RequestHead
 from handlers.http.body_stream import BodyStream
 from handlers.http.errors import ApiError
-from handlers.paths import IMPORT as IMPORT_PATH
 
 # What a streamed body holds before the connection stops reading: the
 # handler's line splitter holds at most a line more (max_body).
 STREAM_HOLD = 64 * 1024
 STREAM_TIMEOUT_DETAIL = "the request's body stopped arriving, or came slower than the server's minimum rate"
-STREAMED_PREFIX = IMPORT_PATH.partition("{")[0]
 
 
 def stream_reservation(max_body: int) -> int:
@@ -75,11 +74,6 @@ class StreamClock:
         """Until the 408, counted from ``now`` (a byte just came, or the handler just took what it held)."""
         by_rate = self.started + self.timeout + self.held_for + self.received / self.min_rate
         return max(0.0, min(self.timeout, by_rate - now))
-
-
-def streams(head: RequestHead) -> bool:
-    """Whether the request's body goes to its handler as it arrives (an import's)."""
-    return head.has_body and head.method == "POST" and head.target.startswith(STREAMED_PREFIX)
 
 
 class StreamedBody:
@@ -125,7 +119,7 @@ class StreamedBody:
                 self._disarm()
             drained.callback(sent)
 
-    def _start_stream(self, head: RequestHead) -> None:
+    def _start_stream(self, head: RequestHead, routed: Any) -> None:
         """Dispatch an import at its head: its body goes to the handler as it arrives (``BodyStream``).
 
         The worker's body budget holds what the stream and the handler's
@@ -140,7 +134,7 @@ class StreamedBody:
         self._stream = BodyStream(STREAM_HOLD, self._stream_room)
         if head.expects_continue:
             self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-        self._dispatch(head, b"", self._stream)
+        self._dispatch(head, b"", routed, self._stream)
         if self._stream is not None:
             self._feed_stream()
 

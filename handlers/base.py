@@ -33,6 +33,7 @@ from handlers.http.representation import negotiate
 from handlers.pipeline import both, query_argument
 
 __all__ = ["JSON_TYPE", "PROBLEM_TYPE", "RETRY_AFTER_SECONDS", "as_api_error", "request_id_of", "too_large"]
+ADMIN = "admin"
 # What a list page can be sent as besides its bytes (made as it is sent, see send_composed).
 _GZIP_ON_THE_FLY = (("gzip", b""),)
 
@@ -202,6 +203,7 @@ class ResourceHandler(JsonHandler):
         self.compress_min_bytes = compress_min_bytes
         self.idempotency = idempotency
         self.collections = collections
+        self.ticket_gate: Any = None  # the feed's (handlers.tickets.TicketGate): a ticket admits its own feed
 
     def collection_settings(self, collection: bytes) -> defer.Deferred:
         """The collection's settings (``NO_SETTINGS`` when it has none): what a write must obey."""
@@ -231,10 +233,6 @@ class ResourceHandler(JsonHandler):
     def _use_policy(self, settings: CollectionSettings, result: Any) -> Any:
         self.cache_control = policy_for(settings.cache_control, self.cache_control)
         return result
-
-    def writes(self) -> bool:
-        """Whether the request needs write scope (a multi-get by POST does not)."""
-        return self.request.method not in ("GET", "HEAD")
 
     def send_composed(self, body: bytes) -> None:
         """A list page or a multi-get (put together from stored bytes), gzipped as it is sent if the client prefers.
@@ -286,14 +284,41 @@ class ResourceHandler(JsonHandler):
         self.set_status(304)
 
     def prepare(self) -> Optional[defer.Deferred]:
+        """The one admission of a handler's request, by the scope its operation declares (the table's).
+
+        No declared operation for the method: admin scope (deny by default).
+        A ``"token"`` operation (a batch) admits its token here; each of its
+        own operations is then checked for its scope and collection.
+        """
         if self.request.method == "OPTIONS":
             return None  # a CORS preflight carries no credentials
+        operation = self.declared.get(self.request.method)
+        scope = operation.scope if operation is not None else ADMIN
+        if scope is None:
+            return None
         authorization = self.request.headers.get("Authorization")
-        outcome = self.gate.grant_or_wait(authorization, self.path_args[0], self.writes(), False)
+        if scope == "token":
+            return self.gate.admit_batch(authorization, self.admission_cost()).addCallback(self._admitted)
+        ticket = self.query_argument("ticket") if authorization is None and self.ticket_gate is not None else None
+        if ticket is not None and operation is not None and "ticket" in operation.security:
+            # A browser's EventSource cannot send Authorization: its ticket is its credential (handlers.tickets).
+            return self.ticket_gate.admit(ticket, self.path_args[0]).addCallback(self._admitted)
+        collection = self.path_args[0] if scope in ("read", "write") else "_collections"
+        outcome = self.gate.grant_or_wait(authorization, collection, scope != "read", False)
         if is_deferred(outcome):
-            return outcome.addCallback(self._admitted)
-        self._admitted(outcome)  # the usual case: admitted at once, no Deferred
+            return outcome.addCallback(self._admitted_as, scope)
+        self._admitted_as(outcome, scope)  # the usual case: admitted at once, no Deferred
         return None
+
+    def admission_cost(self) -> int:
+        """What the request costs of its token's rate: one; a batch's, one per operation."""
+        return 1
+
+    def _admitted_as(self, grant: Grant, scope: str) -> None:
+        self._admitted(grant)
+        if scope == ADMIN and grant.record is not None and ADMIN not in grant.record.scopes:
+            # A write:* token may not change the rules.
+            raise ApiError(403, "forbidden", f"{self.request.method} {self.request.path} needs the admin scope")
 
     def _admitted(self, grant: Grant) -> None:
         self.grant = grant

@@ -99,8 +99,10 @@ class BatchHandler(ResourceHandler):
         self.operations = operations
         # Each operation's document as the body holds it (its bytes, stored as a single PUT stores its body).
         self.documents = element_member_spans(self.request.body, "operations", "document")
-        authorization = self.request.headers.get("Authorization")
-        return self.gate.admit_batch(authorization, len(operations)).addCallback(self._admitted)
+        return super().prepare()  # the token's; each operation's scope on its collection is checked with it
+
+    def admission_cost(self) -> int:
+        return len(self.operations)  # a batch costs one request of the token's rate per operation
 
     def post(self) -> defer.Deferred:
         # A batch of 1,000 operations is checked, planned, run and rendered

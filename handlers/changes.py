@@ -108,17 +108,9 @@ class ChangesHandler(ResourceHandler):
         self._credential_ended: Optional[str] = None
         self._stop_poll: Optional[defer.Deferred] = None
 
-    def writes(self) -> bool:
-        return False
-
     def prepare(self) -> Optional[defer.Deferred]:
-        if self.request.method == "OPTIONS":
-            return None
-        if self.feed is None:
-            raise feed_off()
-        ticket = self.query_argument("ticket")
-        if ticket is not None and self.ticket_gate is not None and self.request.headers.get("Authorization") is None:
-            return self.ticket_gate.admit(ticket, self.path_args[0]).addCallback(self._admitted)
+        if self.request.method != "OPTIONS" and self.feed is None:
+            raise feed_off()  # before admission: there is no feed to be admitted to
         return super().prepare()
 
     def get(self, collection: str) -> defer.Deferred:

@@ -22,29 +22,13 @@ from cache.collection_settings import CollectionSettings, SettingsError, stored_
 from cache.schema import InvalidSchema
 from handlers.base import ResourceHandler
 from handlers.http import validation
-from handlers.http.auth import Grant
 from handlers.http.cache_policy import cache_policy
 from handlers.http.errors import ApiError, not_found, precondition_failed
 
 ADMIN = "admin"
 
 
-class _AdminHandler(ResourceHandler):
-    """Admitted only with the ``admin`` scope (a ``write:*`` token may not change the rules)."""
-
-    def prepare(self) -> Optional[defer.Deferred]:
-        if self.request.method == "OPTIONS":
-            return None  # a CORS preflight carries no credentials
-        authorization = self.request.headers.get("Authorization")
-        return self.gate.admit(authorization, "_collections", self.writes(), False).addCallback(self._admin_only)
-
-    def _admin_only(self, grant: Grant) -> None:
-        self._admitted(grant)
-        if grant.record is not None and ADMIN not in grant.record.scopes:
-            raise ApiError(403, "forbidden", "collection settings need the admin scope")
-
-
-class CollectionSettingsHandler(_AdminHandler):
+class CollectionSettingsHandler(ResourceHandler):
     ROUTE = "collection_settings"
     SUPPORTED_METHODS = ("GET", "HEAD", "PUT", "DELETE", "OPTIONS")
 
@@ -120,7 +104,7 @@ def index_builds_header(progress: Dict[str, Dict[str, int]]) -> str:
     return ", ".join(f"{name}={state['shards_built']}/{state['shards']}" for name, state in sorted(progress.items()))
 
 
-class CollectionSettingsListHandler(_AdminHandler):
+class CollectionSettingsListHandler(ResourceHandler):
     ROUTE = "collection_settings_list"
     SUPPORTED_METHODS = ("GET", "HEAD", "OPTIONS")
 

@@ -55,6 +55,8 @@ class CycloneHandler(cyclone.web.RequestHandler):
         self.path_kwargs = None
         self.clear()
         self.request.connection.no_keep_alive = self.no_keep_alive
+        # Each method's operation, from the table (handlers.operation.routes): what admission reads.
+        self.declared = kwargs.pop("operations", None) or {}
         self.initialize(**kwargs)
 
     def clear(self) -> None:

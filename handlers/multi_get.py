@@ -21,9 +21,6 @@ class MultiGetHandler(ComposedHandler):
     ROUTE = "multi_get"
     SUPPORTED_METHODS = ("POST", "OPTIONS")
 
-    def writes(self) -> bool:
-        return False
-
     def post(self, collection: str) -> defer.Deferred:
         name = validation.collection_name(collection)
         body = validation.json_document(

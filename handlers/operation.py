@@ -18,6 +18,11 @@ from cyclone.web import URLSpec
 Json = Dict[str, Any]
 JSON_TYPE = "application/json"
 
+# How an operation takes its request body, which the connection reads from the operation it routed to: whole,
+# up to JETWAY_MAX_BODY (a document's) or JETWAY_MAX_BATCH_BYTES (a batch's); or streamed to its handler as it
+# arrives (an import's, of any length: api.streamed_body).
+DOCUMENT_BODY, BATCH_BODY, STREAMED_BODY = "document", "batch", "streamed"
+
 # The segment a template's ``{name}`` matches: loosely, so that the handler
 # checks it and a bad collection name or id is a 400 that says why, not a 404.
 SEGMENT = r"([^/]+)"
@@ -71,7 +76,10 @@ class Operation:
 
     ``scope`` is what a token needs: ``None`` (no token), ``"token"`` (any valid
     token; a batch checks each of its operations' scope), ``"read"``,
-    ``"write"`` or ``"admin"``. ``errors`` are the problem statuses it may
+    ``"write"`` or ``"admin"``; the handlers' one admission
+    (``handlers.base.ResourceHandler.prepare``), the pipelines' and
+    ``/openapi.json``'s ``security`` read it. ``intake`` is how its body is
+    read (``DOCUMENT_BODY``, ``BATCH_BODY``, ``STREAMED_BODY``). ``errors`` are the problem statuses it may
     answer (``details`` rewords the shared description of one), and
     ``replicated`` the headers of a write's 503 ``not-replicated``. A ``GET``
     with ``head`` has a ``HEAD`` of that id derived from it.
@@ -95,6 +103,7 @@ class Operation:
     # ``answers`` (``handlers.document_answers.DocumentAnswers.read``), which the connection runs
     # itself and the handler runs for what the connection leaves it.
     pipeline: Optional[str] = None
+    intake: str = DOCUMENT_BODY
 
     @property
     def path(self) -> str:
@@ -110,8 +119,12 @@ class Route(URLSpec):
     constructor checks it), so finding the slashes is the whole match.
     """
 
-    def __init__(self, resource: Resource, kwargs: Optional[Dict[str, Any]]) -> None:
+    def __init__(
+        self, resource: Resource, kwargs: Optional[Dict[str, Any]], operations: Mapping[str, Operation] = {}
+    ) -> None:
         super().__init__(resource.pattern, resource.handler, kwargs)
+        # Each method's operation (a GET's HEAD too): what the connection and the handler read of it.
+        self.operations = dict(operations)
         self.pattern = resource.pattern  # as the resource wrote it (Cyclone's regex has a ``$`` added)
         literals = re.split(_NAME, resource.template)
         if any(not literal.startswith("/") for literal in literals[1:-1]) or literals[-1][:1] not in ("", "/"):
@@ -150,19 +163,38 @@ def routes(
     operations = list(operations)
     paths: Dict[Resource, None] = dict.fromkeys(operation.resource for operation in operations)
     return [
-        Route(resource, _with_pipelines(kwargs.get(resource.handler), resource, operations))
+        Route(
+            resource,
+            _with_operations(kwargs.get(resource.handler), resource, operations),
+            _by_method(resource, operations),
+        )
         for resource in paths
         if with_docs or not resource.with_docs
     ]
 
 
-def _with_pipelines(
+def _by_method(resource: Resource, operations: List[Operation]) -> Dict[str, Operation]:
+    """The resource's operations by method; a GET's HEAD is the GET's."""
+    found: Dict[str, Operation] = {}
+    for operation in operations:
+        if operation.resource is resource:
+            found[operation.method] = operation
+            if operation.head is not None:
+                found["HEAD"] = operation
+    return found
+
+
+def _with_operations(
     kwargs: Optional[Dict[str, Any]], resource: Resource, operations: List[Operation]
 ) -> Optional[Dict[str, Any]]:
-    """The handler's arguments, with ``pipelines``: each method's pipeline, bound to its ``answers``, if any."""
-    answers = (kwargs or {}).get("answers")
+    """The handler's arguments, with ``operations`` (each method's) and ``pipelines``: each method's pipeline,
+    bound to its ``answers``, if any."""
+    if kwargs is None:
+        return None  # the table's routes alone, as its tests read them
+    kwargs = {**kwargs, "operations": _by_method(resource, operations)}
+    answers = kwargs.get("answers")
     if answers is None:
-        return kwargs  # nothing to bind (the table's routes alone, as its tests read them)
+        return kwargs
     pipelines: Dict[str, Callable[..., Any]] = {}
     for operation in operations:
         if operation.resource is resource and operation.pipeline is not None:

@@ -1,12 +1,11 @@
 """The operation table: every operation of the API, declared once.
 
 Each entry says how an operation is routed (its path and the Cyclone handler),
-what a token needs (``scope``) and how it is documented (summary, parameters,
-body, answers). ``handlers.operation.routes`` derives Cyclone's route list from it and
-``handlers.openapi.build`` the ``/openapi.json`` document (``api/app.py`` hands
+what a token needs (``scope``: the one admission reads it), how its body is
+read (``intake``) and how it is documented. Cyclone's routes, the connection's
+body limits and ``/openapi.json`` are derived from it (``api/app.py`` hands
 it the table). A new operation is one more entry here. Path templates come
-from ``handlers.paths``; the shared error texts and components from
-``handlers.openapi``.
+from ``handlers.paths``; the shared error texts from ``handlers.openapi``.
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ from handlers.metrics import METRICS_TYPE
 from handlers.openapi.parts import closed, parameter
 from handlers.openapi.problems import FEED_OFF, KEY_IN_USE, KEY_REUSED, LOST, REDIS, STORED_REFUSED, STREAM
 from handlers.openapi.problems import RESPONSE_TOO_LARGE as TOO_LARGE
-from handlers.operation import Body, Operation, Response
+from handlers.operation import BATCH_BODY, STREAMED_BODY, Body, Operation, Response
 from handlers.resources import (
     BATCH,
     CHANGES,
@@ -124,8 +123,7 @@ OPERATIONS: Tuple[Operation, ...] = (
             400: "Invalid collection name, `since`, `Last-Event-ID`, `wait`, `limit` or `include_docs`; a live"
             " query no declared index answers (`no-index`), or that is malformed or asks an order (`invalid-query`).",
             401: "No valid bearer token or ticket: missing, unknown, revoked, rotated or expired (never said which).",
-            403: "The token (or the ticket's token) lacks read scope on the collection, or the ticket is for"
-            " another collection.",
+            403: "The token (or the ticket's token) lacks read scope on the collection, or the ticket is another's.",
             404: FEED_OFF,
             410: LOST,
         },
@@ -157,12 +155,13 @@ OPERATIONS: Tuple[Operation, ...] = (
             " An operation that is malformed on its own is refused in its result, not here.",
             409: KEY_IN_USE,
             413: "More operations than `JETWAY_MAX_BATCH_OPS` or than the token's burst (`batch-too-large`),"
-            " or a body over `JETWAY_MAX_BATCH_BYTES` (`body-too-large`); nothing was done.",
+            " or a body over `JETWAY_MAX_BATCH_BYTES` (`body-too-large`); nothing done.",
             422: KEY_REUSED,
             429: "Over the token's rate: a batch costs one request per operation.",
         },
         parameters=("Idempotency-Key", "Prefer"),
         body=Body(JSON, "The operations, in order.", "BatchRequest"),
+        intake=BATCH_BODY,
     ),
     Operation(
         IMPORT,
@@ -193,6 +192,7 @@ OPERATIONS: Tuple[Operation, ...] = (
             "Idempotency-Key",
         ),
         body=Body(NDJSON, "Documents, one JSON object per line; each checked as a PUT's body is.", "NdjsonDocuments"),
+        intake=STREAMED_BODY,
     ),
     Operation(
         SETTINGS,

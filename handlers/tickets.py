@@ -85,9 +85,6 @@ class TicketHandler(ResourceHandler):
         super().initialize(**documents)
         self.tickets = tickets
 
-    def writes(self) -> bool:
-        return False  # a ticket reads; it needs read scope only
-
     def post(self, collection: str) -> defer.Deferred:
         name = validation.collection_name(collection)
         if self.tickets is None:

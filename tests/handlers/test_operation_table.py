@@ -45,7 +45,31 @@ def test_each_route_gets_its_handlers_dependencies():
     handler = OPERATIONS[0].resource.handler
     given = {"x": 1}
     first = routes(OPERATIONS, {handler: given})[0]
-    assert (first.pattern, first.handler_class, first.kwargs) == (ROUTES_BEFORE[0], handler, given)
+    assert (first.pattern, first.handler_class) == (ROUTES_BEFORE[0], handler)
+    assert first.kwargs == {**given, "operations": {"POST": OPERATIONS[0]}}  # what its admission reads
+
+
+def test_each_route_knows_its_operations_and_its_handler_answers_just_those():
+    for route in routes(OPERATIONS, {}):
+        declared = {operation.method for operation in OPERATIONS if operation.resource.handler is route.handler_class}
+        heads = {
+            "HEAD" for operation in OPERATIONS if operation.resource.handler is route.handler_class and operation.head
+        }
+        assert set(route.operations) == declared | heads, route.pattern
+        assert set(route.handler_class.SUPPORTED_METHODS) - {"OPTIONS"} <= declared | heads, route.pattern
+
+
+def test_no_handler_decides_admission_nor_the_connection_a_path():
+    """Admission is the base handler's, by the operation's declared scope; body limits come from the table."""
+    root = Path(__file__).resolve().parents[2]
+    by_method = [
+        str(path.relative_to(root))
+        for path in sorted((root / "handlers").rglob("*.py"))
+        if "def writes(self)" in path.read_text() or "self.writes()" in path.read_text()
+    ]
+    connection = ("connection.py", "streamed_body.py", "routed.py", "application.py")
+    by_path = [name for name in connection if "handlers.paths" in (root / "api" / name).read_text()]
+    assert (by_method, by_path) == ([], [])
 
 
 @pytest.mark.parametrize(
