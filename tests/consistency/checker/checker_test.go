@@ -93,6 +93,15 @@ func TestALostAcknowledgedWriteIsAViolationUnlessLossIsAllowedThere(t *testing.T
 	if got := verdictOf(t, h, 0, true, false); got != "ok" {
 		t.Fatalf("lost writes allowed: want ok, got %s", got)
 	}
+	// Read before it was lost: excused inside the window, not after it.
+	h.Records = append(h.Records, get(31, 33, 200, `"e2"`, `{"v":2}`))
+	if got := verdictOf(t, h, 0, true, false); got != "ok" {
+		t.Fatalf("a read of a lost write inside the window: want ok, got %s", got)
+	}
+	h.Records = append(h.Records, get(60, 70, 200, `"e2"`, `{"v":2}`))
+	if got := verdictOf(t, h, 0, true, false); got != "violation" {
+		t.Fatalf("the lost write read back after the window: want violation, got %s", got)
+	}
 }
 
 func TestAnIndeterminateWriteMayHaveHappenedOrNot(t *testing.T) {

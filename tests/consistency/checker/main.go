@@ -15,7 +15,8 @@
 // current at some point within D before its call (its call is moved D back).
 // -allow-lost-writes: acknowledged writes that completed inside the history's
 // lossy_windows (a failover without write concern) may be lost: each may
-// take effect or not, at a point within its interval.
+// take effect or not, at a point within its interval; reads and refused
+// writes that completed there are left out (they may have seen what was lost).
 // -feed: the change feed (the history's feed) is a constraint: each write
 // that takes effect takes its document's next event (see model.go).
 package main
@@ -66,6 +67,7 @@ type verdict struct {
 	Indeterminate int      `json:"indeterminate"`
 	DroppedReads  int      `json:"dropped_reads"`
 	MaybeLost     int      `json:"maybe_lost"`
+	Excused       int      `json:"excused"`
 	Documents     int      `json:"documents"`
 	Violating     []string `json:"violating_documents,omitempty"`
 	Unknown       []string `json:"unknown_documents,omitempty"`
@@ -198,19 +200,34 @@ func operations(h history, delta int64, lossy bool, v *verdict) []porcupine.Oper
 		} else {
 			out.Status = *r.Status
 		}
-		if isRead(r.Kind) {
-			call -= delta
-		} else if lossy && out.Status != 0 && inside(h.LossyWindows, r.Ret) {
+		if lossy && r.Status != nil && inside(h.LossyWindows, r.Ret) {
+			if isRead(r.Kind) || !changed(r.Kind, out.Status) {
+				// It may have read (or been refused on) what was then lost: nothing to hold it to.
+				v.Excused++
+				continue
+			}
 			// Taken or lost at its linearization point, inside its interval: returning it at
 			// infinity (as an indeterminate write) made the search of a failover's history blow up.
 			out.MaybeLost = true
 			v.MaybeLost++
+		}
+		if isRead(r.Kind) {
+			call -= delta
 		}
 		ops = append(ops, porcupine.Operation{ClientId: r.Client, Input: in, Call: call, Output: out, Return: ret})
 	}
 	sort.SliceStable(ops, func(i, j int) bool { return ops[i].Call < ops[j].Call })
 	v.Operations = len(ops)
 	return ops
+}
+
+// changed: the status says the write took effect.
+func changed(kind string, status int) bool {
+	switch kind {
+	case "delete", "cdelete":
+		return status == 204
+	}
+	return status == 200 || status == 201
 }
 
 func inside(windows [][2]int64, t int64) bool {
