@@ -87,7 +87,7 @@ class JetwayApplication(cyclone.web.Application):
             handler = self.error_handler(self, request, status_code=404)
         else:
             handler = spec.handler_class(self, request, **spec.kwargs)
-        handler._execute([], *args)
+        handler.execute(*args)
         return handler
 
     def pipeline_of(self, spec: Optional[URLSpec], method: str) -> Optional[Pipeline]:

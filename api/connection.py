@@ -143,7 +143,7 @@ class JetwayConnection(StreamedBody, CycloneConnection):
 
     def busy(self) -> bool:
         """A request is being received or answered on this connection."""
-        return self._request is not None or bool(self._buffer) or self._head is not None
+        return self.current_request is not None or bool(self._buffer) or self._head is not None
 
     # The transport's producer (IPushProducer): it pauses the connection
     # when it queues output the kernel did not take, resumes it when all of
@@ -155,7 +155,7 @@ class JetwayConnection(StreamedBody, CycloneConnection):
 
     def resumeProducing(self) -> None:
         self._output_blocked = False
-        if self._request is None and not self._lost:
+        if self.current_request is None and not self._lost:
             self._await_next()
         self._fire_drained(True)
 
@@ -171,7 +171,7 @@ class JetwayConnection(StreamedBody, CycloneConnection):
         if self._stream is not None:
             self._feed_stream()
             return
-        if self._request is not None:
+        if self.current_request is not None:
             # A pipelined request: it waits in the buffer, and nothing more
             # is read until the buffer holds no complete request.
             self.transport.pauseProducing()
@@ -188,7 +188,7 @@ class JetwayConnection(StreamedBody, CycloneConnection):
             self._process()
         else:
             self._arm(self.limits.keepalive_timeout, _CLOSE)
-        if self._request is None and not self._output_blocked:
+        if self.current_request is None and not self._output_blocked:
             self.transport.resumeProducing()
 
     def _process(self) -> None:
@@ -205,7 +205,10 @@ class JetwayConnection(StreamedBody, CycloneConnection):
 
     def _can_start_request(self) -> bool:
         return (
-            self._request is None and not self._output_blocked and not self._lost and not self.transport.disconnecting
+            self.current_request is None
+            and not self._output_blocked
+            and not self._lost
+            and not self.transport.disconnecting
         )
 
     def _next_request(self) -> bool:
@@ -313,7 +316,7 @@ class JetwayConnection(StreamedBody, CycloneConnection):
         reply = start(pipeline, exchange)
         if is_deferred(reply):
             # It waits (for Redis): this connection waits as it would for a handler.
-            self._request = _AWAITING_REDIS
+            self.current_request = _AWAITING_REDIS
             more = (exchange, head, route, started)
             reply.addCallbacks(self._send_reply, self._send_problem, callbackArgs=more, errbackArgs=more)
         else:
@@ -333,7 +336,7 @@ class JetwayConnection(StreamedBody, CycloneConnection):
         request.routed = routed
         if stream is not None:
             request.body_stream = stream
-        self._request = request
+        self.current_request = request
         self.request_callback(request)
 
     def _answers(self, head: RequestHead) -> bool:
@@ -367,11 +370,11 @@ class JetwayConnection(StreamedBody, CycloneConnection):
             self._write_reply(reply, exchange, head, route, started)
         except Exception:
             log.err(None, "sending a pipeline's reply failed")
-            self._request = None
+            self.current_request = None
             self.transport.abortConnection()
 
     def _write_reply(self, reply: Reply, exchange: Exchange, head: RequestHead, route: str, started: float) -> None:
-        self._request = None
+        self.current_request = None
         if self._lost:
             return
         app = self.factory

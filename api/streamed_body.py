@@ -88,7 +88,7 @@ class StreamedBody:
     _buffer: bytearray
     _lost: bool
     _output_blocked: bool
-    _request: Any
+    current_request: Any
     transport: Any
     factory: Any
     limits: Any
@@ -141,7 +141,7 @@ class StreamedBody:
     def _feed_stream(self) -> None:
         """Hand the stream what the buffer holds of its body; stop reading while it is full."""
         stream = self._stream
-        assert stream is not None and self._request is not None
+        assert stream is not None and self.current_request is not None
         try:
             data, done = self._stream_data()
         except ProtocolError as error:

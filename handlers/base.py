@@ -50,7 +50,7 @@ class JsonHandler(CycloneHandler):
         # and the CORS headers too.
         if not self.request_id:
             self.request_id = request_id_of(self.request.headers.get("X-Request-ID"), self.application.new_request_id)
-        self._headers["X-Request-ID"] = self.request_id
+        self.set_default_header("X-Request-ID", self.request_id)
         cors = self.application.cors
         if cors.enabled:
             # Made once per origin, appended to the head as bytes (handlers/http/cors.py says why).
@@ -96,8 +96,7 @@ class JsonHandler(CycloneHandler):
 
     def send_reply(self, reply: Reply) -> None:
         """Send a pipeline's reply (``handlers.pipeline``): the head the connection would write, through Cyclone."""
-        self._status_code = reply.status
-        self._reason = REASONS[reply.status]
+        self.set_reply_status(reply.status, REASONS[reply.status])
         self.reply = reply  # its head is the reply's own (handlers.framework, _generate_headers)
         if reply.body and reply.status != 304:
             self.write(reply.body)

@@ -271,7 +271,6 @@ class ChangesHandler(ResourceHandler):
     def _open(self, token: str) -> None:
         """The response head and the ``ready`` event; from here on the stream answers, not Cyclone."""
         assert self.feed is not None
-        self._auto_finish = False
         self.set_status(200)
         self.set_header("Content-Type", EVENT_STREAM)
         self.set_header("Cache-Control", "no-store")
@@ -282,8 +281,7 @@ class ChangesHandler(ResourceHandler):
             self.set_header("Transfer-Encoding", "chunked")
         else:
             connection.keep_alive = False  # HTTP/1.0: the body ends with the connection
-        head = self._generate_headers()
-        self._headers_written = True
+        head = self.take_head()
         limits = self.feed.limits
         self.stream = EventStream(
             connection.transport,
@@ -307,13 +305,13 @@ class ChangesHandler(ResourceHandler):
         if self.subscription is not None:
             self.subscription.cancel()
         self.request.connection.no_keep_alive = True
-        if not self._finished:
+        if not self.finished:
             self.finish()
 
     def on_connection_close(self, *args: Any) -> None:
         if self._hold is not None:
             self._hold.release()
-        if self._finished:
+        if self.finished:
             return
         self._gone = True
         if self.stream is not None and self.feed is not None:

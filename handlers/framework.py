@@ -10,7 +10,11 @@ checked against this module, one method at a time.
 - ``CycloneHandler`` (the base of every handler, ``handlers.base``):
   ``__init__``, ``clear``, ``_execute``, ``_convert_header_value``,
   ``compute_etag``, ``write``, ``_generate_headers`` (and ``send_head_now``,
-  which writes that head early), ``_handle_request_exception``; they rely on ``_headers``,
+  which writes that head early, and ``take_head``, which hands it to a
+  stream), ``_handle_request_exception``; and offers, for its subclasses
+  and the application, ``execute``, ``finished``, ``set_reply_status`` and
+  ``set_default_header`` over the privates below, which no other module
+  touches (``tests/test_tree.py`` checks it). They rely on ``_headers``,
   ``_list_headers``, ``_write_buffer``, ``_status_code``, ``_reason``,
   ``_transforms``, ``_finished``, ``_headers_written``, ``_auto_finish``,
   ``_execute_success`` and ``_execute_failure`` keeping their meaning.
@@ -177,6 +181,34 @@ class CycloneHandler(cyclone.web.RequestHandler):
         self.request.write(self._generate_headers())
         self._headers_written = True
 
+    def take_head(self) -> bytes:
+        """The response head, for a stream that writes it itself (the SSE feed); Cyclone writes none after it
+        and does not finish the request when the method returns."""
+        self._auto_finish = False
+        head = self._generate_headers()
+        self._headers_written = True
+        return head
+
+    @property
+    def finished(self) -> bool:
+        """Whether the response is finished (Cyclone's ``_finished``)."""
+        return bool(self._finished)
+
+    def execute(self, *args: str) -> None:
+        """Run the request: ``prepare``, then the method (``_execute``, below); the application's dispatch."""
+        self._execute([], *args)
+
+    def set_reply_status(self, status: int, reason: str) -> None:
+        """The status of a pipeline's reply, taken as it is (Cyclone's ``set_status`` checks it against its own
+        table of reasons)."""
+        self._status_code = status
+        self._reason = reason
+
+    def set_default_header(self, name: str, value: str) -> None:
+        """A header every answer carries (``set_default_headers``), set without ``set_header``'s checks: the
+        value is made by the server."""
+        self._headers[name] = value
+
     def _connection_header(self) -> Optional[str]:
         """What Cyclone's connection decided in ``_finish_request``, said in the head."""
         connection = self.request.connection
@@ -206,3 +238,12 @@ class CycloneConnection(cyclone.httpserver.HTTPConnection):
 
     def request_answered(self) -> None:
         raise NotImplementedError
+
+    @property
+    def current_request(self) -> Any:
+        """The request being received or answered (Cyclone's ``_request``); None between requests."""
+        return self._request
+
+    @current_request.setter
+    def current_request(self, request: Any) -> None:
+        self._request = request

@@ -1,0 +1,57 @@
+"""Cyclone's private members are touched in handlers/framework.py only, and each one it touches exists in the
+installed Cyclone: an upgrade that renames one fails here, not in production."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from pathlib import Path
+
+import cyclone.httpserver
+import cyclone.web
+
+ROOT = Path(__file__).resolve().parent.parent
+FRAMEWORK = ROOT / "handlers" / "framework.py"
+# What handlers/framework.py overrides or reads of Cyclone's (its docstring says why, one by one).
+CYCLONE_PRIVATES = (
+    "_execute",
+    "_execute_success",
+    "_execute_failure",
+    "_convert_header_value",
+    "_generate_headers",
+    "_handle_request_exception",
+    "_headers",
+    "_list_headers",
+    "_write_buffer",
+    "_status_code",
+    "_reason",
+    "_transforms",
+    "_finished",
+    "_headers_written",
+    "_auto_finish",
+    "_finish_request",
+    "_request",
+    "_request_finished",
+    "_finish_callback",
+)
+USED = re.compile(r"\.(" + "|".join(CYCLONE_PRIVATES) + r")\b")
+
+
+def test_cyclone_privates_are_touched_only_in_handlers_framework() -> None:
+    found = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for folder in ("api", "handlers", "cache")
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        if path != FRAMEWORK
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if USED.search(line)
+    ]
+    assert found == []
+
+
+def test_each_cyclone_private_the_framework_relies_on_is_in_the_installed_cyclone() -> None:
+    source = inspect.getsource(cyclone.web) + inspect.getsource(cyclone.httpserver)
+    missing = [name for name in CYCLONE_PRIVATES if not re.search(r"(\.|def )" + name + r"\b", source)]
+    assert missing == []
+    framework = FRAMEWORK.read_text()
+    assert [name for name in CYCLONE_PRIVATES if not re.search(r"(\.|def )" + name + r"\b", framework)] == []
