@@ -34,6 +34,16 @@ from cache.redis.link import Command, ForgetsLostConnections, RedisLink, endpoin
 from cache.redis.resp import FastRedisProtocol
 from cache.redis.sentinel_watch import SentinelWatch, watch_of
 
+# After a failover, how long a reply's timeout is still the failover's (the pools fill again,
+# the new master's replicas sync, so a write concern's WAITs queue): 503, not 504.
+SETTLING_SECONDS = 10.0
+# Commands that only read (the documents', pages', indexes' and feed's reads): a batch of them
+# alone is sent again after a failover that dropped its connection.
+READS = frozenset(
+    b"GET MGET HGET HMGET HGETALL EXISTS PTTL TTL SCAN ZRANGE ZRANGEBYLEX ZRANGEBYSCORE ZCARD ZSCORE"
+    b" XRANGE XREVRANGE XLEN SMEMBERS SCARD PING".split()
+)
+
 
 class _MasterProtocol(FastRedisProtocol):
     """The link's protocol, checking first that the server is master, as txredisapi's SentinelRedisProtocol does.
@@ -58,6 +68,22 @@ class _MasterProtocol(FastRedisProtocol):
 def _lost(failure: Failure) -> None:
     """A connection lost before its ROLE came (dropped at a failover, or a server gone): nothing to report."""
     failure.trap(txredisapi.ConnectionError)
+
+
+def _reads_only(commands: Sequence[Command]) -> bool:
+    """Whether every command of a batch only reads: safe to send again whatever became of it."""
+    return all(_name(command) in READS for command in commands)
+
+
+def _name(command: Command) -> bytes:
+    name = command[0]
+    return (name.encode() if isinstance(name, str) else bytes(name)).upper()
+
+
+def _as_unavailable(failure: Failure) -> Failure:
+    if failure.check(RedisTimeout):
+        raise RedisUnavailable(f"the master changed while Redis was answering ({failure.value})")
+    return failure
 
 
 class _MasterFactory(ForgetsLostConnections, txredisapi.SentinelConnectionFactory):
@@ -92,19 +118,32 @@ class SentinelLink(RedisLink):
         return factory
 
     def _send(self, commands: Sequence[Command], then: Callable[..., Any], *then_args: Any) -> defer.Deferred:
-        return super()._send(commands, then, *then_args).addErrback(self._demoted, self._watch.generation)
+        sent = super()._send(commands, then, *then_args)
+        return sent.addErrback(self._demoted, self._watch.generation, commands, then, then_args)
 
-    def _demoted(self, failure: Failure, generation: int) -> Failure:
-        """READONLY: the server this link writes to is a replica now; every connection is made again.
+    def _demoted(
+        self, failure: Failure, generation: int, commands: Sequence[Command], then: Callable[..., Any], then_args: Any
+    ) -> Any:
+        """What a failed batch becomes when the master may have changed under it.
 
-        A reply that timed out while a failover was announced is the failover's, not a slow Redis's:
-        RedisUnavailable (503 with Retry-After, what a client may retry), not RedisTimeout (504).
+        READONLY: the server this link writes to is a replica now; every
+        connection is made again. A batch that failed across an announced
+        failover (its connection dropped, or no reply in time) is sent once
+        more, to the new master, when it only reads. Otherwise a timeout
+        during a failover, or in the ``SETTLING_SECONDS`` after it (the pools
+        fill again, a write concern's replicas sync, so WAITs queue), is
+        RedisUnavailable (503 with Retry-After, which a client may retry), not
+        RedisTimeout (504): the failover's doing, not a slow Redis's.
         """
         if failure.check(RedisNotReady) and str(failure.value).startswith("READONLY"):
             self._watch.suspect()
-        elif failure.check(RedisTimeout) and (generation != self._watch.generation or self._watch.fenced):
-            raise RedisUnavailable(f"the master changed while Redis was answering ({failure.value})")
-        return failure
+            return failure
+        if not self._watch.unsettled(generation, SETTLING_SECONDS):
+            return failure
+        moved = generation != self._watch.generation
+        if moved and failure.check(RedisUnavailable, RedisTimeout) and _reads_only(commands):
+            return super()._send(commands, then, *then_args).addErrback(_as_unavailable)
+        return _as_unavailable(failure)
 
 
 @implementer(IStreamClientEndpoint)

@@ -63,6 +63,9 @@ ANSWER_WINDOW = 0.2
 # At most one drop for a READONLY reply per this many seconds.
 SUSPECT_SECONDS = 0.5
 PING_SECONDS = 2.0
+# How often the sentinels are asked again whether the master is still the one the connections were made
+# to: an announcement missed (no sentinel subscribed yet, or all of them unreachable) is noticed so.
+RECHECK_SECONDS = 1.0
 RETRY = backoffPolicy(initialDelay=0.2, maxDelay=1.0, factor=2.0, jitter=lambda: 0.0)
 _log = Logger()
 Master = Tuple[str, int]
@@ -121,12 +124,15 @@ class SentinelWatch:
         self._timeout = timeout
         # Bumped by every announcement that drops the connections: a master found before it is stale.
         self.generation = 0
+        self.changed_at = float("-inf")  # when it was last bumped, on the reactor's clock
         self.switches = 0
         self.fenced = False
         self._fence_timer: Any = None
         self._lifted: List[defer.Deferred] = []
         self._connections: weakref.WeakSet[Any] = weakref.WeakSet()
         self._last_switch: Optional[bytes] = None
+        self.current: Optional[Master] = None  # the master the connections were last made to
+        self._rechecking = False
         self._last_suspect = float("-inf")
         self._subscribers: weakref.WeakSet[_Announcements] = weakref.WeakSet()
         self._services: List[ClientService] = []
@@ -147,6 +153,9 @@ class SentinelWatch:
         self._pinging = task.LoopingCall(self._ping)
         self._pinging.clock = self._reactor
         self._pinging.start(PING_SECONDS, now=False)
+        self._rechecks = task.LoopingCall(self._recheck)
+        self._rechecks.clock = self._reactor
+        self._rechecks.start(RECHECK_SECONDS, now=False)
 
     def _build(self, addr: Any) -> _Announcements:
         subscriber = _Announcements()
@@ -161,6 +170,7 @@ class SentinelWatch:
     def stop(self) -> Any:
         if self._services:
             self._pinging.stop()
+            self._rechecks.stop()
         self._lift()
         yield defer.gatherResults([service.stopService() for service in self._services], consumeErrors=True)
         if self._sentinel is not None:
@@ -212,10 +222,15 @@ class SentinelWatch:
     def drop(self) -> None:
         """Every connection made through the watch is dropped; each is made again to the master found then."""
         self.generation += 1
+        self.changed_at = self._reactor.seconds()
         for connection in list(self._connections):
             transport = getattr(connection, "transport", None)
             if transport is not None:
                 transport.abortConnection()
+
+    def unsettled(self, generation: int, within: float) -> bool:
+        """Whether the master may have changed since ``generation``, or did less than ``within`` seconds ago."""
+        return generation != self.generation or self.fenced or self._reactor.seconds() - self.changed_at < within
 
     def suspect(self) -> None:
         """A link was told READONLY: its server is no master now. Dropped, at most every ``SUSPECT_SECONDS``."""
@@ -240,7 +255,31 @@ class SentinelWatch:
         finally:
             if sentinel is not self._sentinel:
                 yield sentinel.disconnect()
+        if generation == self.generation:
+            self.current = found
         return generation, found
+
+    def _recheck(self) -> None:
+        if self.fenced or self._rechecking or self.current is None or self._sentinel is None:
+            return
+        self._rechecking = True
+        asked = self._ask(self._sentinel).addCallback(self._compare, self.generation)
+        asked.addErrback(lambda _: None).addBoth(self._rechecked)
+
+    def _rechecked(self, _: Any) -> None:
+        self._rechecking = False
+
+    def _compare(self, found: Master, generation: int) -> None:
+        """The sentinels name another master than the connections' though no announcement came: follow them."""
+        if found != self.current and generation == self.generation and not self.fenced:
+            _log.warn(
+                "sentinel: {service} is at {found}, not {current}: a failover not heard of",
+                service=self.address.service,
+                found=found,
+                current=self.current,
+            )
+            self.current = found
+            self.drop()
 
     def opened(self, connection: Any, generation: int) -> bool:
         """A connection made to the master found at ``generation``; False (drop it) if an announcement came since."""

@@ -111,3 +111,19 @@ def test_readonly_drops_the_connections_at_most_every_half_second():
     clock.advance(SUSPECT_SECONDS)
     watch.suspect()
     assert aborted(made) == [2]
+
+
+def test_a_failover_not_heard_of_is_found_by_asking_again_and_drops_the_connections():
+    """No announcement came (no sentinel was subscribed yet, or none could be reached), but the
+    sentinels' highest epoch names another master than the connections': they are dropped."""
+    watch, clock, made = watch_with(2)
+    answers = [("127.0.0.1", 6379)]
+    watch._ask = lambda sentinel: defer.succeed(answers[0])  # type: ignore[method-assign]
+    watch._sentinel = object()  # type: ignore[assignment]
+    watch.master()
+    assert watch.current == ("127.0.0.1", 6379)
+    watch._recheck()
+    assert aborted(made) == [0, 0]  # the same master: nothing to do
+    answers[0] = ("127.0.0.1", 6380)
+    watch._recheck()
+    assert aborted(made) == [1, 1] and watch.current == ("127.0.0.1", 6380)
