@@ -1,7 +1,7 @@
 """Hostile clients, and what they cost a server's processes.
 
 Shared by the suite (``tests/process/test_hostile_clients.py``, which keeps the
-bounds true) and ``python -m loadtest._hostile`` (which measures them at full
+bounds true) and ``python -m loadtest.studies._hostile`` (which measures them at full
 size and writes the report). Every client here talks to 127.0.0.1 only,
 and every loop is bounded in time.
 """

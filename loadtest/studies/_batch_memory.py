@@ -8,7 +8,7 @@ from /proc before and after each. The report compares the largest rise with
 the batch's own size (its request body and its answer), and writes it to
 ``loadtest/results/batch_memory.md``.
 
-    .venv-loadtest/bin/python -m loadtest._batch_memory [--batches 20]
+    .venv-loadtest/bin/python -m loadtest.studies._batch_memory [--batches 20]
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def main() -> int:
     lines = [
         "# A worker's resident memory over batches of 1,000 mixed operations",
         "",
-        f"`{' '.join(['python -m loadtest._batch_memory', f'--batches {args.batches}', f'--size {args.size}'])}`,"
+        f"`python -m loadtest.studies._batch_memory --batches {args.batches} --size {args.size}`,"
         f" {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; machine: {json.dumps(machine(PYPY))}",
         "",
         f"One worker, production defaults. A batch: {OPERATIONS} operations (put, get, patch, create, delete in"

@@ -6,11 +6,11 @@ of 100 single ``PUT``s of ~200 B documents and one ``POST /v1/_batch`` of
 100 such PUTs (interleaved, so both meet the same machine); documents/s of
 each, and the script calls Redis made for one batch and its time in them
 (``INFO commandstats``). Then the worker's RSS before and after ``--batches``
-batches of 1,000 mixed operations (``loadtest._batch_memory``'s), and the
+batches of 1,000 mixed operations (``loadtest.studies._batch_memory``'s), and the
 store's ceiling: ``redis-benchmark -P 100 -t hset`` on the same Redis.
 Writes ``loadtest/results/batch_pace.md``.
 
-    /work/main/.venv/bin/python -m loadtest._batch_pace [--rounds 20] [--warm 1000] [--batches 20] [--healthz 20]
+    .venv/bin/python -m loadtest.studies._batch_pace [--rounds 20] [--warm 1000] [--batches 20] [--healthz 20]
 
 ``--healthz SECONDS``: then ``/healthz``'s wait, probed every 20 ms on a
 connection of its own while another sends 1,000-op batches back to back.
@@ -34,10 +34,10 @@ from typing import Dict, List, Tuple
 from urllib.parse import urlsplit
 
 from loadtest import _data, _token
-from loadtest._batch_memory import mixed_batch, rss_mb
-from loadtest._served import append_report, serve_one
 from loadtest._servers import Processes, stop_on_sigterm
 from loadtest._token import ROOT
+from loadtest.studies._batch_memory import mixed_batch, rss_mb
+from loadtest.studies._served import append_report, serve_one
 
 REPORT = ROOT / "loadtest" / "results" / "batch_pace.md"
 DOCUMENTS = 100
@@ -196,7 +196,7 @@ def healthz_behind(base: str, headers: Dict[str, str], seconds: float, size: int
 
 
 def profile(python: Path, batches: int) -> int:
-    """One worker as ``loadtest._request_path --serve`` runs it; vmprof over ``batches`` batches of 100 PUTs."""
+    """One worker as ``loadtest.studies._request_path --serve`` runs it; vmprof over ``batches`` batches of 100 PUTs."""
     with tempfile.TemporaryDirectory(prefix="jetway-batch-pace-") as scratch, Processes(Path(scratch)) as processes:
         redis_url = processes.redis()
         token = _token.resolve(str(python), redis_url).token or ""
@@ -239,7 +239,7 @@ def main() -> int:
             lines += healthz_behind(base, client.headers, args.healthz, args.size)
         lines += ["", f"Ceiling: `redis-benchmark -P 100 -t hset` on the same Redis: {ceiling(socket):,.0f} HSET/s."]
     command = (
-        f"`python -m loadtest._batch_pace --rounds {args.rounds} --warm {args.warm} --batches {args.batches}"
+        f"`python -m loadtest.studies._batch_pace --rounds {args.rounds} --warm {args.warm} --batches {args.batches}"
         f" --size {args.size}`"
     )
     append_report(REPORT, "Batches at Redis's pace", args.label or "run", [command, "", *lines])

@@ -1,6 +1,6 @@
 """The cost of the I-JSON checks on a body's parse: ``codec.loads`` against the bare parse.
 
-``python -m loadtest._bench_codec [--rounds N]`` (either interpreter) times,
+``python -m loadtest.studies._bench_codec [--rounds N]`` (either interpreter) times,
 interleaved in one process, the parse a PUT does (``cache.codec.loads``)
 and the same parse without the I-JSON checks (``cache.codec._parse``), for
 the bench's 200 B, 4 KB and 10 KB documents and a 4 KB one whose strings
@@ -20,7 +20,7 @@ from typing import Callable, List, Optional, Sequence
 from cache import codec
 from loadtest._data import document
 
-OUTPUT = Path(__file__).resolve().parent / "results" / "bench_codec.md"
+OUTPUT = Path(__file__).resolve().parents[1] / "results" / "bench_codec.md"
 
 
 def _with_colons(size: int) -> bytes:
@@ -36,7 +36,7 @@ def _microseconds(parse: Callable[[bytes], object], body: bytes, loops: int) -> 
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m loadtest._bench_codec")
+    parser = argparse.ArgumentParser(prog="python -m loadtest.studies._bench_codec")
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args(argv)
     bodies = {

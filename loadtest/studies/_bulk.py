@@ -14,8 +14,8 @@ and the access log on). In one run:
 
 Writes ``loadtest/results/bulk.md`` (appended, one section per run).
 
-    .venv/bin/python -m loadtest._bulk [--documents 1000000] [--streams 1] [--workers 2] [--label after]
-    .venv/bin/python -m loadtest._bulk --profile import --documents 100000   # vmprof of one worker's import
+    .venv/bin/python -m loadtest.studies._bulk [--documents 1000000] [--streams 1] [--workers 2] [--label after]
+    .venv/bin/python -m loadtest.studies._bulk --profile import --documents 100000   # vmprof of one worker's import
 """
 
 from __future__ import annotations
@@ -34,11 +34,11 @@ from typing import Dict, List, Tuple
 from urllib.parse import urlsplit
 
 from loadtest import _data, _token
-from loadtest._batch_pace import ceiling, redis_cli
 from loadtest._gate import cpu_seconds
-from loadtest._served import append_report, serve_one
 from loadtest._servers import Processes, stop_on_sigterm
 from loadtest._token import ROOT
+from loadtest.studies._batch_pace import ceiling, redis_cli
+from loadtest.studies._served import append_report, serve_one
 
 REPORT = ROOT / "loadtest" / "results" / "bulk.md"
 SIZE = 200
@@ -165,7 +165,7 @@ def run_export(base: str, auth: str, socket_path: str = "") -> Dict[str, float]:
 
 
 def profile(python: Path, documents: int, case: str) -> int:
-    """One worker as ``loadtest._request_path --serve`` runs it; vmprof over an import of ``documents``,
+    """One worker as ``loadtest.studies._request_path --serve`` runs it; vmprof over an import of ``documents``,
     or (``case`` export) over three exports of them."""
     with tempfile.TemporaryDirectory(prefix="jetway-bulk-") as scratch, Processes(Path(scratch)) as processes:
         redis_url = processes.redis()
@@ -214,7 +214,8 @@ def main() -> int:
     export_rate = statistics.median(export_rates)
     redis_per_mb = statistics.median(run["redis s/MB"] for run in exports)
     lines = [
-        f"`python -m loadtest._bulk --documents {args.documents} --streams {args.streams} --workers {args.workers}`",
+        f"`python -m loadtest.studies._bulk --documents {args.documents} --streams {args.streams}"
+        f" --workers {args.workers}`",
         "",
         "| figure | value |",
         "|---|---:|",

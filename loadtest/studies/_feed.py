@@ -1,6 +1,6 @@
 """The change feed's measured promises: delivery latency to many subscribers, and memory with some that never read.
 
-``python -m loadtest._feed`` (after ``make setup``) starts a private Redis
+``python -m loadtest.studies._feed`` (after ``make setup``) starts a private Redis
 and a master with ``--workers`` workers (production defaults: authorization
 on with an unrated token, access log on), then:
 
@@ -45,9 +45,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from loadtest._hot_cache import OUTPUT, _metric, _percentiles
 from loadtest._servers import PYPY, Processes, wait_until
 from loadtest._token import create as make_token
+from loadtest.studies._hot_cache import OUTPUT, _metric, _percentiles
 
 COLLECTION = "feedbench"
 DOCUMENTS = 1000
@@ -60,7 +60,7 @@ _EVENT = re.compile(rb"^event: ([a-z-]+)", re.MULTILINE)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m loadtest._feed", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m loadtest.studies._feed", description=__doc__.split("\n\n")[0])
     parser.add_argument("--subscribers", type=int, default=2000, help="streams that read (probes included)")
     parser.add_argument("--probes", type=int, default=50, help="of them, those whose events are timed")
     parser.add_argument("--rate", type=float, default=1000.0, help="writes per second")
@@ -272,7 +272,7 @@ async def measure(args: argparse.Namespace) -> str:
         rss = {"started": processes.worker_rss_mb("jetway")}
         state = Path(directory) / "readers.json"
         readers = args.subscribers - probes_wanted
-        command = [sys.executable, "-m", "loadtest._feed", "--readers-only", "--port", str(port)]
+        command = [sys.executable, "-m", "loadtest.studies._feed", "--readers-only", "--port", str(port)]
         command += ["--token", token, "--subscribers", str(readers), "--state", str(state)]
         tickets = _tickets(port, token, args.subscribers) if args.tickets else []
         if tickets:
@@ -364,7 +364,7 @@ def _report(
         f" ({len(probes)} timed), PUTs of ~190 B to {DOCUMENTS} documents at {args.rate:g}/s through"
         f" {WRITERS} connections, {args.warmup:g} s untimed, {args.seconds:g} s, then {args.stalled_seconds:g} s with"
         " the stalled streams;"
-        f" `python -m loadtest._feed --subscribers {args.subscribers} --probes {args.probes}"
+        f" `python -m loadtest.studies._feed --subscribers {args.subscribers} --probes {args.probes}"
         f" --rate {args.rate:g} --seconds {args.seconds:g} --stalled {args.stalled}"
         f" --stalled-seconds {args.stalled_seconds:g} --warmup {args.warmup:g} --workers {args.workers}"
         f"{' --tickets' if args.tickets else ''}`.",

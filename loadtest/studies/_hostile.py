@@ -1,6 +1,6 @@
 """Hostile clients at full size, against a Jetway with production defaults.
 
-``python -m loadtest._hostile`` (after ``make setup``) starts a private Redis
+``python -m loadtest.studies._hostile`` (after ``make setup``) starts a private Redis
 and a master with its workers (authorization and access log on), then:
 
 1. one client pipelines GETs of a 200 KB document for 5 s without reading
@@ -28,7 +28,9 @@ from typing import List, Optional, Sequence, Tuple
 
 import requests
 
-from loadtest._attacks import (
+from loadtest._servers import ROOT, Processes, free_port, http_ok, wait_until
+from loadtest._token import create as make_token
+from loadtest.studies._attacks import (
     answered,
     children,
     cpu_share,
@@ -37,8 +39,6 @@ from loadtest._attacks import (
     pipeline_without_reading,
     rss_mb,
 )
-from loadtest._servers import ROOT, Processes, free_port, http_ok, wait_until
-from loadtest._token import create as make_token
 
 MB = 1000 * 1000
 DOCUMENT = b'{"pad":"' + b"x" * (200 * 1024) + b'"}'
@@ -46,7 +46,7 @@ OUTPUT = ROOT / "loadtest" / "results" / "hostile.md"
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m loadtest._hostile", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m loadtest.studies._hostile", description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=5.0, help="how long the pipelining client sends")
     parser.add_argument("--bodies", type=int, default=1000, help="connections holding a partial body")
@@ -146,7 +146,8 @@ def _report(rows: List[Tuple[str, str]], args: argparse.Namespace) -> str:
     lines = [
         "# Hostile clients",
         "",
-        f"`python -m loadtest._hostile --workers {args.workers} --seconds {args.seconds:g} --bodies {args.bodies}`"
+        f"`python -m loadtest.studies._hostile --workers {args.workers} --seconds {args.seconds:g}"
+        f" --bodies {args.bodies}`"
         f" at {time.strftime('%Y-%m-%d %H:%M')}, on {os.cpu_count()} cores; production defaults"
         " (authorization and access log on, JETWAY_BODY_BUDGET and JETWAY_SEND_TIMEOUT at their defaults).",
         "",

@@ -1,6 +1,6 @@
 """The hot cache's two measured promises: how stale a worker can be, and what memory it takes.
 
-``python -m loadtest._hot_cache staleness`` (after ``make setup``) starts a
+``python -m loadtest.studies._hot_cache staleness`` (after ``make setup``) starts a
 private Redis and a master with 2 workers (production defaults: authorization
 on with an unrated token, access log on, the hot cache at its default bound),
 puts wrk's 64 connections on one document, and then, ``--writes`` times:
@@ -13,7 +13,7 @@ It also counts reads that got an older version than one the same worker
 had served before (never allowed), and reads whose body does not belong to
 their ETag.
 
-``python -m loadtest._hot_cache memory`` seeds ``--docs`` documents of
+``python -m loadtest.studies._hot_cache memory`` seeds ``--docs`` documents of
 ``--size`` bytes straight into Redis, then reads them at random with wrk
 (64 connections) for ``--seconds`` on 2 workers, with the cache off and then
 on (production defaults otherwise), and reports each worker's resident
@@ -54,7 +54,7 @@ SEEDED_PREFIX = "/v1/mem/d"
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m loadtest._hot_cache", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m loadtest.studies._hot_cache", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     stale = commands.add_parser("staleness", help="the window from a PUT's 2xx to both workers serving it")
     stale.add_argument("--writes", type=int, default=2000)

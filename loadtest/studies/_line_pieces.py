@@ -8,7 +8,7 @@ turns; the worker's CPU (utime + stime from /proc) for each import. With
 ``--tree DIR`` the server runs DIR's code (an older checkout), so before
 and after are measured side by side:
 
-    .venv/bin/python -m loadtest._line_pieces --rounds 3 [--tree /tmp/old]
+    .venv/bin/python -m loadtest.studies._line_pieces --rounds 3 [--tree /tmp/old]
 
 Writes loadtest/results/line_pieces.md.
 """
@@ -79,7 +79,7 @@ def main(argv: List[str]) -> int:
     lines = [
         "# A 1 MB NDJSON line in one piece and in 50-byte pieces: the worker's CPU",
         "",
-        f"`.venv/bin/python -m loadtest._line_pieces --rounds {args.rounds}"
+        f"`.venv/bin/python -m loadtest.studies._line_pieces --rounds {args.rounds}"
         + (f" --tree {args.tree}`" if args.tree != ROOT else "`"),
         "",
         "| round | one piece (s) | 50-byte pieces (s) | ratio |",

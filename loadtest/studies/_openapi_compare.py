@@ -1,6 +1,6 @@
 """Compare two OpenAPI documents operation by operation.
 
-``python -m loadtest._openapi_compare BEFORE.json AFTER.json`` prints every
+``python -m loadtest.studies._openapi_compare BEFORE.json AFTER.json`` prints every
 path, method, parameter (name and place), request body media type and
 response status found in one document and not in the other, and exits 1 if
 there is any. Descriptions and schemas are not compared: this answers "do

@@ -1,6 +1,6 @@
 """Where a slow PUT's time goes: one worker under wrk's PUTs, its collector's pauses and Redis's, side by side.
 
-One served worker (``loadtest._request_path``'s child: production defaults,
+One served worker (``loadtest.studies._request_path``'s child: production defaults,
 authorization and the access log on) per variant, each with PyPy's GC log
 (``PYPYLOG=gc-minor,gc-collect-step``), a private Redis with its latency
 monitor on (1 ms) and slow log at 1 ms; wrk PUTs one ~200 B document with 64
@@ -17,7 +17,7 @@ measured them before each worker warmed itself up, ``api.warm_up``).
 
 Writes ``loadtest/results/put_tail.md`` (appended).
 
-    .venv/bin/python -m loadtest._put_tail [--seconds 10] [--rounds 2]
+    .venv/bin/python -m loadtest.studies._put_tail [--seconds 10] [--rounds 2]
 """
 
 from __future__ import annotations
@@ -35,11 +35,11 @@ from pathlib import Path
 from typing import Dict, List, Tuple
 
 from loadtest import _token
-from loadtest._batch_pace import redis_cli
-from loadtest._request_path import DOCUMENT, DOCUMENT_PATH, WRK_SCRIPT
-from loadtest._served import append_report, serve_one
 from loadtest._servers import Processes, stop_on_sigterm
 from loadtest._token import ROOT
+from loadtest.studies._batch_pace import redis_cli
+from loadtest.studies._request_path import DOCUMENT, DOCUMENT_PATH, WRK_SCRIPT
+from loadtest.studies._served import append_report, serve_one
 
 REPORT = ROOT / "loadtest" / "results" / "put_tail.md"
 # A variant's name, its worker's environment, and whether wrk warms the JIT up first.
@@ -174,7 +174,8 @@ def main() -> int:
                 medians.setdefault(name, []).append(result["p99"])
                 print(lines[-1], flush=True)
     heading = [
-        f"`python -m loadtest._put_tail --seconds {args.seconds:g} --rounds {args.rounds}`: one worker, wrk -c64,"
+        f"`python -m loadtest.studies._put_tail --seconds {args.seconds:g} --rounds {args.rounds}`:"
+        " one worker, wrk -c64,"
         " a ~200 B PUT of one document; p99 medians: "
         + ", ".join(f"{name} {statistics.median(values):.2f} ms" for name, values in medians.items()),
         "",

@@ -1,6 +1,6 @@
 """Issue 47's figures: queries over declared indexes beside what they replace, and what indexes cost writes.
 
-One served worker (``loadtest._request_path``'s child: production defaults,
+One served worker (``loadtest.studies._request_path``'s child: production defaults,
 authorization and the access log on) and a private Redis. In one run:
 
 - **equality**: ``GET /v1/eq?email=eq.<v>`` answering 10 documents against
@@ -21,7 +21,8 @@ authorization and the access log on) and a private Redis. In one run:
 
 Writes ``loadtest/results/queries.md`` (appended).
 
-    .venv/bin/python -m loadtest._queries [--documents 1000000] [--rounds 4] [--seconds 5] [--only put] [--redis-core]
+    .venv/bin/python -m loadtest.studies._queries [--documents 1000000] [--rounds 4] [--seconds 5]
+        [--only put] [--redis-core]
 
 ``--redis-core`` gives Redis a core of its own (CPU 1) and the worker and
 wrk the other: where Redis runs on its own host, the documents/s a worker
@@ -44,13 +45,13 @@ from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
 from loadtest import _token
-from loadtest._attacks import cpu_seconds
-from loadtest._batch_pace import redis_cli
-from loadtest._bulk import import_stream, redis_cpu_seconds
-from loadtest._request_path import WRK_SCRIPT
-from loadtest._served import append_report, serve_one
 from loadtest._servers import Processes, stop_on_sigterm
 from loadtest._token import ROOT
+from loadtest.studies._attacks import cpu_seconds
+from loadtest.studies._batch_pace import redis_cli
+from loadtest.studies._bulk import import_stream, redis_cpu_seconds
+from loadtest.studies._request_path import WRK_SCRIPT
+from loadtest.studies._served import append_report, serve_one
 
 REPORT = ROOT / "loadtest" / "results" / "queries.md"
 THREE = {
@@ -325,7 +326,8 @@ def main() -> int:
     stop_on_sigterm()
     pinned = " --redis-core" if args.redis_core else ""
     lines = [
-        f"`python -m loadtest._queries --documents {args.documents} --rounds {args.rounds} --seconds {args.seconds:g}"
+        f"`python -m loadtest.studies._queries --documents {args.documents} --rounds {args.rounds}"
+        f" --seconds {args.seconds:g}"
         f" --pages {args.pages}{pinned}{' --only ' + args.only if args.only else ''}`: one worker (production"
         " defaults), a private Redis, wrk -c64"
         + ("; Redis alone on CPU 1, the worker and wrk on CPU 0." if args.redis_core else "."),

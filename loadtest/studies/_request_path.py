@@ -1,6 +1,6 @@
 """The worker's CPU cost of one request, without the network, the kernel or a noisy neighbour.
 
-``python -m loadtest._request_path`` (after ``make setup``) starts a private
+``python -m loadtest.studies._request_path`` (after ``make setup``) starts a private
 Redis, makes a token, and then, for each of the four settings of
 authorization and access log (on or off), runs a PyPy process that builds a worker exactly
 as ``api.worker`` does (``assemble``: the same application, store, hot cache
@@ -68,7 +68,9 @@ SETTINGS = (("off", "off"), ("off", "on"), ("on", "off"), ("on", "on"))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m loadtest._request_path", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtest.studies._request_path", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--requests", type=int, default=20_000, help="per round")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--warmup", type=int, default=60_000, help="requests before the first round")
@@ -110,7 +112,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         redis_url = processes.redis()
         if args.serve_documents:
             # Here, not at the top: a child measuring an older --tree imports this module from there.
-            from loadtest._hot_cache import seed_documents
+            from loadtest.studies._hot_cache import seed_documents
 
             seed_documents(redis_url, args.serve_documents, len(DOCUMENT))
         token = make_token(str(PYPY), redis_url, "request-path")
@@ -174,7 +176,16 @@ def _profile_served(args: argparse.Namespace, redis_url: str, token: str, auth: 
     """One worker served under wrk; vmprof over the last ``args.serve`` seconds. Returns the profile."""
     port = free_port()
     result = scratch / f"profile-{auth}-{log}.txt"
-    command = [str(PYPY), "-m", "loadtest._request_path", "--child", "--port", str(port), "--result", str(result)]
+    command = [
+        str(PYPY),
+        "-m",
+        "loadtest.studies._request_path",
+        "--child",
+        "--port",
+        str(port),
+        "--result",
+        str(result),
+    ]
     env = _child_env(redis_url, token, auth, log)
     worker = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
     try:
@@ -192,7 +203,7 @@ def _profile_served(args: argparse.Namespace, redis_url: str, token: str, auth: 
         body.write_bytes(document)
         load_env = {**os.environ, "BENCH_METHOD": args.serve_method, "BENCH_BODY_FILE": str(body)}
         if args.serve_documents:
-            from loadtest._hot_cache import SEEDED_PREFIX
+            from loadtest.studies._hot_cache import SEEDED_PREFIX
 
             load_env.update(BENCH_IDS=str(args.serve_documents), BENCH_PATH_PREFIX=SEEDED_PREFIX)
         warm_up = subprocess.run([*load, f"-d{args.serve:g}s"], env=load_env, check=True, stdout=subprocess.DEVNULL)
@@ -244,7 +255,7 @@ def _label(tree: Path) -> str:
 
 def _report(rows: List[Any], args: argparse.Namespace) -> None:
     lines = [
-        "# The worker's CPU per request, in-process (`python -m loadtest._request_path`)",
+        "# The worker's CPU per request, in-process (`python -m loadtest.studies._request_path`)",
         "",
         f"Median of {args.rounds} rounds of {args.requests:,} requests after {args.warmup:,}, in each of "
         f"{args.repeat} process(es) per row (the median of theirs); the access log written every "

@@ -11,7 +11,7 @@ ever sees) and warm (the next rounds, each a new schema). With
 writes them, so the first write is this worker's first use of the version
 (its compile):
 
-    PYTHONPATH=. .venv/bin/python -m loadtest._schema_stall [--rounds 6] [--elsewhere]
+    PYTHONPATH=. .venv/bin/python -m loadtest.studies._schema_stall [--rounds 6] [--elsewhere]
 """
 
 from __future__ import annotations

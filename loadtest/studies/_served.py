@@ -1,4 +1,4 @@
-"""What the bench tools share: one worker served as ``loadtest._request_path --child`` runs it, and their reports.
+"""What the studies share: one worker served as ``_request_path --child`` runs it, and their reports.
 
 ``serve_one`` starts the worker (production defaults, authorization and the
 access log on; vmprof on ``SIGUSR1``, its profile written to the returned
@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from loadtest._request_path import _child_env
 from loadtest._servers import Processes, free_port, http_ok, wait_until
 from loadtest._token import ROOT
+from loadtest.studies._request_path import _child_env
 
 
 def serve_one(
@@ -29,7 +29,16 @@ def serve_one(
 ) -> Tuple[subprocess.Popen, str, Path]:
     """The worker (on ``cpus``, if given), its base URL once it answers ``/healthz``, and where its profile goes."""
     port, profile = free_port(), scratch / f"profile-{time.monotonic_ns()}.txt"
-    command = [str(python), "-m", "loadtest._request_path", "--child", "--port", str(port), "--result", str(profile)]
+    command = [
+        str(python),
+        "-m",
+        "loadtest.studies._request_path",
+        "--child",
+        "--port",
+        str(port),
+        "--result",
+        str(profile),
+    ]
     child_env = {**_child_env(redis_url, token, "on", "on"), **(env or {})}
     worker = processes.start("worker", command, env=child_env, cpus=cpus)
     base = f"http://127.0.0.1:{port}"

@@ -1,6 +1,6 @@
 """Jetway on one Redis and on a 3-master Redis Cluster, side by side under wrk.
 
-``.venv/bin/python -m loadtest._topologies [--seconds 10] [--rounds 2]`` (the
+``.venv/bin/python -m loadtest.studies._topologies [--seconds 10] [--rounds 2]`` (the
 leading underscore keeps ``locust -f loadtest/`` from importing it).
 
 Starts a redis-server on TCP, a 3-master cluster (``tests.multinode``), and
@@ -39,7 +39,7 @@ CASES = ("get", "put", "many", "page")
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m loadtest._topologies", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m loadtest.studies._topologies", description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=10.0, help="per measurement")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--warmup", type=float, default=20.0, help="seconds of load per server before measuring")

@@ -1,6 +1,6 @@
 """Issue 44's attacks, before and after, measured the same way against the issue's targets.
 
-    .venv-loadtest/bin/python -m loadtest._trust --tree DIR [--tree DIR2] [--rounds 3] [--only NAME ...]
+    .venv-loadtest/bin/python -m loadtest.studies._trust --tree DIR [--tree DIR2] [--rounds 3] [--only NAME ...]
 
 For each tree (a checkout, e.g. a ``git worktree`` of an old commit with
 ``.venv`` linked in, as ``loadtest/ab_cpu.sh`` makes them), a private
@@ -8,8 +8,8 @@ redis-server and a server of that tree's code (``python -m api serve``, 2
 workers, production defaults: authorization on, access log on; the master in
 a session of its own, so ``kill -HUP -PGID`` reaches it and its workers
 only), an admin token made with the tree's own CLI, then each attack of
-``loadtest._trust_attacks`` repeated ``--rounds`` times while
-``loadtest._trust_monitor`` probes ``/healthz`` on several keep-alive
+``loadtest.studies._trust_attacks`` repeated ``--rounds`` times while
+``loadtest.studies._trust_monitor`` probes ``/healthz`` on several keep-alive
 connections and samples each worker's RSS every 20 ms, and a loopback
 listener records any connection. 10 s after an attack's last request its
 monitor stops: one row per attack and tree, judged against the issue's
@@ -42,8 +42,8 @@ from typing import Callable, Dict, List, Optional, Sequence, Set
 
 from loadtest._servers import Processes, free_port, http_ok, stop_on_sigterm, wait_until
 from loadtest._token import ROOT
-from loadtest._trust_attacks import ATTACKS, Attack, Outcome, Target, call
-from loadtest._trust_monitor import Listener, Monitor, pids_alive, worker_pids
+from loadtest.studies._trust_attacks import ATTACKS, Attack, Outcome, Target, call
+from loadtest.studies._trust_monitor import Listener, Monitor, pids_alive, worker_pids
 
 OUTPUT = ROOT / "loadtest" / "results" / "trust.md"
 WORKERS = 2
@@ -361,7 +361,7 @@ def report(rows: Sequence[Row], command: str, loads: List[str]) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m loadtest._trust", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m loadtest.studies._trust", description=__doc__.split("\n\n")[0])
     parser.add_argument("--tree", type=Path, action="append", required=True, help="a checkout with .venv in it")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--only", action="append", choices=[attack.name for attack in ATTACKS])
@@ -374,7 +374,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for tree in args.tree:
         rows += run_tree(tree.resolve(), attacks, args.rounds, lambda line: print(line, flush=True))
         loads.append(_load())
-    command = "python -m loadtest._trust " + shlex.join(sys.argv[1:] if argv is None else list(argv))
+    command = "python -m loadtest.studies._trust " + shlex.join(sys.argv[1:] if argv is None else list(argv))
     text = report(rows, command, loads)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(text)

@@ -1,4 +1,4 @@
-"""Issue 44's attacks, as ``loadtest._trust`` repeats them against one server.
+"""Issue 44's attacks, as ``loadtest.studies._trust`` repeats them against one server.
 
 Each attack is a function of a ``Target`` (the server's port, an admin
 token, the tree whose CLI to run, the loopback listener's port) and the

@@ -1,4 +1,4 @@
-"""What ``loadtest._trust`` watches while an attack runs: /healthz gaps, worker RSS, stray connections.
+"""What ``loadtest.studies._trust`` watches while an attack runs: /healthz gaps, worker RSS, stray connections.
 
 ``Monitor`` runs in a process of its own (spawned, so the attack's client,
 which may read hundreds of MB, never holds up a probe): one thread, a few
@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Set, Tuple
 
-from loadtest._attacks import content_length
+from loadtest.studies._attacks import content_length
 
 PROBE_EVERY = 0.02
 SAMPLE_EVERY = 0.02

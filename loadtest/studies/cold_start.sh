@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A fresh server's first writes, with and without the workers' warm-up (api/warm_up.py).
 #
-#   loadtest/cold_start.sh [ROUNDS]
+#   loadtest/studies/cold_start.sh [ROUNDS]
 #
 # Each run starts a server with production defaults (authorization and the
 # access log on, WORKERS workers, default 2) and a private Redis, warms it
@@ -13,7 +13,7 @@
 # takes each place in turn on this shared machine. The table, with each
 # run's p99 and req/s, goes to loadtest/results/cold_start.md.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 ROUNDS=${1:-2}
 WORKERS=${WORKERS:-2}
 WARM=${WARM:-6}
@@ -71,7 +71,7 @@ default=$(.venv/bin/python -c 'from api.config import Settings; print(Settings()
 {
   echo "# A fresh server's first writes: JETWAY_WARM_UP=0 against $default"
   echo
-  echo "\`loadtest/cold_start.sh $ROUNDS\` at $(git rev-parse --short HEAD), $(date -u '+%Y-%m-%d %H:%M UTC'); $WORKERS workers, production defaults,"
+  echo "\`loadtest/studies/cold_start.sh $ROUNDS\` at $(git rev-parse --short HEAD), $(date -u '+%Y-%m-%d %H:%M UTC'); $WORKERS workers, production defaults,"
   echo "${WARM} s of GETs per URL first (no PUT), then ${DUR} s of PUTs of ~200 B, then ${DUR} s of its reads (64 connections)."
   echo
   echo "| JETWAY_WARM_UP | PUT p50 ms | PUT p99 ms | PUT req/s | read p99 ms | read req/s | warm-up s (each worker) |"

@@ -1,4 +1,4 @@
--- wrk script of loadtest/_topologies.py: requests spread over many documents.
+-- wrk script of loadtest/studies/_topologies.py: requests spread over many documents.
 --
 -- TOPO_CASE picks the request: get (one of TOPO_DOCS documents at random),
 -- put (overwrite one at random), many (a multi-get of 20 random ids), page

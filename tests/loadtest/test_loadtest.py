@@ -345,7 +345,7 @@ def test_loadtest_check_fails_on_a_real_slowdown_and_passes_without_it(tmp_path)
 
 
 def test_the_gc_log_s_pauses_are_each_event_s_ticks_from_its_start_to_its_end():
-    from loadtest._put_tail import pauses
+    from loadtest.studies._put_tail import pauses
 
     log = (
         b"[100] {gc-minor\n[105] {gc-minor-walkroots\n[107] gc-minor-walkroots}\nminor collect\n[130] gc-minor}\n"
@@ -358,7 +358,7 @@ def test_the_gc_log_s_pauses_are_each_event_s_ticks_from_its_start_to_its_end():
 
 
 def test_an_import_s_lines_are_documents_of_about_200_bytes_each_naming_its_id():
-    from loadtest._bulk import ndjson
+    from loadtest.studies._bulk import ndjson
 
     lines = ndjson(5, 3).splitlines()
     assert [json.loads(line)["id"] for line in lines] == ["d000000005", "d000000006", "d000000007"]

@@ -1,9 +1,9 @@
-"""loadtest._trust's pure parts: how a row is judged against issue 44's targets, and how a gap is netted."""
+"""loadtest.studies._trust's pure parts: how a row is judged against issue 44's targets, and how a gap is netted."""
 
 from __future__ import annotations
 
-from loadtest._trust import Row, misses, rss_cell, status_summary, table, verdict
-from loadtest._trust_monitor import SELF, _net, waited
+from loadtest.studies._trust import Row, misses, rss_cell, status_summary, table, verdict
+from loadtest.studies._trust_monitor import SELF, _net, waited
 
 
 def row(**changes: object) -> Row:

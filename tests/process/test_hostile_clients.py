@@ -2,7 +2,7 @@
 
 A client that pipelines and never reads, one that reads large responses
 slowly, one that stops reading altogether, and many that send part of a
-body and wait. ``python -m loadtest._hostile`` measures the same attacks at
+body and wait. ``python -m loadtest.studies._hostile`` measures the same attacks at
 full size; docs/operations.md, "Hostile clients", has its figures.
 """
 
@@ -17,7 +17,7 @@ from typing import Iterator, List
 import pytest
 import requests
 
-from loadtest._attacks import (
+from loadtest.studies._attacks import (
     answered,
     children,
     connect,
