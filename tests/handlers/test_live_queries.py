@@ -255,3 +255,27 @@ def test_a_chunks_frames_for_a_live_query_are_made_once_for_all_its_subscribers(
     assert count == 1 and after == 1 and b"id: t1\n" in frames and b'"matches":true' in frames and b"t2" not in frames
     assert chunk.judged(LiveQuery(b"x:i:v", b"w:i:v", b"[a", b"(b"), False)[0] is frames  # an equal query: shared
     assert chunk.judged(LiveQuery(b"x:i:v", b"w:i:v", b"[b", b"+"), False)[1] == 1  # another: its own
+
+
+def test_a_lane_judges_a_chunk_once_for_all_its_live_queries_as_each_alone_would() -> None:
+    """``Lane.live_index``: the chunk's events judged in one pass for every query of the lane (issue #55 item 6)."""
+    from cache.change_feed import Event
+    from cache.live_queries import LiveQuery
+    from handlers.feed.hub import Chunk, Lane
+
+    def event(n: int, now: bytes, before: bytes) -> Event:
+        return Event(0, (n, 0), b"put", b"d%d" % n, b'"e"', ((b"x:i:v", now), (b"w:i:v", before)))
+
+    framed = [(event(n, b"v%d" % (n % 4), b"v%d" % ((n + 1) % 4)), b"t%d" % n, None) for n in range(40)]
+    queries = [LiveQuery(b"x:i:v", b"w:i:v", b"[v%d" % n, b"[v%d" % n) for n in range(4)]
+    lane = Lane(())
+    for query in [*queries, queries[0]]:
+        lane.follow(query)
+    together = Chunk(b"", (), len(framed), framed, lane.live_index())
+    for query in queries:
+        alone = Chunk(b"", (), len(framed), framed)
+        assert together.judged(query, False) == alone.judged(query, False)
+    lane.unfollow(queries[0])
+    assert lane.live_index() is not None and queries[0] in lane.live_index().queries  # one subscription left
+    lane.unfollow(queries[0])
+    assert queries[0] not in lane.live_index().queries
