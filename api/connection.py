@@ -47,6 +47,7 @@ from api.request_head import MAX_HEADER_BYTES, MAX_REQUEST_LINE, ProtocolError, 
 from api.routed import Routed
 from api.streamed_body import STREAM_TIMEOUT_DETAIL, StreamedBody
 from cache import codec
+from cache.twisted_internals import unsent_bytes
 from handlers.framework import CycloneConnection
 from handlers.http.body_stream import BodyLost, BodyStream
 from handlers.http.cache_policy import ERROR_POLICY
@@ -454,7 +455,7 @@ class JetwayConnection(StreamedBody, CycloneConnection):
         reads steadily.
         """
         transport = self.transport
-        queued = len(transport.dataBuffer) - transport.offset + transport._tempDataLen
+        queued = unsent_bytes(transport)
         try:
             in_kernel = struct.unpack("i", fcntl.ioctl(transport.socket.fileno(), termios.TIOCOUTQ, b"\0\0\0\0"))[0]
         except (OSError, AttributeError):

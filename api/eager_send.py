@@ -17,6 +17,7 @@ from typing import Any
 from twisted.internet import tcp
 
 from cache.shared_reads import read_into_shared_buffer
+from cache.twisted_internals import adopted_port, may_send_now
 
 
 class EagerServer(tcp.Server):
@@ -40,9 +41,7 @@ class EagerServer(tcp.Server):
             super().write(data)
 
     def _can_send_now(self) -> bool:
-        """Open for writing, in plain text, and nothing queued that must go first."""
-        writable = self.connected and not self._writeDisconnected and not self.TLS
-        return writable and not self._tempDataLen and self.offset == len(self.dataBuffer)
+        return may_send_now(self)
 
 
 class EagerPort(tcp.Port):
@@ -57,6 +56,6 @@ def adopt_listening_socket(reactor: Any, fd: int, family: socket.AddressFamily, 
         return reactor.adoptStreamPort(fd, family, factory)
     # What adoptStreamPort does for TCP; it takes no transport class, so
     # the port class that names one is built the same way here.
-    port = EagerPort._fromListeningDescriptor(reactor, fd, family, factory)
+    port = adopted_port(EagerPort, reactor, fd, family, factory)
     port.startListening()
     return port

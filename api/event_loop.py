@@ -17,6 +17,8 @@ from twisted.internet import epollreactor
 from twisted.internet.main import installReactor
 from twisted.logger import Logger
 
+from cache import twisted_internals
+
 _log = Logger()
 
 
@@ -65,20 +67,19 @@ class DirectEPollReactor(epollreactor.EPollReactor):
 
     def doPoll(self, timeout: Optional[float]) -> None:
         try:
-            # At most one event per descriptor we watch, as Twisted asks.
-            events = self._poller.poll(-1 if timeout is None else timeout, len(self._selectables))
+            events = twisted_internals.poll(self, timeout)
         except InterruptedError:
             return
         if self._first:
             first = self._first
             events = [event for event in events if event[0] in first] + [e for e in events if e[0] not in first]
-        selectables = self._selectables
+        watched = twisted_internals.selectables(self)
         for fd, event in events:
-            selectable = selectables.get(fd)
+            selectable = watched.get(fd)
             if selectable is None:
                 continue  # closed by an earlier event of this same poll
             try:
-                self._doReadOrWrite(selectable, fd, event)
+                twisted_internals.handle_event(self, selectable, fd, event)
             except Exception:
                 _log.failure("while handling an event of {selectable!r}", selectable=selectable)
         if self._after_poll:

@@ -19,6 +19,8 @@ from typing import Any, Optional
 
 from twisted.internet import main, tcp
 
+from cache.twisted_internals import hand_to_protocol
+
 # The most one read brings (what Twisted asks by default); Redis connections'
 # buffers start at this size too (cache.redis.reply_buffer says why it suits them).
 READ_SIZE = 64 * 1024
@@ -32,7 +34,7 @@ def read_into_shared_buffer(transport: tcp.Connection) -> Optional[Any]:
         count = transport.socket.recv_into(_buffer)
     except OSError as error:
         return read_failed(error)
-    return transport._dataReceived(_buffer[:count].tobytes())
+    return hand_to_protocol(transport, _buffer[:count].tobytes())
 
 
 def read_failed(error: OSError) -> Optional[Any]:

@@ -55,3 +55,36 @@ def test_each_cyclone_private_the_framework_relies_on_is_in_the_installed_cyclon
     assert missing == []
     framework = FRAMEWORK.read_text()
     assert [name for name in CYCLONE_PRIVATES if not re.search(r"(\.|def )" + name + r"\b", framework)] == []
+
+
+TWISTED_MODULE = ROOT / "cache" / "twisted_internals.py"
+
+
+def test_twisted_privates_are_touched_only_in_cache_twisted_internals() -> None:
+    from cache.twisted_internals import TOUCHED
+
+    names = sorted({name for touched in TOUCHED.values() for name in touched if name != "offset"})
+    used = re.compile(r"\.(" + "|".join(names) + r")\b|\.doRead\s*=")
+    found = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for folder in ("api", "handlers", "cache")
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        if path != TWISTED_MODULE
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if used.search(line)
+    ]
+    assert found == []
+
+
+def test_each_twisted_private_touched_is_in_the_installed_twisted() -> None:
+    import importlib
+
+    from cache.twisted_internals import TOUCHED
+
+    missing = []
+    for dotted, names in TOUCHED.items():
+        module_name, _, class_name = dotted.rpartition(".")
+        owner = getattr(importlib.import_module(module_name), class_name)
+        source = "".join(inspect.getsource(klass) for klass in owner.__mro__ if klass.__module__.startswith("twisted"))
+        missing += [f"{dotted}.{name}" for name in names if not re.search(r"(\.|def )" + name + r"\b", source)]
+    assert missing == []

@@ -36,6 +36,7 @@ from twisted.internet import defer, main, reactor, tcp
 
 from cache.redis.reply_buffer import ReplyBuffer
 from cache.shared_reads import read_failed
+from cache.twisted_internals import take_over_reads
 
 _CRLF = b"\r\n"
 
@@ -207,7 +208,7 @@ class FastRedisProtocol(txredisapi.RedisProtocol):
             # A plain socket (TCP or unix) reads straight into the reply
             # buffer; a TLS transport's socket feeds its TLS engine, which
             # hands the protocol plain bytes through dataReceived.
-            self.transport.doRead = self._read_replies
+            take_over_reads(self.transport, self._read_replies)
         return super().connectionMade()
 
     @property

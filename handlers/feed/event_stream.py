@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from cache import codec
+from cache.twisted_internals import unsent_bytes
 from handlers.feed.hub import Chunk
 
 # What a browser's EventSource waits before reconnecting (its own default is
@@ -70,10 +71,7 @@ def ready_event(token: str) -> bytes:
 
 def queued_bytes(transport: Any) -> int:
     """What the transport holds that the kernel did not take yet (Twisted's write buffer)."""
-    try:
-        return len(transport.dataBuffer) - transport.offset + transport._tempDataLen
-    except AttributeError:
-        return 0
+    return unsent_bytes(transport)
 
 
 class EventStream:
