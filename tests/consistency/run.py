@@ -29,6 +29,7 @@ from tests.consistency import feed as feeds
 from tests.consistency.faults import SCENARIOS, Fault, Scenario
 from tests.consistency.recorder import Recorder
 from tests.consistency.stack import Stack
+from tests.consistency.staleness import stale_reads
 from tests.support import ROOT
 
 CHECKER_SOURCE = Path(__file__).resolve().parent / "checker"
@@ -149,6 +150,7 @@ def check_history(path: Path, binary: Path, scenario: Scenario, delta_ms: float)
         "faults": history["faults"],
         "fault_error": history["fault_error"],
         "feed": feed_result,
+        "stale_reads": stale_reads(records, history["feed"]),
         "reader": {
             "events": len(history["reader"]["events"]),
             "reconnects": history["reader"]["reconnects"],
@@ -187,6 +189,9 @@ def line(summary: Dict[str, Any]) -> str:
         text += f" (see {summary['violation_html']})"
     if "linearizable_within_delta" in summary:
         text += f", within {summary['delta_ms']} ms: {summary['linearizable_within_delta']}"
+    stale = summary["stale_reads"]
+    if stale["count"]:
+        text += f"; {stale['count']} stale reads, the worst {stale['max_ms']} ms (read {stale['worst']['read']})"
     text += (
         f"; feed: {feed['events']} events, {feed['acknowledged_missing']} acknowledged writes missing, "
         f"{len(feed['problems'])} problems, order vs linearization: {summary.get('feed_order', 'not checked')}; "

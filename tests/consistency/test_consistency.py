@@ -21,7 +21,9 @@ from tests.consistency import feed as feeds
 from tests.consistency import run
 from tests.consistency.faults import SCENARIOS
 
-pytestmark = [pytest.mark.consistency, pytest.mark.timeout(900)]
+# A scenario's history takes 5-30 s to record and check at 600 operations; the soak's take longer.
+_SCALE = int(os.environ.get("CONSISTENCY_HISTORIES", "1")) * -(-int(os.environ.get("CONSISTENCY_OPS", "600")) // 600)
+pytestmark = [pytest.mark.consistency, pytest.mark.timeout(max(900, 180 * _SCALE))]
 
 OUT = Path(os.environ.get("CONSISTENCY_OUT", str(run.ROOT / "var" / "consistency")))
 
