@@ -53,10 +53,11 @@ ENDED_DETAILS = {
 }
 
 
-# Events a live query's long poll looks at most before it answers, and reads from a shard at once: a poll
-# over a busy feed is at most ~LIVE_LOOK / LIVE_PER_SHARD + 2 round trips of one script a shard.
+# Events a live query's long poll looks at most before it answers, reads from a shard at once, and the
+# feed polls (each up to two reads of every shard) it makes at most: ChangesHandler._scan says why.
 LIVE_LOOK = 10_000
 LIVE_PER_SHARD = 256
+LIVE_POLLS = 3
 # The feed's own arguments: never a live query's filters, whatever their values look like.
 FEED_ARGUMENTS = frozenset({"since", "include_docs", "wait", "ticket", "limit"})
 
@@ -210,14 +211,16 @@ class ChangesHandler(ResourceHandler):
 
         It reads on past events that are none of its own (waiting, once it has read them all, as long as it was
         asked to), in reads of up to ``LIVE_PER_SHARD`` events a shard whatever its ``limit``, and looks at
-        ``LIVE_LOOK`` events at most: then an empty page whose next is not its since. So a poll costs a few
-        round trips of one script a shard, whatever the feed holds (issue #55 item 5: one event a shard a round
-        trip made 160,000 script calls of a poll over 10,000 events).
+        ``LIVE_LOOK`` events at most, in ``LIVE_POLLS`` polls at most (each a read, and one more if it waited
+        and was woken): then an empty page whose next is not its since. So a poll costs at most 6 round trips
+        of one script a shard, 96 calls, whatever the feed holds or is written while it waits (issue #55 item
+        5: one event a shard a round trip made 160,000 script calls of a poll over 10,000 events).
         """
         assert self.feed is not None
-        deadline, looked = self.feed.clock.seconds() + wait, 0
+        deadline, looked, polls = self.feed.clock.seconds() + wait, 0, 0
         judged: List[Tuple[Event, Optional[bool]]] = []
         while True:
+            polls += 1
             page: Page = yield self.feed.poll(
                 name, position, LIVE_LOOK - looked, wait, self._stop_poll, per_shard=LIVE_PER_SHARD
             )
@@ -232,7 +235,7 @@ class ChangesHandler(ResourceHandler):
                     if len(judged) >= limit:
                         return judged, position
             wait = max(0.0, deadline - self.feed.clock.seconds())
-            if judged or not page.events or looked >= LIVE_LOOK:
+            if judged or not page.events or looked >= LIVE_LOOK or polls >= LIVE_POLLS:
                 return judged, position
             if self._credential_ended is not None or self.feed.draining:
                 return judged, position

@@ -195,6 +195,33 @@ def test_a_live_poll_that_read_ten_thousand_events_none_its_own_answers_and_says
     assert live(api, "livelook", "status=eq.open", first["next"]) == [("m", "put", True)]
 
 
+def test_a_waiting_live_poll_woken_by_events_not_its_own_answers_after_a_bounded_number_of_reads(
+    api, redis_client
+) -> None:
+    """Each wake is a read of every shard: a poll answers after LIVE_POLLS of them, not after ``wait`` of
+    wakes (issue #55 item 5), with an empty page whose ``next`` moved."""
+    declare(api, "livewoken", STATUS)
+    since = now(api, "livewoken")
+    writes = 80
+
+    def busy() -> None:
+        for n in range(writes):
+            api.put_json(f"/v1/livewoken/n{n}", b'{"status": "closed"}')
+            time.sleep(0.05)
+
+    writer = threading.Thread(target=busy)
+    before = redis_calls(redis_client)
+    started = time.monotonic()
+    writer.start()
+    page = api.get(f"/v1/_changes/livewoken?status=eq.open&since={since}&wait=30").json()
+    took = time.monotonic() - started
+    writer.join()
+    after = redis_calls(redis_client)
+    assert page["events"] == [] and page["next"] != since and took < 20
+    # Only the feed's reads run XINFO: the poll's (at most 6 reads of 16 shards) and the hub's, one a write at most.
+    assert after.get("xinfo|stream", 0) - before.get("xinfo|stream", 0) <= 96 + writes
+
+
 def test_a_live_polls_next_is_past_the_events_it_looked_at_up_to_its_limit_of_its_own(api) -> None:
     declare(api, "livenext", STATUS)
     since = now(api, "livenext")
