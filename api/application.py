@@ -24,7 +24,7 @@ from api.routed import Routed
 from api.streamed_body import stream_reservation
 from handlers.http.cors import NO_CORS, CorsPolicy
 from handlers.http.reply import request_id_of
-from handlers.operation import DOCUMENT_BODY, Route
+from handlers.operation import Route
 from handlers.pipeline import Exchange, Pipeline
 
 # How often the application looks for connections past their deadline, so a
@@ -100,10 +100,10 @@ class JetwayApplication(cyclone.web.Application):
         pipelines = spec.kwargs.get("pipelines") if spec is not None else None
         return pipelines.get(method) if pipelines is not None else None
 
-    def exchange(self, method: str, path: str, query: str, args: Sequence[str], headers: Any, body: bytes) -> Exchange:
+    def exchange(self, method: str, routed: Routed, headers: Any, body: bytes) -> Exchange:
         """The request as a pipeline sees it, with its id (the client's ``X-Request-ID`` if sane)."""
         request_id = request_id_of(headers.get("X-Request-ID"), self.new_request_id)
-        return Exchange(method, path, query, args, headers, body, request_id)
+        return Exchange(method, routed.path, routed.query, routed.args, headers, body, request_id, routed.scope)
 
     def route_request(self, method: str, target: str) -> Routed:
         """The route of a request, found at its head, with what its operation declares (``Routed``)."""
@@ -112,8 +112,9 @@ class JetwayApplication(cyclone.web.Application):
         if spec is None:
             return Routed(None, args, path, query)
         operation = spec.operations.get(method)  # type: ignore[attr-defined]  # a Route (handlers.operation)
-        intake = operation.intake if operation is not None else DOCUMENT_BODY
-        return Routed(spec, args, path, query, intake, self.pipeline_of(spec, method))
+        if operation is None:
+            return Routed(spec, args, path, query)
+        return Routed(spec, args, path, query, operation.intake, self.pipeline_of(spec, method), operation.scope)
 
     def route(self, path: str) -> Tuple[Optional[URLSpec], Sequence[Optional[str]]]:
         """The route that serves ``path`` and the arguments its handler gets (None and none: no route).

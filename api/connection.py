@@ -311,7 +311,7 @@ class JetwayConnection(StreamedBody, CycloneConnection):
             self._start_request(head, body, routed, stream)
             return
         spec = routed.spec
-        exchange = app.exchange(head.method, routed.path, routed.query, routed.args, head.headers, body)
+        exchange = app.exchange(head.method, routed, head.headers, body)
         route = spec.handler_class.ROUTE  # type: ignore[union-attr]  # a pipeline has a route
         started = time.time()
         reply = start(pipeline, exchange)

@@ -25,7 +25,7 @@ class Routed:
     the connection may run itself.
     """
 
-    __slots__ = ("args", "intake", "path", "pipeline", "query", "spec")
+    __slots__ = ("args", "intake", "path", "pipeline", "query", "scope", "spec")
 
     def __init__(
         self,
@@ -35,6 +35,7 @@ class Routed:
         query: str = "",
         intake: str = DOCUMENT_BODY,
         pipeline: Optional[Any] = None,
+        scope: Optional[str] = "admin",
     ) -> None:
         self.spec = spec
         self.args = args
@@ -42,3 +43,4 @@ class Routed:
         self.query = query
         self.intake = intake
         self.pipeline = pipeline
+        self.scope = scope  # what its operation declares a token needs (no operation: the strictest)

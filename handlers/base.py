@@ -27,7 +27,7 @@ from handlers.http.cache_policy import ERROR_POLICY, policy_for
 from handlers.http.deferreds import is_deferred
 from handlers.http.errors import ApiError
 from handlers.http.negotiation import IDENTITY, Negotiator, Preference
-from handlers.http.problems import RETRY_AFTER_SECONDS, as_api_error, problem_reply, too_large
+from handlers.http.problems import RETRY_AFTER_SECONDS, as_api_error, problem_reply, rate_limited, too_large
 from handlers.http.reply import JSON_TYPE, PROBLEM_TYPE, REASONS, Reply, request_id_of
 from handlers.http.representation import negotiate
 from handlers.pipeline import both, query_argument
@@ -330,5 +330,4 @@ class ResourceHandler(JsonHandler):
         for name, value in self.rate_headers:
             self.set_header(name, value)
         if not rate.allowed:
-            retry = str(max(1, rate.retry_after))
-            raise ApiError(429, "rate-limited", f"over the token's rate; retry in {retry} s", {"Retry-After": retry})
+            raise rate_limited(rate)

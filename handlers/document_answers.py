@@ -58,7 +58,8 @@ class DocumentAnswers:
 
     def read(self, exchange: Exchange) -> Step:
         authorization = exchange.headers.get("Authorization")
-        granted = self.gate.grant_or_wait(authorization, exchange.args[0], False, True)
+        # The scope the table declares; the rate step rides with the read.
+        granted = self.gate.grant_or_wait(authorization, exchange.args[0], exchange.scope != "read", True)
         if is_deferred(granted):
             return granted.addCallback(self._read_admitted, exchange)
         return self._read_admitted(granted, exchange)  # the usual token, known: no Deferred
@@ -107,7 +108,7 @@ class DocumentAnswers:
 
     def replace(self, exchange: Exchange) -> Step:
         authorization = exchange.headers.get("Authorization")
-        granted = self.gate.grant_or_wait(authorization, exchange.args[0], True, False)
+        granted = self.gate.grant_or_wait(authorization, exchange.args[0], exchange.scope != "read", False)
         return then(granted, self._replace_admitted, exchange)
 
     def _replace_admitted(self, grant: Grant, exchange: Exchange) -> Step:

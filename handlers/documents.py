@@ -34,8 +34,16 @@ class DocumentHandler(ResourceHandler):
     def get(self, collection: str, doc_id: str) -> Optional[defer.Deferred]:
         """The same pipeline the connection runs for a request it answers itself (``handlers.pipeline``)."""
         request = self.request
+        operation = self.declared.get(request.method)
         exchange = Exchange(
-            request.method, request.path, request.query, self.path_args, request.headers, request.body, self.request_id
+            request.method,
+            request.path,
+            request.query,
+            self.path_args,
+            request.headers,
+            request.body,
+            self.request_id,
+            operation.scope if operation is not None else "admin",
         )
         reply = run(self.pipelines[request.method], exchange)
         if is_deferred(reply):

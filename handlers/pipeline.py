@@ -31,8 +31,8 @@ from twisted.python.failure import Failure
 from cache.ratelimit import RateDecision
 from handlers.http.auth import Grant
 from handlers.http.deferreds import is_deferred
-from handlers.http.errors import ApiError, bad_request
-from handlers.http.problems import problem_of, problem_reply
+from handlers.http.errors import bad_request
+from handlers.http.problems import problem_of, problem_reply, rate_limited
 from handlers.http.reply import Reply
 
 Step = Union[Reply, defer.Deferred]
@@ -45,7 +45,9 @@ class Exchange:
 
     ``args``: the path's arguments, unescaped, as the route matched them.
     ``rate_headers``: the token's rate headers, once its rate step is
-    decided; every reply carries them, an error's too.
+    decided; every reply carries them, an error's too. ``scope``: what its
+    operation declares a token needs (the operation table's), which the
+    pipeline's admission step asks for.
     """
 
     method: str
@@ -55,6 +57,7 @@ class Exchange:
     headers: Any
     body: bytes
     request_id: str
+    scope: str = "write"
     rate_headers: Iterable[Tuple[str, str]] = ()
 
     def admit(self, grant: Grant) -> Grant:
@@ -67,8 +70,7 @@ class Exchange:
             return
         self.rate_headers = rate.headers()
         if not rate.allowed:
-            retry = str(max(1, rate.retry_after))
-            raise ApiError(429, "rate-limited", f"over the token's rate; retry in {retry} s", {"Retry-After": retry})
+            raise rate_limited(rate)
 
     def query_argument(self, name: str) -> Optional[str]:
         """A query parameter given at most once (blank counts as given); None when not given."""

@@ -84,6 +84,12 @@ def too_large(error: OverBudget) -> ApiError:
     return ApiError(413, "response-too-large", str(error), extensions={"size": error.size, "limit": error.budget})
 
 
+def rate_limited(rate: Any) -> ApiError:
+    """The 429 of a request over its token's rate (a ``cache.ratelimit.RateDecision`` that refused it)."""
+    retry = str(max(1, rate.retry_after))
+    return ApiError(429, "rate-limited", f"over the token's rate; retry in {retry} s", {"Retry-After": retry})
+
+
 def as_api_error(error: BaseException) -> Optional[ApiError]:
     """The ``ApiError`` a known failure maps to, or None for a bug."""
     if isinstance(error, ApiError):
