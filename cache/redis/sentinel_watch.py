@@ -29,7 +29,7 @@ a connection whose address was found before an announcement is dropped as
 soon as it is made. A ``READONLY`` reply on a link (``SentinelLink``) drops
 its connections too (``suspect``): the server it writes to was demoted.
 What this promises, with and without a write concern: docs/operations.md,
-"Sentinel failover".
+"Scaling Redis".
 """
 
 from __future__ import annotations
