@@ -100,8 +100,18 @@ def operation_object(operation: Operation) -> Json:
         built["requestBody"] = {"required": True, "description": body.description, "content": {body.media: schema}}
     built["responses"] = answers
     if operation.scope is not None:
-        built["security"] = [{scheme: []} for scheme in operation.security]
+        built["security"] = [{scheme: roles(operation) if scheme == "bearer" else []} for scheme in operation.security]
     return built
+
+
+def roles(operation: Operation) -> List[str]:
+    """What a bearer token needs, as the operation declares it (the admission checks the same declaration):
+    OpenAPI 3.1 lets a security requirement name roles for any scheme."""
+    if operation.scope in ("read", "write"):
+        return [f"{operation.scope}:{{collection}}"]  # or {operation.scope}:* or admin
+    if operation.scope == "admin":
+        return ["admin"]
+    return []  # any valid token: a batch checks each of its operations' own scope
 
 
 def response(answer: Response) -> Json:
