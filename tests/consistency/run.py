@@ -75,11 +75,16 @@ def record_history(stack: Stack, scenario: Scenario, number: int, args: argparse
         stack.port, stack.token, collection, args.clients, args.docs, args.ops, args.seconds, seed, scenario.mix
     )
     fault = Fault(scenario, stack, recorder.progress, seed)
-    fault.start()
-    recorder.run(busy=lambda: not fault.done.is_set())
-    _wait_ready(stack)
-    feed = feeds.read_all(stack.base, stack.token, collection, start)
-    reader.finish(len(feed))
+    try:
+        fault.start()
+        recorder.run(busy=lambda: not fault.done.is_set())
+        _wait_ready(stack)
+        feed = feeds.read_all(stack.base, stack.token, collection, start)
+        reader.finish(len(feed))
+    finally:  # no thread of this history outlives it, whatever failed
+        recorder.stopping.set()
+        reader.stopping.set()
+        fault.done.set()
     history = {
         "scenario": scenario.name,
         "does": scenario.does,
