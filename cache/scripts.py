@@ -33,22 +33,27 @@ end
 # no event describes a write that did not happen. Only with a third key
 # (the shard's stream); then the last FEED_ARGS of ARGV are the event's
 # operation, the stream's length cap, its age cap in ms (0: none), the
-# channel to nudge, the shard's name and the stream's byte budget. The nudge is the shard and the
-# new event's id: a worker that follows the collection reads the shard.
-# WRITE_MANY nudges each shard once, after its writes, with the last
-# event's id (a follower reads the shard from where it was, so the last
-# nudge brings the others' events too): one PUBLISH per shard a call, not
-# one per write. In a shard that keeps indexes, an event also carries the
-# document's index entries (``marks``, cache.index_scripts' move_entries
-# and unindex): what a live query judges it by (cache.live_queries).
+# channel to nudge, the shard's name and the stream's byte budget. The
+# nudge is the shard and the new event's id: a worker that follows the
+# collection reads the shard. WRITE_MANY nudges each shard once, after
+# its writes, with the last event's id (a follower reads the shard from
+# where it was, so the last nudge brings the others' events too): one
+# PUBLISH per shard a call, not one per write. In a shard that keeps
+# indexes, an event also carries the document's index entries (``marks``,
+# cache.index_scripts' move_entries and unindex): what a live query judges
+# it by (cache.live_queries).
 #
-# The caps (trim_feed): the oldest events go, exactly, once the stream holds
-# more than its budget of bytes (each event counted as event_bytes says, a
-# running total kept beside it in ji:{<coll>:<shard>}:fb, out of the hot
-# cache's tracked prefix), more than FEED_STEP events over its length cap,
-# or events older than its age cap; never the event just added. A trim goes
-# a step below the budget (1/FEED_STEP of it), so a write at the cap reads
-# the oldest events once every few writes, as MAXLEN ~ trims by whole nodes.
+# The caps (trim_feed), once a stream's events carry index entries: the
+# oldest events go, exactly, once the stream holds more than its budget of
+# bytes (each event counted as event_bytes says, a running total kept
+# beside it in ji:{<coll>:<shard>}:fb, out of the hot cache's tracked
+# prefix), more than FEED_STEP events over its length cap, or events older
+# than its age cap; never the event just added. A trim goes a step below
+# the budget (1/FEED_STEP of it), so a write at the cap reads the oldest
+# events once every few writes, as MAXLEN ~ trims by whole nodes. A stream
+# none of whose events carried entries is capped as before, by MAXLEN ~
+# (its events are at most UNMARKED_BYTES, 320, as counted): the counting
+# doubled the PUT script's Redis CPU at the cap (12 to 23 µs, small events).
 _FEED = """
 -- WRITE_MANY's: by channel (a collection's), each shard's last event, nudged at its end.
 local nudges = nil
@@ -101,13 +106,27 @@ local function log_change(K, A, id, etag, marks)
   if marks then
     for i = 1, #marks do fields[6 + i] = marks[i] end
   end
-  local event = redis.call('XADD', K[3], '*', unpack(fields))
-  local min_ms = nil
-  if A[feed_at + 3] ~= '0' then
-    min_ms = tonumber(string.match(event, '^%d+')) - tonumber(A[feed_at + 3])
-  end
   local state = 'ji:' .. string.sub(K[2], 4, -2) .. 'fb'
-  trim_feed(K[3], state, event_bytes(fields), tonumber(A[feed_at + 2]), tonumber(A[feed_at + 6]), min_ms)
+  local counted = redis.call('HEXISTS', state, 'b') == 1
+  local event
+  if #fields == 6 and not counted then
+    -- No index entries in this stream yet: its events are small (UNMARKED_BYTES at most), the event cap bounds
+    -- their bytes, and Redis trims it by whole nodes as it adds (half the script's cost of counting).
+    event = redis.call('XADD', K[3], 'MAXLEN', '~', A[feed_at + 2], '*', unpack(fields))
+    if A[feed_at + 3] ~= '0' then
+      local oldest = tonumber(string.match(event, '^%d+')) - tonumber(A[feed_at + 3])
+      redis.call('XTRIM', K[3], 'MINID', '~', string.format('%d', oldest))
+    end
+  else
+    event = redis.call('XADD', K[3], '*', unpack(fields))
+    -- Counting begins: the events kept from before are counted as the largest of their kind, never less.
+    if not counted then redis.call('HSET', state, 'b', (redis.call('XLEN', K[3]) - 1) * UNMARKED_BYTES) end
+    local min_ms = nil
+    if A[feed_at + 3] ~= '0' then
+      min_ms = tonumber(string.match(event, '^%d+')) - tonumber(A[feed_at + 3])
+    end
+    trim_feed(K[3], state, event_bytes(fields), tonumber(A[feed_at + 2]), tonumber(A[feed_at + 6]), min_ms)
+  end
   if nudges then
     local channel = A[feed_at + 4]
     nudges[channel] = nudges[channel] or {}
@@ -116,7 +135,7 @@ local function log_change(K, A, id, etag, marks)
     redis.call('PUBLISH', A[feed_at + 4], A[feed_at + 5] .. ' ' .. event)
   end
 end
-""".replace("FEED_STEP", "32")
+""".replace("FEED_STEP", "32").replace("UNMARKED_BYTES", "320")
 FEED_ARGS = 6
 
 
