@@ -20,6 +20,7 @@ from typing import Iterator, List
 import pytest
 import requests
 
+from api.warm_up import MAX_SECONDS
 from tests.proc_sockets import sockets_held
 from tests.support import JetwayServer, RedisServer, worker_pids
 
@@ -60,8 +61,10 @@ def test_each_worker_warms_up_alone_and_then_serves(servers: List[JetwayServer],
     assert len(found) == 2, found  # one per worker
     for report in found:
         answered, statuses, rest = _REPORT.match(report).groups()  # type: ignore[union-attr]
-        assert int(answered) == WARM_UP and statuses == f"{WARM_UP} 200", report
-        assert rest == "", report  # no command its Redis could not answer, not stopped early
+        # Every request it made answered 200. It may be stopped by its time bound on a loaded machine
+        # (a behaviour, not a failure), but never by a command its Redis could not answer.
+        assert 0 < int(answered) <= WARM_UP and statuses == f"{answered} 200", report
+        assert rest == "" or rest == f"; stopped: not done in {MAX_SECONDS:g} s", report
     assert reports(cold.log_path) == []
 
     # Nothing reached the real Redis: no write script ran, no key of it, no token made.
