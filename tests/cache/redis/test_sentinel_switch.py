@@ -127,7 +127,9 @@ def _backwards(reads: List[Tuple[float, int]]) -> int:
     return sum(1 for (_, before), (_, after) in zip(reads, reads[1:]) if after < before)
 
 
-def test_a_graceful_failover_loses_no_acknowledged_write_and_no_read_goes_back(group, gateway):
+@pytest.mark.parametrize("sentinel_killed", [False, True], ids=["three-sentinels", "one-sentinel-dead"])
+def test_a_graceful_failover_loses_no_acknowledged_write_and_no_read_goes_back(group, gateway, sentinel_killed):
+    """Also with one of the three sentinels killed first: the workers hear the others (the leader among them)."""
     token = gateway.make_token("switcher", "admin")
     old = group.current_master()
     new = group.replica if old is group.master else group.master
@@ -137,6 +139,9 @@ def test_a_graceful_failover_loses_no_acknowledged_write_and_no_read_goes_back(g
     assert first.status_code == 201
     with Load(gateway, token) as load:
         time.sleep(2.0)
+        if sentinel_killed:
+            group.sentinels[2].kill()
+            time.sleep(1.0)
         with group.sentinels[0].client() as sentinel:
             assert sentinel.execute_command("SENTINEL", "FAILOVER", SERVICE)
         failed_over = time.monotonic()
@@ -166,7 +171,8 @@ def test_a_graceful_failover_loses_no_acknowledged_write_and_no_read_goes_back(g
     stale = [call for call in reads if int(call.value) < _newest_before(ended, newest, call.started)]
     backwards = sum(_backwards([(c.started, int(c.value)) for c in reads if c.client == client]) for client in (3, 4))
     print(
-        f"\nSENTINEL FAILOVER under 5 clients: new master named {switched - failed_over:.1f} s after it, "
+        f"\nSENTINEL FAILOVER under 5 clients{', a sentinel killed before' if sentinel_killed else ''}: "
+        f"new master named {switched - failed_over:.1f} s after it, "
         f"old master a replica {demoted - failed_over:.1f} s after it; {len(failed)} of {len(calls)} requests "
         f"answered 503 (statuses {statuses}); {len(missing)} of {len(acknowledged)} acknowledged new documents "
         f"missing on the new master; last acknowledged version {max(versions)}, stored {stored}; "
