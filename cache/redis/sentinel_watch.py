@@ -188,6 +188,7 @@ class SentinelWatch:
                 return  # every sentinel announces it: the first one was acted on
             self._last_switch = message
             self.switches += 1
+            self.current = (words[3].decode(), int(words[4]))  # what the recheck compares with, until a dial
             _log.warn("sentinel: {service} switched master: {message}", service=self.address.service, message=message)
             self.drop()  # before the lift: the discoveries it lets go find the master of the new generation
             self._lift()

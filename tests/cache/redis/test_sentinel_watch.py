@@ -127,3 +127,14 @@ def test_a_failover_not_heard_of_is_found_by_asking_again_and_drops_the_connecti
     answers[0] = ("127.0.0.1", 6380)
     watch._recheck()
     assert aborted(made) == [1, 1] and watch.current == ("127.0.0.1", 6380)
+
+
+def test_after_a_switch_the_recheck_takes_the_announced_master_for_the_connections():
+    watch, clock, made = watch_with(1)
+    watch._ask = lambda sentinel: defer.succeed(("127.0.0.1", 6380))  # type: ignore[method-assign]
+    watch._sentinel = object()  # type: ignore[assignment]
+    watch.current = ("127.0.0.1", 6379)
+    watch.announced(SWITCH, SWITCHED)
+    assert aborted(made) == [1] and watch.current == ("127.0.0.1", 6380)
+    watch._recheck()
+    assert aborted(made) == [1]  # no second drop before any connection is made again
