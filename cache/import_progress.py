@@ -191,9 +191,10 @@ class Plan:
 
     @classmethod
     def of(cls, token_digest: bytes, collection: bytes, key: str, since_ms: int) -> Plan:
-        return cls(
-            hashlib.sha256(b"plan\0" + import_key(token_digest, collection, key)).hexdigest()[:16].encode(), since_ms
-        )
+        # The first start is in the seed: a key used again once its records expired (24 h) plans anew, so its
+        # lines are never taken for the earlier import's, written before.
+        seed = b"plan\0%s\0%d" % (import_key(token_digest, collection, key), since_ms)
+        return cls(hashlib.sha256(seed).hexdigest()[:16].encode(), since_ms)
 
     def etag(self, line: int) -> bytes:
         # Never reused: no other import has this seed, and no write made by a worker has this form.

@@ -86,3 +86,5 @@ def test_a_plan_gives_a_line_the_same_etag_and_id_each_time_and_ids_sort_by_line
     ids = [plan.new_id(line) for line in (1, 2, 10, 255, 1000, 2**39)]
     assert ids == sorted(ids) and len(set(ids)) == len(ids) and all(len(i) == 26 for i in ids)
     assert plan.new_id(5) == again.new_id(5) != other.new_id(5)
+    later = Plan.of(b"digest", b"coll", "key-1", 1_700_086_400_000)  # the key again, once its records expired
+    assert later.etag(7) != plan.etag(7) and later.new_id(7) != plan.new_id(7)
