@@ -111,13 +111,13 @@ def test_a_failover_after_lag_loses_acknowledged_writes_only_without_a_write_con
     if replicas == 0:
         # The lag was real: what the master acknowledged during it is gone.
         assert missing, "expected the lag to lose acknowledged writes without a write concern"
-        assert set(statuses) <= {503, 504}
+        assert set(statuses) <= {503}, statuses  # a timeout across a failover is 503 too (cache.redis.sentinel)
     else:
         assert missing == []
         assert all(call.status == 503 for call in during_lag if call.ended < killed), Counter(
             call.status for call in during_lag
         )
-        assert set(statuses) <= {503, 504}, statuses
+        assert set(statuses) <= {503}, statuses
 
 
 def test_in_a_cluster_the_wait_goes_to_the_node_that_took_the_write(tmp_path):
