@@ -45,15 +45,18 @@ end
 #
 # The caps (trim_feed), once a stream's events carry index entries: the
 # oldest events go, exactly, once the stream holds more than its budget of
-# bytes (each event counted as event_bytes says, a running total kept
-# beside it in ji:{<coll>:<shard>}:fb, out of the hot cache's tracked
-# prefix), more than FEED_STEP events over its length cap, or events older
-# than its age cap; never the event just added. A trim goes a step below
+# bytes (each event counted as event_bytes says: a running total and each
+# event's count, oldest first, kept beside it in ji:{<coll>:<shard>}:fb and
+# :fbs, out of the hot cache's tracked prefix), more than FEED_STEP events
+# over its length cap, or events older than its age cap; never the event
+# just added. A trim goes a step below
 # the budget (1/FEED_STEP of it), so a write at the cap reads the oldest
 # events once every few writes, as MAXLEN ~ trims by whole nodes. A stream
 # none of whose events carried entries is capped as before, by MAXLEN ~
 # (its events are at most UNMARKED_BYTES, 320, as counted): the counting
-# doubled the PUT script's Redis CPU at the cap (12 to 23 µs, small events).
+# doubled the PUT script's Redis CPU at the cap (12 to 23 µs, small events);
+# with entries it adds ~5 µs (27 to 32 µs, three indexes; reading the
+# trimmed events for their sizes instead of the list was 42).
 _FEED = """
 -- WRITE_MANY's: by channel (a collection's), each shard's last event, nudged at its end.
 local nudges = nil
@@ -69,35 +72,64 @@ local function event_bytes(fields)
   for i = 1, #fields do bytes = bytes + #fields[i] + 1 end
   return math.floor(bytes * 5 / 4)
 end
+-- The counted sizes of the stream's events, oldest first, one a line of `sizes` (a list beside it): trimming
+-- reads them, not the events (reading 32 events of 24 entries into Lua was ~10 µs a write, amortized). Made
+-- again from the events when it does not match them (the stream was trimmed or deleted outside this script).
+local function sizes_of(stream, sizes, length)
+  if redis.call('LLEN', sizes) == length then return end
+  redis.call('DEL', sizes)
+  local start = '-'
+  while true do
+    local batch = redis.call('XRANGE', stream, start, '+', 'COUNT', 256)
+    if #batch == 0 then return end
+    local counted = {}
+    for i, entry in ipairs(batch) do counted[i] = event_bytes(entry[2]) end
+    redis.call('RPUSH', sizes, unpack(counted))
+    start = '(' .. batch[#batch][1]
+  end
+end
 local function trim_feed(stream, state, added, max_len, budget, min_ms)
-  local total = redis.call('HINCRBY', state, 'b', added)
+  local sizes = state .. 's'
   local length = redis.call('XLEN', stream)
-  local oldest = tonumber(redis.call('HGET', state, 'o') or '0')
-  local aged = min_ms and oldest < min_ms
-  if total <= budget and length < max_len + FEED_STEP and not aged then return end
+  local total = redis.call('HINCRBY', state, 'b', added)
+  if redis.call('RPUSH', sizes, added) ~= length then
+    sizes_of(stream, sizes, length)
+    total = 0
+    for _, size in ipairs(redis.call('LRANGE', sizes, 0, -1)) do total = total + tonumber(size) end
+    redis.call('HSET', state, 'b', total)
+  end
+  local dropped = 0
+  if min_ms then
+    local known = tonumber(redis.call('HGET', state, 'o') or '0')
+    -- The age cap: the oldest events' ids, one at a time (at most a few a write once the stream is at its age).
+    local oldest, start = known, '-'
+    while oldest < min_ms and length - dropped > 1 do
+      local first = redis.call('XRANGE', stream, start, '+', 'COUNT', 1)[1]
+      oldest = tonumber(string.match(first[1], '^%d+'))
+      if oldest < min_ms then dropped, start = dropped + 1, '(' .. first[1] end
+    end
+    if oldest ~= known then redis.call('HSET', state, 'o', oldest) end
+  end
+  if total <= budget and length < max_len + FEED_STEP and dropped == 0 then return end
+  local freed = 0
+  if dropped > 0 then
+    for _, size in ipairs(redis.call('LRANGE', sizes, 0, dropped - 1)) do freed = freed + tonumber(size) end
+  end
   local keep_bytes = total
   if total > budget then keep_bytes = budget - math.floor(budget / FEED_STEP) end
   local keep_len = math.min(length, max_len)
-  local start, dropped, freed = '-', 0, 0
-  while length - dropped > 1 do
-    local batch = redis.call('XRANGE', stream, start, '+', 'COUNT', FEED_STEP)
-    local stop = #batch == 0
-    for _, entry in ipairs(batch) do
-      oldest = tonumber(string.match(entry[1], '^%d+'))
-      local over = length - dropped > keep_len or total - freed > keep_bytes or (min_ms and oldest < min_ms)
-      if length - dropped <= 1 or not over then
-        stop = true
-        break
-      end
-      dropped, freed = dropped + 1, freed + event_bytes(entry[2])
+  while length - dropped > 1 and (length - dropped > keep_len or total - freed > keep_bytes) do
+    local batch = redis.call('LRANGE', sizes, dropped, dropped + FEED_STEP - 1)
+    if #batch == 0 then break end
+    for _, size in ipairs(batch) do
+      if length - dropped <= 1 or not (length - dropped > keep_len or total - freed > keep_bytes) then break end
+      dropped, freed = dropped + 1, freed + tonumber(size)
     end
-    if stop then break end
-    start = '(' .. batch[#batch][1]
   end
-  if dropped > 0 then redis.call('XTRIM', stream, 'MAXLEN', length - dropped) end
-  -- Only the new event left: the total is its size (a stream deleted or trimmed outside this script is healed).
-  if length - dropped <= 1 then freed = total - added end
-  redis.call('HSET', state, 'b', math.max(total - freed, added), 'o', oldest)
+  if dropped == 0 then return end
+  redis.call('XTRIM', stream, 'MAXLEN', length - dropped)
+  redis.call('LTRIM', sizes, dropped, -1)
+  redis.call('HSET', state, 'b', total - freed)
 end
 local function log_change(K, A, id, etag, marks)
   if not K[3] then return end
@@ -107,9 +139,8 @@ local function log_change(K, A, id, etag, marks)
     for i = 1, #marks do fields[6 + i] = marks[i] end
   end
   local state = 'ji:' .. string.sub(K[2], 4, -2) .. 'fb'
-  local counted = redis.call('HEXISTS', state, 'b') == 1
   local event
-  if #fields == 6 and not counted then
+  if #fields == 6 and redis.call('HEXISTS', state, 'b') == 0 then
     -- No index entries in this stream yet: its events are small (UNMARKED_BYTES at most), the event cap bounds
     -- their bytes, and Redis trims it by whole nodes as it adds (half the script's cost of counting).
     event = redis.call('XADD', K[3], 'MAXLEN', '~', A[feed_at + 2], '*', unpack(fields))
@@ -119,8 +150,6 @@ local function log_change(K, A, id, etag, marks)
     end
   else
     event = redis.call('XADD', K[3], '*', unpack(fields))
-    -- Counting begins: the events kept from before are counted as the largest of their kind, never less.
-    if not counted then redis.call('HSET', state, 'b', (redis.call('XLEN', K[3]) - 1) * UNMARKED_BYTES) end
     local min_ms = nil
     if A[feed_at + 3] ~= '0' then
       min_ms = tonumber(string.match(event, '^%d+')) - tonumber(A[feed_at + 3])

@@ -6,11 +6,12 @@ calls them (``cache.scripts``) with the feed's arguments (``FeedLog``).
 
 from __future__ import annotations
 
+import json
 import time
 from typing import List
 
 from cache import keys, scripts
-from cache.change_feed import NO_FEED, READ, FeedLog, channel
+from cache.change_feed import MAX_EVENT_BYTES, NO_FEED, READ, FeedLog, channel
 
 COLL = b"cf"
 
@@ -121,3 +122,54 @@ def test_a_write_already_carrying_its_etag_is_answered_as_done_and_logged_once(r
     assert put(redis_client, b"r", b'"planned"', feed) == 2
     assert put(redis_client, b"r", b'"planned"', feed) == [3, b"date"]
     assert [fields[b"e"] for _, fields in redis_client.xrange(stream_of(b"r"))] == [b'"planned"']
+
+
+def indexed_put(client, doc_id: bytes, n: int, feed: FeedLog, marked: bool = True) -> None:
+    """A PUT in a shard that keeps an index on /f: its event carries the entries (``marked``: the document has f)."""
+    from cache.index_scripts import SPEC
+    from cache.indexes import declared_indexes, index_args, spec_json
+
+    indexes = declared_indexes({"i0": {"fields": [{"name": "f", "pointer": "/f", "type": "string"}]}})
+    shard = keys.shard_of(doc_id)
+    client.eval(SPEC.source, 1, keys.index_spec_key(COLL, shard), 1, spec_json(indexes))
+    document = {"f": f"v{n}"} if marked else {"g": n}
+    script_keys = [keys.document_key(COLL, doc_id), keys.index_key_for(COLL, doc_id), *feed.script_keys(COLL, doc_id)]
+    args = [doc_id, json.dumps(document).encode(), b'"e%d"' % n, b"date", b"", b"", b"", 0]
+    args += [*index_args(indexes, document, doc_id), *feed.script_args(b"put", COLL, doc_id)]
+    client.eval(scripts.PUT.source, len(script_keys), *script_keys, *args)
+
+
+def counted(client, doc_id: bytes) -> tuple:
+    """A shard's stream length, its counts' list length, its running total and the counts' sum."""
+    state = keys.feed_bytes_key(COLL, keys.shard_of(doc_id))
+    sizes = [int(size) for size in client.lrange(state + b"s", 0, -1)]
+    return client.xlen(stream_of(doc_id)), len(sizes), int(client.hget(state, "b") or 0), sum(sizes)
+
+
+def test_a_stream_with_index_entries_keeps_a_running_count_of_its_bytes_through_every_trim(redis_client):
+    """``cache.scripts``' trim_feed: the total is each kept event's count, after the event cap, a trim outside
+    the script (the counts are made again from the events) and the age cap; a stream without entries is not
+    counted (MAXLEN ~, as before)."""
+    feed = FeedLog(max_events=16 * 10)
+    for n in range(50):
+        put(redis_client, b"a", b'"u%d"' % n, feed)
+    assert counted(redis_client, b"a") == (50, 0, 0, 0)
+    for n in range(100):
+        indexed_put(redis_client, b"a", n, feed)
+    length, listed, total, summed = counted(redis_client, b"a")
+    assert 10 <= length < 10 + 32 and listed == length and total == summed > 0
+    stream = stream_of(b"a")
+    redis_client.xtrim(stream, maxlen=5, approximate=False)
+    indexed_put(redis_client, b"a", 200, feed)
+    length, listed, total, summed = counted(redis_client, b"a")
+    assert length == listed == 6 and total == summed
+    aged = FeedLog(max_events=16 * 1000, max_age=1)
+    time.sleep(1.1)
+    indexed_put(redis_client, b"a", 300, aged)
+    assert counted(redis_client, b"a")[:2] == (1, 1)  # the others were over a second old
+    budget = FeedLog(max_events=16 * 1000, max_bytes=1)  # a shard's budget is then one largest event
+    for n in range(400, 1400):
+        indexed_put(redis_client, b"a", n, budget)
+    length, listed, total, summed = counted(redis_client, b"a")
+    assert length == listed and total == summed <= MAX_EVENT_BYTES and length < 1000
+    assert redis_client.memory_usage(stream, samples=0) <= MAX_EVENT_BYTES + 4096  # a node's slack
