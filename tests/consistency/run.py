@@ -69,10 +69,11 @@ def run_checker(binary: Path, history: Path, *flags: str, timeout: float = CHECK
 def record_history(stack: Stack, scenario: Scenario, number: int, args: argparse.Namespace, out: Path) -> Path:
     collection = f"h{number}"
     seed = args.seed + number
+    docs = scenario.docs or args.docs
     start = feeds.position_now(stack.base, stack.token, collection)
     reader = feeds.ResumingReader(stack.port, stack.token, collection, start, seed).start()
     recorder = Recorder(
-        stack.port, stack.token, collection, args.clients, args.docs, args.ops, args.seconds, seed, scenario.mix
+        stack.port, stack.token, collection, args.clients, docs, args.ops, args.seconds, seed, scenario.mix
     )
     fault = Fault(scenario, stack, recorder.progress, seed)
     try:
@@ -91,7 +92,7 @@ def record_history(stack: Stack, scenario: Scenario, number: int, args: argparse
         "collection": collection,
         "seed": seed,
         "clients": args.clients,
-        "docs": args.docs,
+        "docs": docs,
         "mix": scenario.mix,
         "started": recorder.started,
         "ended": recorder.ended,

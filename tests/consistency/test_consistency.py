@@ -50,7 +50,10 @@ def assert_consistent(summaries: List[Dict[str, Any]], expect: str) -> None:
         elif expect == "delta":
             assert "ok" in (summary["linearizable"], summary.get("linearizable_within_delta")), run.line(summary)
         else:
-            assert summary.get("linearizable_within_delta") == "violation", run.line(summary)
+            # Proving a violation is Porcupine's whole search, which may run out of time: a read of a version
+            # replaced by a write acknowledged more than Δ before the read was sent is a witness of it too.
+            witness = summary["stale_reads"]["max_ms"] > summary.get("delta_ms", 0)
+            assert summary.get("linearizable_within_delta") == "violation" or witness, run.line(summary)
             continue  # a history that is not even Δ-linearizable has no linearization to hold the feed to
         assert summary.get("feed_order") == "ok", run.line(summary)
 
