@@ -246,7 +246,7 @@ test-cluster: setup
 # Concurrent clients' histories under each fault (a worker killed, SIGHUP,
 # Redis killed and restarted on its AOF, Sentinel failovers with and without
 # write concern, late invalidations), checked by Porcupine in a Go program of
-# its own and the change feed against them. One history of each: ~6 minutes
+# its own and the change feed against them. One history of each: 3-5 minutes
 # here. The soak: CONSISTENCY_HISTORIES=20 CONSISTENCY_OPS=2000 make test-consistency.
 # Go comes from Debian (golang-go, 1.19 on bookworm) only when there is none.
 .PHONY: test-consistency go-packages
