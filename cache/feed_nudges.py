@@ -30,7 +30,8 @@ from twisted.internet import defer, protocol, task
 from cache.change_feed import CHANNEL_PREFIX, channel
 from cache.feed_position import StreamId, parse_id
 from cache.redis.address import RedisAddress
-from cache.redis.resp import Incomplete, encode_command, parse_reply
+from cache.redis.resp import encode_command
+from cache.redis.subscription import PingedSubscription
 from cache.redis.topology import subscriber_endpoint
 
 PING_SECONDS = 5.0
@@ -40,13 +41,12 @@ RETRY = backoffPolicy(initialDelay=0.2, maxDelay=1.0, factor=2.0, jitter=lambda:
 OnNudge = Callable[[bytes, int, StreamId], None]
 
 
-class _Protocol(protocol.Protocol):
+class _Protocol(PingedSubscription):
     owner: FeedNudges
 
     def connectionMade(self) -> None:
+        super().connectionMade()
         self.owner._connected = self
-        self._inbox = bytearray()
-        self._awaiting_pong = False
         self._unconfirmed: Set[bytes] = set()
         address = self.owner.address
         commands: List[List[Any]] = []
@@ -67,33 +67,12 @@ class _Protocol(protocol.Protocol):
     def unsubscribe(self, collection: bytes) -> None:
         self.transport.write(encode_command([b"UNSUBSCRIBE", channel(collection)]))
 
-    def ping(self) -> None:
-        if self._awaiting_pong:
-            self.transport.abortConnection()  # the last one is still unanswered
-            return
-        self._awaiting_pong = True
-        self.transport.write(encode_command([b"PING"]))
-
-    def dataReceived(self, data: bytes) -> None:
-        self._inbox += data
-        pos = 0
-        try:
-            while pos < len(self._inbox):
-                reply, pos = parse_reply(self._inbox, pos)
-                self._reply(reply)
-        except Incomplete:
-            pass
-        except ValueError:
-            self.transport.abortConnection()
-            return
-        del self._inbox[:pos]
-
-    def _reply(self, reply: Any) -> None:
+    def reply(self, reply: Any) -> None:
         if isinstance(reply, Exception):
             self.transport.loseConnection()  # AUTH refused, or a command we did not mean
             return
         if reply == "PONG":  # PING's answer while no channel is subscribed
-            self._awaiting_pong = False
+            self.ponged()
             return
         if not isinstance(reply, list) or len(reply) < 2:
             return  # AUTH's +OK
@@ -108,7 +87,7 @@ class _Protocol(protocol.Protocol):
                 if not self._unconfirmed:
                     self.owner._up(self)
         elif kind == b"pong":
-            self._awaiting_pong = False
+            self.ponged()
 
     def connectionLost(self, reason: Any = protocol.connectionDone) -> None:
         self.owner._down(self)

@@ -45,7 +45,8 @@ from twisted.logger import Logger
 
 from cache.redis.address import RedisAddress
 from cache.redis.errors import RedisUnavailable
-from cache.redis.resp import Incomplete, encode_command, parse_reply
+from cache.redis.resp import encode_command
+from cache.redis.subscription import PingedSubscription
 
 FENCE = b"+failover-state-send-slaveof-noone"
 SWITCH = b"+switch-master"
@@ -71,40 +72,21 @@ _log = Logger()
 Master = Tuple[str, int]
 
 
-class _Announcements(protocol.Protocol):
+class _Announcements(PingedSubscription):
     """One sentinel's subscription to the failover announcements."""
 
     watch: SentinelWatch
 
     def connectionMade(self) -> None:
-        self._inbox = b""
-        self._awaiting_pong = False
+        super().connectionMade()
         self.watch._subscribers.add(self)
         self.transport.write(encode_command((b"SUBSCRIBE", FENCE, SWITCH, *ABORTS)))
 
-    def ping(self) -> None:
-        if self._awaiting_pong:
-            self.transport.abortConnection()  # a silent sentinel: dial it again
-            return
-        self._awaiting_pong = True
-        self.transport.write(encode_command((b"PING",)))
-
-    def dataReceived(self, data: bytes) -> None:
-        self._inbox += data
-        pos = 0
-        try:
-            while pos < len(self._inbox):
-                reply, pos = parse_reply(self._inbox, pos)
-                if isinstance(reply, list) and len(reply) == 3 and reply[0] == b"message":
-                    self.watch.announced(reply[1], reply[2])
-                elif isinstance(reply, list) and reply and reply[0] == b"pong":
-                    self._awaiting_pong = False
-        except Incomplete:
-            pass
-        except ValueError:
-            self.transport.abortConnection()
-            return
-        self._inbox = self._inbox[pos:]
+    def reply(self, reply: Any) -> None:
+        if isinstance(reply, list) and len(reply) == 3 and reply[0] == b"message":
+            self.watch.announced(reply[1], reply[2])
+        elif isinstance(reply, list) and reply and reply[0] == b"pong":
+            self.ponged()
 
     def connectionLost(self, reason: Any = protocol.connectionDone) -> None:
         self.watch._subscribers.discard(self)
