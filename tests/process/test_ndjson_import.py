@@ -20,7 +20,8 @@ NDJSON = {"Content-Type": "application/x-ndjson"}
 
 @pytest.fixture(scope="module")
 def server(redis_server, tmp_path_factory) -> Iterator[JetwayServer]:
-    env = {"JETWAY_MAX_BODY": str(MAX_BODY), "JETWAY_BODY_TIMEOUT": str(BODY_TIMEOUT)}
+    # A minimum rate a slow but steady upload here keeps to (tests/process/test_import_attacks.py has trickles).
+    env = {"JETWAY_MAX_BODY": str(MAX_BODY), "JETWAY_BODY_TIMEOUT": str(BODY_TIMEOUT), "JETWAY_BODY_MIN_RATE": "10"}
     jetway = JetwayServer(redis_server.url, tmp_path_factory.mktemp("import") / "jetway.log", env=env)
     try:
         yield jetway.start(["--workers", "1"])
