@@ -16,8 +16,7 @@ should); a merge patch keeps the document's expiry.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, NamedTuple, Optional, Tuple
 
 from cache.collection_settings import CollectionSettings
 from cache.indexes import NO_INDEX_ARGS, index_args
@@ -27,9 +26,11 @@ KEEP_EXPIRY = b""
 NO_EXPIRY = b"0"
 
 
-@dataclass(frozen=True)
-class WritePlan:
-    """How the store writes one document: its expiry, its write concern, its entries in the collection's indexes."""
+class WritePlan(NamedTuple):
+    """How the store writes one document: its expiry, its write concern, its entries in the collection's indexes.
+
+    A tuple, made once per write: a frozen dataclass costs a ``__setattr__`` per field on PyPy.
+    """
 
     expiry: bytes = NO_EXPIRY
     replicas: Optional[int] = None  # the collection's own write concern (None: the deployment's)
