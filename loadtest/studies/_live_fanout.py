@@ -1,6 +1,6 @@
 """Many distinct live queries on one worker: does the worker stay responsive while it judges the writes?
 
-``python -m loadtest._live_fanout`` (after ``make setup``) starts a private
+``python -m loadtest.studies._live_fanout`` (after ``make setup``) starts a private
 Redis and a master with one worker (authorization on), declares an index
 on ``k``, opens ``--streams`` SSE live queries, each with a filter of its
 own (``?k=eq.v<n>``), then makes ``--writes`` PUTs over ``--writers``
@@ -214,7 +214,9 @@ def in_process(streams: int, size: int) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m loadtest._live_fanout", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtest.studies._live_fanout", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--streams", type=int, default=2000)
     parser.add_argument("--writes", type=int, default=4000)
     parser.add_argument("--writers", type=int, default=4)
