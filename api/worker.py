@@ -135,7 +135,7 @@ def assemble(
 ) -> Tuple[JetwayApplication, Optional[Feed]]:
     """The worker's application and everything it serves with, connected to Redis.
 
-    Also what ``loadtest/_request_path.py`` serves requests with in-process.
+    Also what ``loadtest/studies/_request_path.py`` serves requests with in-process.
     Each part that holds a connection closes it as the reactor shuts down,
     or when ``on_shutdown`` calls what it was given (``api.warm_up``).
     """

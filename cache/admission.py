@@ -45,7 +45,7 @@ _HALVED = bytes(count >> 1 for count in range(256))
 # A key's three bits, and its three counters, lie in one block of 64 bytes
 # (a cache line): on a busy machine every other line is a trip to memory,
 # and three lines a key cost a served miss ~20% of the worker's time
-# (``python -m loadtest._request_path --serve 10 --serve-documents 200000``).
+# (``python -m loadtest.studies._request_path --serve 10 --serve-documents 200000``).
 # From one 64-bit hash: the doorkeeper's block from its low bits (up to
 # 15), the positions in a block from the next 27, the sketch's block from
 # bit 42 on.

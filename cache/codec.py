@@ -59,7 +59,7 @@ def _make_dumps() -> Callable[[Any], str]:
     # One encoder, not one per call as json.dumps with options makes, and no
     # check for cycles: a value parsed from JSON has none, and a value too
     # deep still raises RecursionError. The markers of that check were ~5%
-    # of a batch of 100 puts (vmprof, loadtest/_batch_pace.py --profile).
+    # of a batch of 100 puts (vmprof, loadtest/studies/_batch_pace.py --profile).
     encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False, check_circular=False)
     return encoder.encode
 
@@ -95,7 +95,7 @@ def loads(data: bytes) -> Any:
 
 
 def _parse_bytes(data: bytes) -> Tuple[Any, int]:
-    """``loads`` without the I-JSON checks (``loadtest/_bench_codec.py`` measures what they add)."""
+    """``loads`` without the I-JSON checks (``loadtest/studies/_bench_codec.py`` measures what they add)."""
     return _parse(data.decode("utf-8"))
 
 

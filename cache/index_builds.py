@@ -50,7 +50,7 @@ STEP_BYTES = 256 * 1024
 # After each step the build waits this many times as long as the step took: its share of Redis, and of the
 # worker. Unpaced, one shard at a time in steps of 256 documents, a build of 1,000,000 documents took 15 s
 # and left PUTs at 0.49x their rate meanwhile; in steps of 64, 18.5 s and 0.65x; steps of 128 paced 2x,
-# 63 s and 0.75x (reads 0.77x) (loadtest/_queries.py).
+# 63 s and 0.75x (reads 0.77x) (loadtest/studies/_queries.py).
 PAUSE = 3.0
 # Documents per sweep step: each only loses a field (one HDEL), ~0.1 ms of Redis for 512.
 SWEEP_STEP = 512

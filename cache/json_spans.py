@@ -3,7 +3,7 @@
 A batch's body (``{"operations": [{..., "document": {...}}, ...]}``) holds
 each document's own bytes, and a batch's put stores them as a single PUT
 stores its body: verbatim. Re-encoding the parsed value instead was ~17%
-of a batch of 100 puts (vmprof, ``loadtest/_batch_pace.py --profile``).
+of a batch of 100 puts (vmprof, ``loadtest/studies/_batch_pace.py --profile``).
 
 The text must have passed ``cache.codec.loads`` first: it is RFC 8259 and
 I-JSON, so this walk only finds where values begin and end, and the part

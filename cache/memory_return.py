@@ -23,7 +23,7 @@ only as they allocated, and a worker grew by ~10x each 1,000-operation
 batch's bytes (a 1.4 MiB body and answer) before its major collections
 caught up. So a batch of at least ``STEP_BATCH`` bytes (body and answer)
 is also followed, in the next reactor turn, by one collector step: the
-rise fell to ~3x (``loadtest/_batch_pace.py``, docs/performance.md).
+rise fell to ~3x (``loadtest/studies/_batch_pace.py``, docs/performance.md).
 """
 
 from __future__ import annotations

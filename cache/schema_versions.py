@@ -4,7 +4,7 @@ Compiling a schema (``cache.schema.compile_schema``) is CPU work that grows
 with its size: ``jsonschema``'s meta-schema check alone costs ~3 µs a byte
 warm and took 3.1 s cold for a 32 KiB schema. On the reactor thread that
 stopped the worker answering anything, ``/healthz`` included, for as long
-(``loadtest/_schema_stall.py`` measures it; ``docs/schemas.md`` has the
+(``loadtest/studies/_schema_stall.py`` measures it; ``docs/schemas.md`` has the
 figures). So a compile runs in a thread of the reactor's pool: PyPy's GIL
 hands the reactor back every ``sys.getswitchinterval()`` (5 ms). One compile
 at a time per worker (``MAX_COMPILING``): a burst of new versions costs one

@@ -308,7 +308,7 @@ return dropped
 # are only measured (HSTRLEN): the script holds the allowance and one body
 # at most, and a read that fits costs one call per document, not two (an
 # export spent 1.05 µs of Redis's CPU per HSTRLEN, then 0.28 per HGET:
-# loadtest/_bulk.py). One bulk string, not one per
+# loadtest/studies/_bulk.py). One bulk string, not one per
 # body: the driver parses a reply once it is whole, and an array of many
 # large bodies would be parsed again at every read that brings a part of it.
 READ_WITHIN = Script(

@@ -127,7 +127,7 @@ class CycloneHandler(cyclone.web.RequestHandler):
         elif isinstance(value, int):
             # Content-Length on every response. Cyclone asks numbers.Integral,
             # an ABC: ~4% of an in-process read's samples went to PyPy's ABC
-            # cache lookup (python -m loadtest._request_path --profile get).
+            # cache lookup (python -m loadtest.studies._request_path --profile get).
             return str(value)
         elif not isinstance(value, str):
             return super()._convert_header_value(value)  # other numbers and dates, formatted as Cyclone does

@@ -182,44 +182,12 @@ def anchors(document: Path) -> Set[str]:
     return {re.sub(r"[^\w\- ]", "", title.lower()).replace(" ", "-") for title in headings(document)}
 
 
-# Files moved out of the house (issue #57 item 5: the studies to loadtest/studies/, the
-# trust record to docs/history/) that comments of the app code still name by their old
-# path. The app's owners rename them; until then such a name passes if the file is at
-# its new path, and only from a comment of api/, handlers/ or cache/. An entry no longer
-# needed fails test_moved_names_are_still_named, so the table only shrinks.
-MOVED = {
-    "loadtest/_request_path.py": "loadtest/studies/_request_path.py",
-    "loadtest/_batch_pace.py": "loadtest/studies/_batch_pace.py",
-    "loadtest/_bench_codec.py": "loadtest/studies/_bench_codec.py",
-    "loadtest/_bulk.py": "loadtest/studies/_bulk.py",
-    "loadtest/_queries.py": "loadtest/studies/_queries.py",
-    "loadtest/_schema_stall.py": "loadtest/studies/_schema_stall.py",
-    "docs/trust-record.md": "docs/history/trust-record.md",
-}  # fmt: skip
-APP_FOLDERS = ("api/", "handlers/", "cache/")
-
-
-def moved_and_named_by_the_app(path: str, where: List[str]) -> bool:
-    return path in MOVED and exists(MOVED[path]) and all(w.startswith(APP_FOLDERS) for w in where)
-
-
 def test_every_named_file_exists() -> None:
     """A path in the README, docs/ or a comment that names no file fails, listing each with where it is named."""
-    missing = {
-        path: where
-        for path, where in named_paths().items()
-        if not exists(path) and not moved_and_named_by_the_app(path, where)
-    }
+    missing = {path: where for path, where in named_paths().items() if not exists(path)}
     assert not missing, "named but not in the tree:\n" + "\n".join(
         f"  {path}  ({', '.join(where[:4])}{' …' if len(where) > 4 else ''})" for path, where in sorted(missing.items())
     )
-
-
-def test_moved_names_are_still_named() -> None:
-    """Each entry of MOVED is a file at its new path still named by its old one in the app's comments."""
-    named = named_paths()
-    stale = [old for old, new in MOVED.items() if old not in named or exists(old) or not exists(new)]
-    assert not stale, "MOVED entries to remove (renamed in the app, or moved back): " + ", ".join(stale)
 
 
 def test_every_link_of_a_document_finds_its_file_and_heading() -> None:
