@@ -74,15 +74,20 @@ def test_a_client_pipelining_without_reading_costs_a_worker_little_memory_and_no
     """5 s of pipelined GETs of a 200 KB document, never read: the worker grows by at most 50 MB, idle 2 s after."""
     assert put(defaults, "/v1/hostile/big", BIG) == 201
     worker = children(defaults.process.pid)[0]
+    # What the worker spends idle (the hot cache's heartbeat, its timers): the attack must leave no more.
+    idle = cpu_share([worker], 1.0)
     before = rss_mb(worker)
     sock = pipeline_without_reading(defaults.port, get_request("/v1/hostile/big"), 5.0)
     grown = rss_mb(worker) - before
     sock.close()
     time.sleep(2.0)
     share = cpu_share([worker], 1.0)
-    print(f"\npipelining without reading for 5 s: worker +{grown:.1f} MB; 2 s after close: {share:.1%} of a core")
+    print(
+        f"\npipelining without reading for 5 s: worker +{grown:.1f} MB; 2 s after close: {share:.1%} of a core"
+        f" ({idle:.1%} idle before)"
+    )
     assert grown <= 50
-    assert share < 0.05
+    assert share < idle + 0.05
     assert requests.get(defaults.url("/healthz"), timeout=5).status_code == 200
 
 
