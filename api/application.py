@@ -112,9 +112,7 @@ class JetwayApplication(cyclone.web.Application):
         if spec is None:
             return Routed(None, args, path, query)
         operation = spec.operations.get(method)  # type: ignore[attr-defined]  # a Route (handlers.operation)
-        if operation is None:
-            return Routed(spec, args, path, query)
-        return Routed(spec, args, path, query, operation.intake, self.pipeline_of(spec, method), operation.scope)
+        return Routed(spec, args, path, query, operation, self.pipeline_of(spec, method))
 
     def route(self, path: str) -> Tuple[Optional[URLSpec], Sequence[Optional[str]]]:
         """The route that serves ``path`` and the arguments its handler gets (None and none: no route).

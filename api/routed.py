@@ -13,19 +13,20 @@ from typing import Any, Optional, Sequence
 
 from cyclone.web import URLSpec
 
-from handlers.operation import DOCUMENT_BODY
+from handlers.operation import DOCUMENT_BODY, Operation
 
 
 class Routed:
-    """A request's route (None: no route), its arguments, and what its operation declares, as found at its head.
+    """A request's route (None: no route), its arguments and its operation (None: none declared for its method),
+    as found at its head.
 
     Cyclone's dispatch (``api.application.JetwayApplication.__call__``)
-    takes them and does not route the request again. ``intake``: how the
-    operation takes its body (``handlers.operation``); ``pipeline``: the one
-    the connection may run itself.
+    takes them and does not route the request again. ``pipeline``: the one
+    the connection may run itself. How the body is read (``intake``) and the
+    scope a token needs are the operation's, read from it, not copied.
     """
 
-    __slots__ = ("args", "intake", "path", "pipeline", "query", "scope", "spec")
+    __slots__ = ("args", "operation", "path", "pipeline", "query", "spec")
 
     def __init__(
         self,
@@ -33,14 +34,21 @@ class Routed:
         args: Sequence[Any],
         path: str = "",
         query: str = "",
-        intake: str = DOCUMENT_BODY,
+        operation: Optional[Operation] = None,
         pipeline: Optional[Any] = None,
-        scope: Optional[str] = "admin",
     ) -> None:
         self.spec = spec
         self.args = args
         self.path = path
         self.query = query
-        self.intake = intake
+        self.operation = operation
         self.pipeline = pipeline
-        self.scope = scope  # what its operation declares a token needs (no operation: the strictest)
+
+    @property
+    def intake(self) -> str:
+        return self.operation.intake if self.operation is not None else DOCUMENT_BODY
+
+    @property
+    def scope(self) -> Optional[str]:
+        """What a token needs (no operation declared: the strictest)."""
+        return self.operation.scope if self.operation is not None else "admin"
