@@ -66,6 +66,10 @@ _NO_EXPIRY, _NO_KEY = -1, -2
 _ALWAYS, _NEVER = float("inf"), float("-inf")
 
 
+def _nothing() -> None:
+    """No heartbeat to wake (a cache without a feed)."""
+
+
 class _Entry:
     __slots__ = ("document", "expires", "size")
 
@@ -127,6 +131,8 @@ class HotCache:
         self.max_lag = max_lag
         # Hits are served until this moment on the clock (``confirm``).
         self._fresh_until = _ALWAYS if max_lag is None else _NEVER
+        # Called when a held entry is not served for want of a recent confirmation (the heartbeat wakes).
+        self.on_lagging: Callable[[], None] = _nothing
         # Bumped by every invalidation and every loss; a ticket is this
         # number when its read was sent, and tickets below _floor are void.
         self._sequence = 0
@@ -172,6 +178,7 @@ class HotCache:
         now = self._clock()
         if now > self._fresh_until:  # the invalidations may lag more than max_lag: Redis answers
             self.lagging += 1
+            self.on_lagging()
             return None
         if entry.expires and now >= entry.expires:
             return None

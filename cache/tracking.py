@@ -41,8 +41,17 @@ been invalidated here (invalidations are handled before the pong in the same
 read). A hit at ``now`` is served only while ``now - t <= max_lag``, so what
 it returns was current at some moment within ``max_lag`` before ``now``. The
 cost: one 14-byte ``PING`` and its pong per tracker every ``max_lag / 4``
-(80 a second at the default 50 ms), nothing on the read path but one clock
-read and a comparison.
+while the cache is read, nothing on the read path but one clock read and a
+comparison.
+
+**Only while the cache is read.** A worker nobody reads from would spend a
+round of the reactor per ``PING`` for nothing (80 a second at the default
+bound). So a tracker keeps the bound's pace while the cache was consulted in
+the last ``IDLE_AFTER`` seconds and pings once every ``PING_INTERVAL`` after
+(liveness: a dead server is still noticed). The first read of a held entry
+after an idle spell finds its confirmation too old: it goes to Redis, as any
+lagging read does, and wakes the trackers (``HotCache.on_lagging``), which
+ping at once and go back to the bound's pace; the reads after the pong hit.
 """
 
 from __future__ import annotations
@@ -50,7 +59,6 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Callable, Deque, Dict, Iterable, List, Optional
 
-from twisted.internet import task
 from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
 
@@ -66,9 +74,12 @@ from cache.redis.sentinel import MasterEndpoint
 TRACKED_PREFIX = keys.PREFIX + b"{"
 INVALIDATION_CHANNEL = b"__redis__:invalidate"
 CONNECTION_NAME = b"jetway-hot-cache"
-# Between PINGs when the cache has no bound on the lag (max_lag None); else max_lag / HEARTBEATS_PER_BOUND.
+# Between PINGs with no bound on the lag (max_lag None) or while idle; else max_lag / HEARTBEATS_PER_BOUND.
 PING_INTERVAL = 1.0
 HEARTBEATS_PER_BOUND = 4
+# A cache not consulted for this long is idle: its trackers ping every PING_INTERVAL. Long
+# enough that a worker read every few seconds keeps its hits; a shorter spell saves little.
+IDLE_AFTER = 10.0
 # Between connection attempts, as the links redial (cache.redis.link).
 RETRY_DELAYS = (0.2, 1.0)
 _log = Logger()
@@ -222,21 +233,20 @@ class Tracker:
         self._failures = 0
         self._stopped = False
         self._retry: Any = None
-        self._pinging = task.LoopingCall(self._ping)
-        self._pinging.clock = reactor
+        self._next_ping: Any = None
 
     @property
     def is_subscribed(self) -> bool:
         return self.live is not None
 
     def start(self) -> None:
-        self._pinging.start(self.heartbeat, now=False)
+        self._schedule_ping()
         self._dial()
 
     def stop(self) -> None:
         self._stopped = True
-        if self._pinging.running:
-            self._pinging.stop()
+        if self._next_ping is not None and self._next_ping.active():
+            self._next_ping.cancel()
         if self._retry is not None and self._retry.active():
             self._retry.cancel()
         if self._connection is not None:
@@ -269,8 +279,24 @@ class Tracker:
         self._retry = self.clock.callLater(delay, self._dial)
 
     def _ping(self) -> None:
+        self._next_ping = None
         if self._connection is not None:
             self._connection.ping(self.stamp(), self.timeout)
+        self._schedule_ping()
+
+    def _schedule_ping(self) -> None:
+        if self._stopped:
+            return
+        pace = self.heartbeat if self.feed.in_demand() else max(self.heartbeat, PING_INTERVAL)
+        self._next_ping = self.clock.callLater(pace, self._ping)
+
+    def wake(self) -> None:
+        """A read found the confirmation too old: ping now, unless the next PING is due within the bound's pace."""
+        due = self._next_ping
+        if due is None or not due.active() or due.getTime() - self.clock.seconds() <= self.heartbeat:
+            return
+        due.cancel()
+        self._ping()
 
     def subscribed(self, protocol: _TrackingProtocol) -> None:
         self._failures = 0
@@ -315,6 +341,25 @@ class InvalidationFeed:
         self.trackers: Dict[Any, Tracker] = {}
         self._on_trouble = on_trouble
         self._was_live = False
+        # The cache's read count when last looked at, and when it last changed (the cache's clock).
+        self._reads_seen = -1
+        self._read_at = float("-inf")
+        cache.on_lagging = self.wake
+
+    def in_demand(self) -> bool:
+        """Whether the cache was consulted in the last ``IDLE_AFTER`` seconds (the trackers' pace)."""
+        cache = self.cache
+        reads = cache.hits + cache.misses + cache.lagging
+        if reads != self._reads_seen:
+            self._reads_seen = reads
+            self._read_at = cache.now()
+        return cache.now() - self._read_at < IDLE_AFTER
+
+    def wake(self) -> None:
+        """A read of a held entry found the confirmation too old: every tracker pings now."""
+        self._read_at = self.cache.now()
+        for tracker in self.trackers.values():
+            tracker.wake()
 
     def add(self, node: Any, tracker: Tracker) -> None:
         self.trackers[node] = tracker

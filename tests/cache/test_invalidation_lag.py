@@ -145,3 +145,51 @@ def test_a_tracking_connection_lost_empties_and_bypasses_the_cache_until_confirm
         ),
     )
     assert figures == {"emptied": 0, "fresh_when_down": False}
+
+
+def test_an_idle_cache_pings_once_a_second_and_its_first_read_wakes_the_heartbeat(own_redis):
+    """Nobody reads: the tracker pings every PING_INTERVAL, not every bound/4 (an idle worker's CPU).
+    The first read of a held entry after the idle spell goes to Redis and wakes the heartbeat; once its
+    pong is back, reads hit again, and the bound's pace holds while they go on."""
+    figures = run_script(
+        own_redis,
+        LAGGING
+        + textwrap.dedent(
+            """
+        import cache.tracking as tracking
+
+        async def pongs_over(reactor, tracker, seconds):
+            heard = []
+            tracker.heard, original = (lambda sent_at: (heard.append(sent_at), original(sent_at))), tracker.heard
+            await task.deferLater(reactor, seconds, lambda: None)
+            tracker.heard = original
+            return len(heard)
+
+        async def run(reactor, path):
+            tracking.IDLE_AFTER = 0.3
+            relay, link, hot, feed, store = await setup(reactor, path)
+            tracker = feed.trackers["relayed"]
+            busy = 0
+            for _ in range(10):  # reads every 20 ms: the bound's pace (30 ms / 4)
+                busy += await pongs_over(reactor, tracker, 0.02)
+                etag = (await store.get(b"things", b"a")).etag.decode()
+            await task.deferLater(reactor, 0.5, lambda: None)  # idle past IDLE_AFTER
+            idle = await pongs_over(reactor, tracker, 1.5)
+            fresh_when_idle = hot.fresh
+            hits, lagging = hot.hits, hot.lagging
+            first = (await store.get(b"things", b"a")).etag.decode()
+            first_lagged = hot.lagging - lagging
+            await until(reactor, lambda: hot.fresh, "the pong of the woken heartbeat", timeout=0.5)
+            await store.get(b"things", b"a")
+            out(busy=busy, idle=idle, fresh_when_idle=fresh_when_idle, same=first == etag, first_lagged=first_lagged,
+                hits_after_wake=hot.hits - hits)
+            feed.stop()
+            await link.close()
+        """
+        ),
+    )
+    assert figures["busy"] >= 10  # 0.2 s of reads at 7.5 ms a PING: some 26 pongs; a loaded machine skips some
+    assert figures["idle"] <= 2  # 1.5 s idle at one PING a second
+    assert figures["fresh_when_idle"] is False  # the last confirmation is older than the bound
+    assert figures["same"] is True and figures["first_lagged"] == 1  # the held entry refused: read from Redis
+    assert figures["hits_after_wake"] == 1
