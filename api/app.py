@@ -11,12 +11,12 @@ from api.connection import HttpLimits
 from api.log_writer import LineWriter
 from api.logs import AccessLog, Lines
 from api.observe import Metrics, Observer, render_metrics
-from cache.batch import BatchRunner
-from cache.idempotency import IdempotencyRecords
+from cache.batches.batch import BatchRunner
+from cache.credentials.tickets import TicketStore
+from cache.documents.idempotency import IdempotencyRecords
+from cache.documents.store import DocumentStore
 from cache.memory_return import MemoryReturn
 from cache.settings_cache import SettingsCache
-from cache.store import DocumentStore
-from cache.tickets import TicketStore
 from handlers.base import NoRouteHandler
 from handlers.batch import BatchHandler
 from handlers.changes import ChangesHandler

@@ -18,10 +18,10 @@ from twisted.internet import defer
 from api.config import Settings
 from api.keys import duration
 from api.oneshot import run_with_link
-from cache import codec
 from cache.collection_settings import CollectionSettingsStore, SettingsError
+from cache.json import codec
 from cache.redis.link import Link
-from cache.schema import InvalidSchema
+from cache.schemas.schema import InvalidSchema
 from handlers.http.validation import COLLECTION_PATTERN
 
 

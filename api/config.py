@@ -13,8 +13,8 @@ import resource
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping, Optional, Tuple, TypeVar, Union
 
+from cache.documents.write_concern import PRIMARY_ONLY, WriteConcern
 from cache.redis.address import RedisAddress, parse_redis_url
-from cache.write_concern import PRIMARY_ONLY, WriteConcern
 from handlers.http.cache_policy import DEFAULT_POLICY, cache_policy
 
 T = TypeVar("T")
@@ -43,7 +43,7 @@ class Settings:
     # Ids one multi-get may ask for (by GET, the request line bounds it first).
     max_ids: int = 1000
     # Bytes of stored documents one answer may compose: a multi-get, a list page, a batch's
-    # gets (cache/bounded_reads.py; docs/limits.md). At least max_body, so any document fits.
+    # gets (cache/documents/bounded_reads.py; docs/limits.md). At least max_body, so any document fits.
     max_response_bytes: int = 16 * 1024 * 1024
     access_log: bool = True
     workers: int = field(default_factory=lambda: os.cpu_count() or 1)
@@ -65,11 +65,11 @@ class Settings:
     trusted_proxies: Tuple[Network, ...] = ()
     auth: bool = True
     json_logs: bool = True
-    # Replicas that must have a write before it is answered (cache/write_concern.py).
+    # Replicas that must have a write before it is answered (cache/documents/write_concern.py).
     write_concern: WriteConcern = PRIMARY_ONLY
-    # What each worker's hot cache may add to its memory (cache/hot_cache.py, HEAP_GROWTH); 0: no cache.
+    # What each worker's hot cache may add to its memory (cache/hot/cache.py, HEAP_GROWTH); 0: no cache.
     hot_cache_bytes: int = 64 * 1024 * 1024
-    # Seconds the hot cache's invalidations may lag before it is bypassed (cache/tracking.py, the heartbeat).
+    # Seconds the hot cache's invalidations may lag before it is bypassed (cache/hot/tracking.py, the heartbeat).
     hot_cache_max_lag: float = 0.05
     # Operations with a pipeline (handlers/pipeline.py) answered by the connection, without Cyclone; off:
     # DocumentHandler runs the same pipelines (what they are compared with, in tests and benchmarks).
@@ -81,11 +81,11 @@ class Settings:
     debug_burn_us: int = 0
     # Cache-Control of document and list responses (handlers/http/cache_policy.py).
     cache_control: str = DEFAULT_POLICY
-    # Documents of at least this many bytes are stored with compressed variants (cache/variants.py); 0: none.
+    # Documents of at least this many bytes are stored with compressed variants (cache/documents/variants.py); 0: none.
     compress_min_bytes: int = 1024
     # Browser origins allowed to call the API (handlers/http/cors.py); "*" for any.
     cors_origins: Tuple[str, ...] = ()
-    # The change feed (cache/change_feed.py): on, how many events a collection
+    # The change feed (cache/feed/streams.py): on, how many events a collection
     # keeps and for how long (0: no age cap), the bytes of events it keeps,
     # what a subscriber may leave unread, the longest long poll, a ticket's lifetime.
     feed: bool = True
@@ -95,7 +95,7 @@ class Settings:
     feed_buffer: int = 1024 * 1024
     feed_max_wait: int = 60
     feed_ticket_ttl: int = 3600
-    # Seconds an Idempotency-Key's attempt holds its claim before a retry may take it over (cache/idempotency.py).
+    # Seconds an Idempotency-Key's attempt holds its claim before a retry may take it over (cache/documents/).
     idempotency_lease: float = 10.0
     # Operations and bytes one POST /v1/_batch may carry (handlers/batch.py).
     max_batch_ops: int = 1000

@@ -46,7 +46,7 @@ from api.debug_burn import burn_cpu
 from api.request_head import MAX_HEADER_BYTES, MAX_REQUEST_LINE, ProtocolError, RequestHead, parse_head
 from api.routed import Routed
 from api.streamed_body import STREAM_TIMEOUT_DETAIL, StreamedBody
-from cache import codec
+from cache.json import codec
 from cache.twisted_internals import unsent_bytes
 from handlers.framework import CycloneConnection
 from handlers.http.body_stream import BodyLost, BodyStream

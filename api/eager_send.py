@@ -16,14 +16,14 @@ from typing import Any
 
 from twisted.internet import tcp
 
-from cache.shared_reads import read_into_shared_buffer
+from api.shared_reads import read_into_shared_buffer
 from cache.twisted_internals import adopted_port, may_send_now
 
 
 class EagerServer(tcp.Server):
     """A TCP server connection whose ``write`` sends straight away when its queue is empty.
 
-    It reads into the process's shared buffer too (``cache.shared_reads``).
+    It reads into the process's shared buffer too (``api.shared_reads``).
     """
 
     doRead = read_into_shared_buffer

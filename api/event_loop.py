@@ -26,7 +26,7 @@ class DirectEPollReactor(epollreactor.EPollReactor):
     """``EPollReactor`` whose event dispatch skips the per-event log context.
 
     Descriptors named by ``read_first`` (the hot cache's invalidation
-    connections, ``cache.tracking``) are handled before the others of the
+    connections, ``cache.hot.tracking``) are handled before the others of the
     same poll, so that a request that came in the same poll as an
     invalidation is answered after the invalidation is applied.
 

@@ -16,8 +16,8 @@ from twisted.internet import defer
 
 from api.config import Settings
 from api.oneshot import run_with_link
+from cache.credentials.tokens import TokenError, TokenStore
 from cache.redis.link import Link
-from cache.tokens import TokenError, TokenStore
 
 _DURATION = re.compile(r"([1-9][0-9]*)([smhd]?)\Z")
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}

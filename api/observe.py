@@ -102,10 +102,10 @@ class Metrics:
         self._feed_flushed = FeedStats()
         self.index_build_steps = Counter(
             "jetway_index_build_steps",
-            "Steps of declared indexes' builds the workers ran (up to 256 documents each, cache/index_builds.py)",
+            "Steps of declared indexes' builds the workers ran (up to 256 documents each, cache/indexes/builds.py)",
             registry=None,
         )
-        self.index_builds: Optional[Any] = None  # the store's cache.index_builds.IndexBuilds
+        self.index_builds: Optional[Any] = None  # the store's cache.indexes.builds.IndexBuilds
         self._index_steps_flushed = 0
         self._bounds = (*_BUCKETS, float("inf"))
         # The status as a number: its text is made at the flush, not per request.
@@ -173,7 +173,7 @@ class Metrics:
 
 
 class HotCacheMetrics:
-    """The hot cache's figures (``cache.hot_cache.HotCache.stats``), per worker and summed over the instance.
+    """The hot cache's figures (``cache.hot.cache.HotCache.stats``), per worker and summed over the instance.
 
     The cache counts in plain attributes on the read path; a flush turns the
     counts since the last one into counter increments (summed over workers)

@@ -36,7 +36,7 @@ STATE_SUFFIX = ".jetway-import"
 NDJSON = "application/x-ndjson"
 COUNT_HEADER = "X-Jetway-Documents"
 # How long an import retries while its key is held: an import that died holds it until its lease runs out
-# (cache.import_progress.LEASE_SECONDS, 15 s).
+# (cache.documents.import_progress.LEASE_SECONDS, 15 s).
 KEY_BUSY_SECONDS = 30
 # Refusals of an import's head, before any line is read (an answer with no report of lines written).
 REFUSED_AT_HEAD = (400, 401, 403, 404, 415)

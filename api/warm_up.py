@@ -39,9 +39,9 @@ from api.log_writer import LineWriter
 from api.observe import Metrics
 from api.warm_up_redis import Hashes, WarmUpRedis
 from cache import keys
+from cache.credentials.tokens import digest_of, new_token, token_key
+from cache.documents.variants import FIELDS, Variants
 from cache.redis.address import parse_redis_url
-from cache.tokens import digest_of, new_token, token_key
-from cache.variants import FIELDS, Variants
 from handlers.paths import DOCUMENT
 
 # Long enough for a few thousand requests on a busy machine; a worker that

@@ -29,12 +29,12 @@ from typing import Dict, List, Optional, Set
 
 from twisted.internet import protocol
 
+from cache.hot.tracking import INVALIDATION_CHANNEL
 from cache.redis.resp import Incomplete, parse_reply
-from cache.tracking import INVALIDATION_CHANNEL
 
 Hashes = Dict[bytes, Dict[bytes, bytes]]
 
-# What a write script answers for a document replaced (cache.scripts.PUT).
+# What a write script answers for a document replaced (cache.documents.scripts.PUT).
 _REPLACED = b":1\r\n"
 _ROLE = b"*3\r\n$6\r\nmaster\r\n:0\r\n*0\r\n"
 

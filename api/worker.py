@@ -33,24 +33,24 @@ from api.logs import LineStream, start_logging
 from api.observe import HotCacheMetrics, Metrics
 from api.signals import ignore_hangups, on_signals, stop_reactor
 from api.warm_up import warm_up
-from cache.batch import BatchRunner
-from cache.change_feed import NO_FEED, FeedLog, FeedReader
+from cache.batches.batch import BatchRunner
 from cache.collection_settings import CollectionSettingsStore
-from cache.hot_cache import HotCache
-from cache.idempotency import IdempotencyRecords
-from cache.index_upkeep import follow_settings_changes
+from cache.credentials.tickets import TicketStore
+from cache.credentials.token_cache import TokenCache
+from cache.credentials.tokens import TokenStore
+from cache.documents.idempotency import IdempotencyRecords
+from cache.documents.store import DocumentStore
+from cache.documents.variants import Variants
+from cache.feed.streams import NO_FEED, FeedLog, FeedReader
+from cache.hot.cache import HotCache
+from cache.hot.tracking import invalidation_feed
+from cache.indexes.upkeep import follow_settings_changes
 from cache.keys import INDEX_SHARDS
 from cache.redis.address import CLUSTER, RedisAddress
 from cache.redis.lazy_link import LazyLink
 from cache.redis.metered import MeteredLink
 from cache.redis.topology import connect, watched
 from cache.settings_cache import SettingsCache
-from cache.store import DocumentStore
-from cache.tickets import TicketStore
-from cache.token_cache import TokenCache
-from cache.tokens import TokenStore
-from cache.tracking import invalidation_feed
-from cache.variants import Variants
 from handlers.feed.feed import Feed, FeedLimits
 from handlers.http.auth import Gate
 
@@ -183,7 +183,7 @@ def assemble(
     follow_settings_changes(collections, store.index_builds)
     on_shutdown(collections.close)
     idempotency = IdempotencyRecords(link, settings.idempotency_lease)
-    # A batch's writes share script calls by slot on a cluster, and all together on one Redis (cache.batch_groups).
+    # A batch's writes share script calls by slot on a cluster, and all together on one Redis (cache.batches.groups).
     batches = BatchRunner(store, link, settings.write_concern, write_link, spans_slots=settings.redis.kind != CLUSTER)
     gate = Gate(tokens, link, settings.auth)
     app = app_factory(

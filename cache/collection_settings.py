@@ -13,7 +13,7 @@ A change (PUT or DELETE) publishes the collection's name on
 without settings behaves exactly as before settings existed.
 
 A stored schema that this version refuses (stored by an earlier one,
-before ``cache.schema_bounds``) leaves its collection's settings readable
+before ``cache.schemas.bounds``) leaves its collection's settings readable
 and its reads working; each write to it is a ``StoredSchemaRefused`` that
 says why and what an admin does about it. So are stored settings that fail
 the other checks (a ``ttl`` or ``max_bytes`` out of range, a bad
@@ -31,13 +31,13 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from twisted.internet import defer
 
-from cache import codec
 from cache.errors import StoreError
-from cache.index_builds import apply_specs
-from cache.indexes import Index, IndexDeclarationError, declared_indexes
+from cache.indexes.builds import apply_specs
+from cache.indexes.declared import Index, IndexDeclarationError, declared_indexes
+from cache.json import codec
 from cache.redis.link import Link
 from cache.redis.script import Script
-from cache.schema import CompiledSchema, DocumentInvalid, InvalidSchema, compile_schema
+from cache.schemas.schema import CompiledSchema, DocumentInvalid, InvalidSchema, compile_schema
 
 CHANGED_CHANNEL = b"jw:collections:changed"
 _TAG = b"jw:{collections}"
@@ -91,7 +91,7 @@ def generation_key(collection: bytes) -> bytes:
 
 # KEYS: settings key, names, generation. ARGV: name, settings JSON, new etag, If-Match, If-None-Match, channel.
 # Returns {0} when a condition failed, {1, generation} replaced, {2, generation} created. The generation
-# (kept apart, so that it outlives a DELETE) orders the index specs the shards get (cache.index_builds).
+# (kept apart, so that it outlives a DELETE) orders the index specs the shards get (cache.indexes.builds).
 _PUT = Script(
     b"""
 local current = redis.call('HGET', KEYS[1], 'e')
@@ -147,7 +147,7 @@ class CollectionSettings:
     max_bytes: Optional[int] = None
     cache_control: Optional[str] = None
     write_replicas: Optional[int] = None
-    indexes: Tuple[Index, ...] = ()  # cache.indexes
+    indexes: Tuple[Index, ...] = ()  # cache.indexes.declared
     schema_refused: Optional[str] = None  # why this version refuses the stored schema: no write is taken
     settings_refused: Optional[str] = None  # why this version refuses the other stored settings: no write either
 
@@ -174,7 +174,7 @@ class CollectionSettings:
 NO_SETTINGS = CollectionSettings()
 
 
-# A schema compiled, or why it was refused: what ``cache.schema_versions`` keeps per settings version.
+# A schema compiled, or why it was refused: what ``cache.schemas.versions`` keeps per settings version.
 Compiled = Union[CompiledSchema, InvalidSchema]
 
 
@@ -309,11 +309,11 @@ class CollectionSettingsStore:
         """Store checked settings; fires with ``(CollectionSettings, created)``; ``None`` when a condition failed.
 
         Then each index shard of the collection gets the spec of its
-        declared indexes (``cache.index_builds.apply_specs``): the writes
+        declared indexes (``cache.indexes.builds.apply_specs``): the writes
         keep them from then on, and the indexes new to it are to be built.
 
         ``compiled`` is ``values``' schema compiled already (off the reactor
-        thread: ``cache.schema_versions``); without it, it is compiled here.
+        thread: ``cache.schemas.versions``); without it, it is compiled here.
         """
         body = codec.dumps(checked_values(values))
         settings = parse_settings(name, body, self._new_etag(), compiled)
@@ -342,7 +342,7 @@ class CollectionSettingsStore:
     @defer.inlineCallbacks
     def _apply_specs(self, name: str, generation: int, indexes: Sequence[Index]) -> Any:
         """The shards get the change's indexes; then the change is published again, for the workers to start
-        the builds of new indexes and the sweeps of dropped ones (``cache.index_upkeep``), which the first
+        the builds of new indexes and the sweeps of dropped ones (``cache.indexes.upkeep``), which the first
         message, sent before the shards had the specs, came too early for."""
         yield apply_specs(self._link, name.encode(), generation, indexes)
         yield self._link.execute(b"PUBLISH", CHANGED_CHANNEL, name.encode())

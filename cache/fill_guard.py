@@ -1,6 +1,6 @@
 """The rule of every cache that is filled from Redis and invalidated by messages, kept in one place.
 
-A worker's cache of this kind (``cache.token_cache``, ``cache.settings_cache``)
+A worker's cache of this kind (``cache.credentials.token_cache``, ``cache.settings_cache``)
 reads Redis on one connection and hears invalidations on another (a
 pub/sub subscription). Nothing orders the two: a reply that left Redis
 before a change can arrive after the change's message. So:
@@ -16,7 +16,7 @@ before a change can arrive after the change's message. So:
 
 Rule 2 is by generation, not by key: one invalidation voids every fill in
 flight. Both caches change rarely (a revocation, a settings write), so a
-few lookups more after a change cost nothing. ``cache.hot_cache`` keeps
+few lookups more after a change cost nothing. ``cache.hot.cache`` keeps
 the same rule per key (its ``reserve``/``fill`` tickets, with a floor for
 losses and flushes), because documents change all the time.
 """

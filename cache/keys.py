@@ -8,8 +8,8 @@ into ``INDEX_SHARDS`` shards by a CRC32 of the document id, and the shard
 
     jw:{<coll>:<shard>}:d:<id>   HASH   b = body bytes, e = ETag, m = Last-Modified
     jw:{<coll>:<shard>}:i        ZSET   the ids of that shard, all score 0
-    jw:{<coll>:<shard>}:f        STREAM the shard's change feed (``cache.change_feed``)
-    ji:{<coll>:<shard>}:xs, :x:* the shard's declared indexes (``cache.index_scripts``)
+    jw:{<coll>:<shard>}:f        STREAM the shard's change feed (``cache.feed.streams``)
+    ji:{<coll>:<shard>}:xs, :x:* the shard's declared indexes (``cache.indexes.scripts``)
 
 ``<shard>`` is two hex digits. Collection names and ids cannot contain
 ``{`` or ``}`` (see the route patterns), so no other hash tag can appear.
@@ -22,8 +22,8 @@ Why this fits Redis Cluster (``cache.redis.cluster``):
 
 - What must change atomically shares a slot. A write is one script over a
   document and its index shard, both under ``{<coll>:<shard>}``; a token
-  and its name entries are all under ``{tokens}`` (``cache.tokens``); a rate
-  limit is one key, ``jw:rl:{<digest>}`` (``cache.ratelimit``). No script
+  and its name entries are all under ``{tokens}`` (``cache.credentials.tokens``); a rate
+  limit is one key, ``jw:rl:{<digest>}`` (``cache.credentials.ratelimit``). No script
   and no command ever names keys of two slots, so none can fail with
   ``CROSSSLOT``, and a command is routed by its first key alone.
 - Data spreads. The hash tag of a document is its shard, not its collection,
@@ -83,31 +83,31 @@ def index_key_for(collection: bytes, doc_id: bytes) -> bytes:
 
 
 def feed_key(collection: bytes, shard: int) -> bytes:
-    """The capped stream of one shard's changes, in the slot of its documents (``cache.change_feed``)."""
+    """The capped stream of one shard's changes, in the slot of its documents (``cache.feed.streams``)."""
     return _tag(collection, shard) + b":f"
 
 
-# Declared indexes' keys: the documents' slot, outside the prefix the hot cache tracks (cache.index_scripts).
+# Declared indexes' keys: the documents' slot, outside the prefix the hot cache tracks (cache.indexes.scripts).
 INDEX_PREFIX = b"ji:"
 
 
 def index_spec_key(collection: bytes, shard: int) -> bytes:
-    """The spec of the declared indexes one shard keeps (``cache.index_scripts``)."""
+    """The spec of the declared indexes one shard keeps (``cache.indexes.scripts``)."""
     return INDEX_PREFIX + _tag(collection, shard)[len(PREFIX) :] + b":xs"
 
 
 def index_entries_key(collection: bytes, shard: int, name: bytes, version: bytes) -> bytes:
-    """One declared index's entries in one shard (``cache.index_scripts``)."""
+    """One declared index's entries in one shard (``cache.indexes.scripts``)."""
     return INDEX_PREFIX + _tag(collection, shard)[len(PREFIX) :] + b":x:" + name + b":" + version
 
 
 def index_states_key(collection: bytes, shard: int) -> bytes:
-    """Each declared index's state in one shard: built, or where its build is (``cache.index_scripts``)."""
+    """Each declared index's state in one shard: built, or where its build is (``cache.indexes.scripts``)."""
     return INDEX_PREFIX + _tag(collection, shard)[len(PREFIX) :] + b":xst"
 
 
 def feed_bytes_key(collection: bytes, shard: int) -> bytes:
-    """What one shard's change feed holds, in bytes as its budget counts them (``cache.scripts``' trim_feed);
+    """What one shard's change feed holds, in bytes as its budget counts them (``cache.documents.scripts``' trim_feed);
     ``+ b"s"``: each event's count, oldest first."""
     return INDEX_PREFIX + _tag(collection, shard)[len(PREFIX) :] + b":fb"
 
@@ -118,5 +118,5 @@ def index_dropped_key(collection: bytes, shard: int) -> bytes:
 
 
 def index_build_lease_key(collection: bytes, name: bytes, version: bytes) -> bytes:
-    """Which worker builds one declared index (``cache.index_builds``): in the slot of the collection's shard 0."""
+    """Which worker builds one declared index (``cache.indexes.builds``): in the slot of the collection's shard 0."""
     return INDEX_PREFIX + _tag(collection, 0)[len(PREFIX) :] + b":xl:" + name + b":" + version

@@ -12,7 +12,7 @@ bypasses the scripts (FLUSHALL, a key edited by hand) publishes nothing:
 publish ``*`` after it (``FORGET_ALL``). A read that was
 under way when an invalidation came is not cached (its answer may predate
 the change). A schema is compiled once per version (its ETag), however
-often it is read again, off the reactor thread (``cache.schema_versions``);
+often it is read again, off the reactor thread (``cache.schemas.versions``);
 a stored schema this version refuses is refused once per version too, and
 its collection's writes answer why (``StoredSchemaRefused``); so do stored
 settings that fail the other checks (``StoredSettingsRefused``), kept as
@@ -34,13 +34,13 @@ from cache.collection_settings import (
     parse_stored,
     stored_schema_or_none,
 )
+from cache.credentials.token_cache import MAX_ENTRIES, keep_bounded
+from cache.credentials.token_cache import _Subscriber as _TokenSubscriber
+from cache.credentials.token_cache import _SubscriberFactory as _TokenSubscriberFactory
 from cache.fill_guard import FillGuard
 from cache.redis.address import RedisAddress
 from cache.redis.topology import subscriber_endpoint
-from cache.schema_versions import SchemaVersions
-from cache.token_cache import MAX_ENTRIES, keep_bounded
-from cache.token_cache import _Subscriber as _TokenSubscriber
-from cache.token_cache import _SubscriberFactory as _TokenSubscriberFactory
+from cache.schemas.versions import SchemaVersions
 
 _NONE: Tuple[()] = ()  # cached "this collection has no settings"
 # Published by hand (``PUBLISH jw:collections:changed '*'``) after a FLUSHALL or

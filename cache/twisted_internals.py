@@ -13,7 +13,7 @@ is the layer every other imports.
   a response sent straight to the socket must have nothing queued before it
   (``may_send_now``, ``api.eager_send``).
 - ``tcp.Connection._dataReceived``: what a transport does with the bytes it
-  read. A read into the shared buffer (``cache.shared_reads``) hands them on
+  read. A read into the shared buffer (``api.shared_reads``) hands them on
   as Twisted's own ``doRead`` would (``hand_to_protocol``).
 - ``doRead`` assigned on a transport: the Redis connections read into their
   reply buffer instead of a new bytes object per read
@@ -30,6 +30,12 @@ is the layer every other imports.
 from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from twisted.internet import main, tcp
+
+# The most one socket read brings: what Twisted's transports ask by default. The
+# shared client buffer (api.shared_reads) and the Redis reply buffers read as much.
+READ_SIZE = 64 * 1024
 
 # The private names this module touches, by the class that has them (the test reads this).
 TOUCHED: Dict[str, Tuple[str, ...]] = {
@@ -57,6 +63,11 @@ def may_send_now(transport: Any) -> bool:
 def hand_to_protocol(transport: Any, data: bytes) -> Optional[Any]:
     """Bytes read from the transport's socket, handed on as its ``doRead`` would; what ``doRead`` returns."""
     return transport._dataReceived(data)
+
+
+def read_failed(error: OSError) -> Optional[Any]:
+    """What a ``doRead`` returns when its read raised: nothing yet, or the connection lost (as Twisted's)."""
+    return None if error.args[0] == tcp.EWOULDBLOCK else main.CONNECTION_LOST
 
 
 def take_over_reads(transport: Any, read: Callable[[], Optional[Any]]) -> None:

@@ -13,13 +13,13 @@ from urllib.parse import parse_qs
 import cyclone.web
 from twisted.internet import defer
 
-from cache import index_queries
 from cache.collection_settings import CollectionSettings
-from cache.idempotency import IdempotencyRecords, StoredResponse
-from cache.ratelimit import RateDecision
+from cache.credentials.ratelimit import RateDecision
+from cache.documents.idempotency import IdempotencyRecords, StoredResponse
+from cache.documents.store import Document, DocumentStore
+from cache.documents.variants import gzip_of
+from cache.indexes import queries as index_queries
 from cache.settings_cache import SettingsCache, settings_of
-from cache.store import Document, DocumentStore
-from cache.variants import gzip_of
 from handlers.framework import CycloneHandler
 from handlers.http import validation
 from handlers.http.auth import Gate, Grant
@@ -102,7 +102,7 @@ class JsonHandler(CycloneHandler):
             self.write(reply.body)
 
     def send_stored(self, response: StoredResponse) -> None:
-        """Send a response made ahead (``cache.idempotency``: perhaps the first attempt's, replayed)."""
+        """Send a response made ahead (``cache.documents.idempotency``: perhaps the first attempt's, replayed)."""
         for name, value in response.headers:
             self.set_header(name, value)
         if response.status >= 400:
@@ -212,7 +212,7 @@ class ResourceHandler(JsonHandler):
     def planned_query(
         self, name: bytes, indexes: Any, filters: Dict[str, List[str]], limit: int, cursor: Optional[str] = None
     ) -> Any:
-        """The query ``filters`` ask, planned onto the collection's ``indexes`` (``cache.index_queries``). When
+        """The query ``filters`` ask, planned onto the collection's ``indexes`` (``cache.indexes.queries``). When
         none answers it, onto the settings read again first: an index declared a moment ago through another
         worker may not have reached this worker's cache yet. Refused: 400 ``no-index`` or ``invalid-query``."""
         query = _plan(indexes, filters, limit, cursor, again=self.collections is not None)

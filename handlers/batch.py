@@ -12,16 +12,16 @@ large (413, before anything is written) or not authorized at all (401, 429).
 The documents its gets bring share one byte budget
 (``JETWAY_MAX_RESPONSE_BYTES``): a get past it gets its own 413
 ``response-too-large``, in order, and the other operations, writes above
-all, go as they would (``cache.batch``).
+all, go as they would (``cache.batches.batch``).
 
 Each operation is authorized on its own collection, checked as its single
 request would be (its collection's settings too: the schema and
 ``max_bytes`` refuse a put, create or merged patch with that operation's own
 422 or 413, a put or create without ``ttl`` gets the default TTL, and the
 batch waits for the most ``write_replicas`` any of its writes asks for),
-then all go to Redis together (``cache.batch``: not
+then all go to Redis together (``cache.batches.batch``: not
 atomic across documents). A document written by a put or create is stored
-as its own bytes in the batch's body, verbatim (``cache.json_spans`` finds
+as its own bytes in the batch's body, verbatim (``cache.json.spans`` finds
 them once the whole body has passed the strict reader), as a single PUT
 stores its body: its whitespace and escapes are the client's.
 """
@@ -34,17 +34,17 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from twisted.internet import defer
 
-from cache import codec
-from cache.batch import CREATE, DELETE, GET, PATCH, PUT, WRITES, BatchRunner, Operation, OperationResult
-from cache.bounded_reads import OverBudget
+from cache.batches.batch import CREATE, DELETE, GET, PATCH, PUT, WRITES, BatchRunner, Operation, OperationResult
 from cache.collection_settings import CollectionSettings
-from cache.idempotency import StoredResponse
-from cache.json_spans import Span, element_member_spans
+from cache.documents.bounded_reads import OverBudget
+from cache.documents.idempotency import StoredResponse
+from cache.documents.store import NO_CONDITIONS, Conditions
+from cache.documents.variants import base_tag
+from cache.documents.write_plan import KEPT, keeping, patch_planner, plan_write
+from cache.json import codec
+from cache.json.spans import Span, element_member_spans
 from cache.memory_return import MemoryReturn
-from cache.store import NO_CONDITIONS, Conditions
 from cache.turns import in_turns
-from cache.variants import base_tag
-from cache.write_plan import KEPT, keeping, patch_planner, plan_write
 from handlers.base import JSON_TYPE, ResourceHandler, as_api_error, too_large
 from handlers.http import validation
 from handlers.http.auth import may
@@ -318,7 +318,7 @@ def _result(result: OperationResult, minimal: bool) -> List[bytes]:
 
 
 def _json_tag(etag: bytes) -> bytes:
-    """An entity tag as a JSON string: the tags this store makes (``cache.ids``) with no encoder called."""
+    """An entity tag as a JSON string: the tags this store makes (``cache.documents.ids``) with no encoder called."""
     if _PLAIN_TAG.match(etag):
         return b'"\\"' + etag[1:-1] + b'\\""'
     return codec.dumps(etag.decode())

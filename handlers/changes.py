@@ -11,7 +11,7 @@
 - Otherwise a long poll: ``{"events": [...], "next": "<position>"}``, up to
   ``limit`` events after ``since`` (or now), waiting up to ``wait`` seconds
   for the first. With a query's filters (``?status=eq.open``) it is a live
-  query (``cache.live_queries``): only the events of documents that match
+  query (``cache.feed.live_queries``): only the events of documents that match
   the query, or stopped matching it, each with ``"matches"``.
 
 A position older than what the feed keeps is a 410 ``feed-position-lost``
@@ -20,7 +20,7 @@ collection, by bearer token or by ``?ticket=`` (``handlers.tickets``),
 checked for as long as the stream or the poll lasts: when the token is
 revoked or rotated or expires, or the ticket expires, a stream ends with an
 ``unauthorized`` event and a long poll answers a 401 at once
-(``cache.credential_watch``; docs/credentials.md).
+(``cache.credentials.watch``; docs/credentials.md).
 """
 
 from __future__ import annotations
@@ -30,11 +30,12 @@ from urllib.parse import parse_qs
 
 from twisted.internet import defer
 
-from cache import feed_position, index_queries
-from cache.change_feed import Event, Page
-from cache.credential_watch import TICKET_EXPIRED, TOKEN_EXPIRED, TOKEN_REVOKED, Hold
-from cache.feed_position import Position, PositionError, advanced
-from cache.live_queries import LiveQuery
+from cache.credentials.watch import TICKET_EXPIRED, TOKEN_EXPIRED, TOKEN_REVOKED, Hold
+from cache.feed import position as feed_position
+from cache.feed.live_queries import LiveQuery
+from cache.feed.position import Position, PositionError, advanced
+from cache.feed.streams import Event, Page
+from cache.indexes import queries as index_queries
 from handlers.base import ResourceHandler
 from handlers.feed.event_stream import LOST_DETAIL, EventStream, ready_event
 from handlers.feed.feed import Feed
@@ -125,7 +126,7 @@ class ChangesHandler(ResourceHandler):
 
     @defer.inlineCallbacks
     def _live_query(self, name: bytes, filters: Dict[str, List[str]]) -> Any:
-        """The filters as a live query over one of the collection's indexes (``cache.live_queries``)."""
+        """The filters as a live query over one of the collection's indexes (``cache.feed.live_queries``)."""
         if "order" in filters:
             raise bad_request("a live query has the feed's order: no order", "invalid-query")
         settings = yield self.collection_settings(name)

@@ -2,7 +2,7 @@
 
 PUT stores a collection's settings (JSON Schema, default TTL, size limit,
 cache policy, write replicas) after checking each and compiling the schema
-(off the reactor thread: ``cache.schema_versions``);
+(off the reactor thread: ``cache.schemas.versions``);
 GET answers them as stored, with their ETag (and, when they declare
 indexes, the ``Index-Builds`` header: each index's shards built, of all,
 ``by_email=16/16, by_age=5/16``); DELETE returns the collection
@@ -17,9 +17,9 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from twisted.internet import defer
 
-from cache import codec
 from cache.collection_settings import CollectionSettings, SettingsError, stored_indexes
-from cache.schema import InvalidSchema
+from cache.json import codec
+from cache.schemas.schema import InvalidSchema
 from handlers.base import ResourceHandler
 from handlers.http import validation
 from handlers.http.cache_policy import cache_policy
@@ -80,7 +80,7 @@ class CollectionSettingsHandler(ResourceHandler):
             raise precondition_failed("the settings do not match the request's conditions")
         settings, created = stored
         # Indexes new to documents already there are built from here, in the background, and the fields of
-        # dropped ones swept from the documents (cache.index_builds).
+        # dropped ones swept from the documents (cache.indexes.builds).
         self.store.index_builds.ensure(name.encode(), settings.indexes)
         self.store.index_builds.sweep(name.encode())
         self.set_header("ETag", settings.etag)

@@ -2,7 +2,7 @@
 
 List and multi-get bodies are put together from the stored bytes; no
 document is parsed on the way out. Each has a byte budget
-(``JETWAY_MAX_RESPONSE_BYTES``, ``cache.bounded_reads``): a multi-get
+(``JETWAY_MAX_RESPONSE_BYTES``, ``cache.documents.bounded_reads``): a multi-get
 past it is a 413 ``response-too-large`` before any body is read; a page
 past it ends early, with its cursor, so any collection can be paged
 through (no document is larger than the budget: ``api.config`` checks it
@@ -18,11 +18,11 @@ from urllib.parse import parse_qs
 from twisted.internet import defer
 from twisted.logger import Logger
 
-from cache import index_queries
+from cache.documents.store import Page
+from cache.documents.write_plan import plan_write
 from cache.errors import NotReplicated, PreconditionFailed
+from cache.indexes import queries as index_queries
 from cache.memory_return import MemoryReturn
-from cache.store import Page
-from cache.write_plan import plan_write
 from handlers.base import ResourceHandler, as_api_error, document_response
 from handlers.exports import NdjsonExport, wants_ndjson
 from handlers.http import validation
@@ -96,7 +96,7 @@ class CollectionHandler(ComposedHandler):
 
     @defer.inlineCallbacks
     def _query(self, name: bytes, filters: Dict[str, List[str]]) -> Any:
-        """A page of the documents a query over a declared index finds (``cache.index_queries``)."""
+        """A page of the documents a query over a declared index finds (``cache.indexes.queries``)."""
         limit = validation.limit(self.query_argument("limit"))
         settings = yield self.collection_settings(name)
         self.cache_control = policy_for(settings.cache_control, self.cache_control)

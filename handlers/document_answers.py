@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from typing import Any, Optional, Tuple
 
 from cache.collection_settings import CollectionSettings
+from cache.documents.store import NO_CONDITIONS, Conditions, Document, DocumentStore
+from cache.documents.variants import base_tag
+from cache.documents.write_plan import plan_write
 from cache.settings_cache import SettingsCache, settings_of
-from cache.store import NO_CONDITIONS, Conditions, Document, DocumentStore
-from cache.variants import base_tag
-from cache.write_plan import plan_write
 from handlers.http import conditional, validation
 from handlers.http.auth import RATE_SCRIPTS, Gate, Grant
 from handlers.http.cache_policy import policy_for

@@ -6,7 +6,7 @@ from typing import Any, Dict, Optional
 
 from twisted.internet import defer
 
-from cache.write_plan import keeping, patch_planner
+from cache.documents.write_plan import keeping, patch_planner
 from handlers.base import ResourceHandler, document_response
 from handlers.document_answers import DocumentAnswers, if_match, if_unmodified_since
 from handlers.http import validation

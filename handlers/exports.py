@@ -27,7 +27,7 @@ from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from cache.store import Page
+from cache.documents.store import Page
 from handlers.http import validation
 from handlers.http.auth import unauthorized
 from handlers.http.problems import problem_of

@@ -15,7 +15,7 @@ from typing import Any, List, Optional
 
 from twisted.internet import defer
 
-from cache.store import DocumentStore
+from cache.documents.store import DocumentStore
 from handlers.base import RETRY_AFTER_SECONDS, JsonHandler
 from handlers.http.errors import ApiError
 

@@ -1,6 +1,6 @@
 """``Idempotency-Key`` on POST, PATCH and the batch: a retry gets the first answer, never a second write.
 
-The steps and why they are safe are in ``cache.idempotency``. Here: the
+The steps and why they are safe are in ``cache.documents.idempotency``. Here: the
 header (an RFC 8941 string, quoted as the draft has it, or bare), the
 fingerprint of the request, and what each outcome of a claim answers:
 
@@ -27,8 +27,8 @@ from typing import Any, Callable, Iterable, Optional, Tuple
 
 from twisted.internet import defer
 
-from cache import codec
-from cache.idempotency import DONE, MISMATCH, RUNNING, IdempotencyRecords, StoredResponse, fingerprint
+from cache.documents.idempotency import DONE, MISMATCH, RUNNING, IdempotencyRecords, StoredResponse, fingerprint
+from cache.json import codec
 from handlers.base import as_api_error
 from handlers.http.errors import ApiError, bad_request
 

@@ -18,12 +18,12 @@ export's form, else its compact serialization. An upload cut short is
 resumed without writing a line twice: ``from_line=N`` skips the lines
 before N, and under an ``Idempotency-Key`` the import holds a lease on the
 key for as long as it runs and records the last line of each group written
-(``cache.import_progress``); a retry with the key goes on after it, and
+(``cache.documents.import_progress``); a retry with the key goes on after it, and
 writes each line with the ETag and new id its plan gives that line, so a
 line written but not yet recorded is found written, not written twice.
 While an import holds its key, another with the same key is a 409
 ``idempotency-key-in-use``. A group's lines all written or refused is what
-"written" means. A group's writes go as a batch's do (``cache.batch``: one
+"written" means. A group's writes go as a batch's do (``cache.batches.batch``: one
 script call per slot group), and the next group is read and checked while
 Redis writes them: at most two groups in flight.
 
@@ -43,11 +43,11 @@ from typing import Any, Callable, List, Optional, Tuple
 
 from twisted.internet import defer
 
-from cache import codec
-from cache.batch import CREATE, PUT, BatchRunner, Operation
+from cache.batches.batch import CREATE, PUT, BatchRunner, Operation
 from cache.collection_settings import CollectionSettings
-from cache.import_progress import Lease, LeaseLost, Plan
-from cache.write_plan import plan_write
+from cache.documents.import_progress import Lease, LeaseLost, Plan
+from cache.documents.write_plan import plan_write
+from cache.json import codec
 from handlers.base import ResourceHandler
 from handlers.http import validation
 from handlers.http.body_stream import BodyLost, BodyStream
@@ -258,7 +258,7 @@ class ImportHandler(ResourceHandler):
                 )
             )
             numbers.append(number)
-        # The group's writes as a batch's: one script call per slot group, not one each (cache.batch_groups).
+        # The group's writes as a batch's: one script call per slot group, not one each (cache.batches.groups).
         results = (yield self.batches.run(operations, minimal=True)) if operations else []
         for number, result in zip(numbers, results):
             if result.error is None:
@@ -279,7 +279,7 @@ class ImportHandler(ResourceHandler):
 
     def _checked(self, line: Optional[bytes], path: Optional[List[str]]) -> Tuple[Optional[bytes], bytes, Any]:
         """The line's id (None: a new one), document and its parsed value, once it is a document; else an
-        ApiError. Its collection's settings then plan it (``cache.write_plan``), as any write's."""
+        ApiError. Its collection's settings then plan it (``cache.documents.write_plan``), as any write's."""
         room = self.max_body + WRAPPER_BYTES * self.with_ids
         if line is None:
             raise ApiError(413, "line-too-large", f"the line is larger than {room} bytes")

@@ -28,7 +28,7 @@ from urllib.parse import parse_qs
 from twisted.internet import defer
 from twisted.python.failure import Failure
 
-from cache.ratelimit import RateDecision
+from cache.credentials.ratelimit import RateDecision
 from handlers.http.auth import Grant
 from handlers.http.deferreds import is_deferred
 from handlers.http.errors import bad_request

@@ -1,6 +1,6 @@
 """``POST /v1/_changes/{coll}/tickets``, and admitting a feed request by its ``?ticket=``.
 
-A ticket (``cache.tickets``) stands for one token's read of one
+A ticket (``cache.credentials.tickets``) stands for one token's read of one
 collection's change feed, for ``JETWAY_FEED_TICKET_TTL`` seconds (an hour
 by default, so that an ``EventSource``'s own reconnects keep working). It
 admits ``GET /v1/_changes/{coll}`` and nothing else: every other route reads
@@ -19,10 +19,10 @@ from typing import Any, Callable, Optional
 
 from twisted.internet import defer
 
-from cache import codec
-from cache.ratelimit import decision, gcra_command
-from cache.tickets import TicketRecord, TicketStore
-from cache.tokens import TokenRecord
+from cache.credentials.ratelimit import decision, gcra_command
+from cache.credentials.tickets import TicketRecord, TicketStore
+from cache.credentials.tokens import TokenRecord
+from cache.json import codec
 from handlers.base import ResourceHandler
 from handlers.http import validation
 from handlers.http.auth import RATE_SCRIPTS, Gate, Grant, may, unauthorized

@@ -6,15 +6,15 @@ Run it with each interpreter, in an environment that has the candidates
     python -m venv /tmp/vb && /tmp/vb/bin/pip install jsonschema==4.25.1 \
         fastjsonschema==2.21.2 jschon==0.11.1 [jsonschema-rs]   # pypy3 -m venv too
     PYTHONPATH=. /tmp/vb/bin/python -m loadtest._bench_validators
-    PYTHONPATH=. .venv/bin/python -m loadtest._bench_validators "jetway (cache.schema)"   # Jetway's alone
-    PYTHONPATH=. .venv/bin/python -m loadtest._bench_validators --patterns   # cache.regex against re
+    PYTHONPATH=. .venv/bin/python -m loadtest._bench_validators "jetway (cache.schemas.schema)"   # Jetway's alone
+    PYTHONPATH=. .venv/bin/python -m loadtest._bench_validators --patterns   # cache.schemas.regex against re
 
 Speed: the bench's 10-property schema (types, required, formats, patterns)
 against its ~1 KB document, after a warm-up long enough for PyPy's JIT,
 microseconds per validation (median of batches). Compliance: the official
 JSON-Schema-Test-Suite cases vendored in ``tests/data/json_schema_test_suite``
 (the keywords Jetway supports, and the formats it checks), every case,
-with Jetway's format functions (``cache.formats``) given to each validator.
+with Jetway's format functions (``cache.schemas.formats``) given to each validator.
 A candidate with a failing case is out, whatever its speed.
 """
 
@@ -28,10 +28,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from cache.formats import CHECKED
+from cache.schemas.formats import CHECKED
 
 SUITE = Path(__file__).resolve().parent.parent / "tests" / "data" / "json_schema_test_suite"
-# Groups of the suite Jetway does not claim (cache/formats.py says why).
+# Groups of the suite Jetway does not claim (cache/schemas/formats.py says why).
 SKIPPED_GROUPS = ("validation of A-label (punycode) host names",)
 
 SCHEMA: Dict[str, Any] = {
@@ -115,7 +115,7 @@ def jsonschema_rs_factory(schema: Any) -> Validate:
 
 
 def jetway_factory(schema: Any) -> Validate:
-    from cache.schema import compile_schema
+    from cache.schemas.schema import compile_schema
 
     return compile_schema(schema).is_valid
 
@@ -125,7 +125,7 @@ CANDIDATES: Dict[str, Callable[[Any], Validate]] = {
     "fastjsonschema": fastjsonschema_factory,
     "jschon": jschon_factory,
     "jsonschema-rs": jsonschema_rs_factory,
-    "jetway (cache.schema)": jetway_factory,
+    "jetway (cache.schemas.schema)": jetway_factory,
 }
 
 
@@ -171,13 +171,13 @@ def compliance(factory: Callable[[Any], Validate]) -> Tuple[int, int, List[str]]
 
 
 def pattern_costs(seconds: float = 3.0) -> None:
-    """Per search, after a warm-up: ``cache.regex`` against ``re`` on the bench schema's patterns and values."""
+    """Per search, after a warm-up: ``cache.schemas.regex`` against ``re`` on the bench schema's patterns and values."""
     import re
 
-    from cache.regex import compile_pattern
+    from cache.schemas.regex import compile_pattern
 
     cases = [("^[a-z0-9-]{3,40}$", "user-0001"), ("^\\+[0-9 ]{6,20}$", "+44 20 7946 0000"), ("b$", "a" * 2000 + "b")]
-    print("| pattern | text chars | re µs | cache.regex µs |")
+    print("| pattern | text chars | re µs | cache.schemas.regex µs |")
     print("|---|---:|---:|---:|")
     for pattern, text in cases:
         costs = []

@@ -20,7 +20,7 @@ from typing import Dict, List, Optional, Tuple
 import redis
 from redis.cluster import ClusterNode, RedisCluster
 
-from cache.tokens import CHANGED_CHANNEL as TOKENS_CHANNEL
+from cache.credentials.tokens import CHANGED_CHANNEL as TOKENS_CHANNEL
 from tests.support import RedisServer, free_port, stop_process, wait_until
 
 TOPOLOGY = os.environ.get("JETWAY_TEST_TOPOLOGY", "single")

@@ -236,4 +236,4 @@ def test_the_checks_read_imports_and_literals_as_meant() -> None:
     assert find_cycle({"a": {"b": 1}, "b": {"c": 1}, "c": {"a": 1}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b": 1}, "b": {}, "c": {"b": 1}}) is None
     assert tangles({"a": {"b": 1}, "b": {"a": 1}, "c": {"a": 1}}) == [{"a", "b"}]
-    assert "cache.codec" in import_graph()["handlers.http.validation"]
+    assert "cache.json.codec" in import_graph()["handlers.http.validation"]

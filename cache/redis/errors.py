@@ -40,7 +40,7 @@ class RedisNotReady(RedisReplyError):
 
 class DocumentNotIndexable(RedisReplyError):
     """``UNINDEXABLE``: a write's script could not read the document for its collection's indexes
-    (``cache.index_scripts``; maps to 422). Nothing was written."""
+    (``cache.indexes.scripts``; maps to 422). Nothing was written."""
 
     def __str__(self) -> str:
         return super().__str__().split(None, 1)[-1]

@@ -2,7 +2,7 @@
 
 With ``JETWAY_WRITE_REPLICAS=0`` a worker needs no write pool, until a
 collection's settings ask for ``write_replicas``; then its writes (and
-their ``WAIT``) need a pool of their own, as in ``cache.write_concern``.
+their ``WAIT``) need a pool of their own, as in ``cache.documents.write_concern``.
 Dialling it only then keeps every other deployment at one pool per worker.
 """
 

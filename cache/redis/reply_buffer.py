@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import socket
 
-from cache.shared_reads import READ_SIZE
+from cache.twisted_internals import READ_SIZE
 
 
 class ReplyBuffer:

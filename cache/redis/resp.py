@@ -35,8 +35,7 @@ import txredisapi
 from twisted.internet import defer, main, reactor, tcp
 
 from cache.redis.reply_buffer import ReplyBuffer
-from cache.shared_reads import read_failed
-from cache.twisted_internals import take_over_reads
+from cache.twisted_internals import read_failed, take_over_reads
 
 _CRLF = b"\r\n"
 

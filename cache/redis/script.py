@@ -3,7 +3,7 @@
 The links (``cache.redis.link``, ``cache.redis.cluster``) load a script with
 ``SCRIPT LOAD`` where Redis lacks it (a ``NOSCRIPT`` reply, a restart, a
 node of a cluster seen for the first time) and call it by SHA; which
-scripts there are is the stores' business (``cache.scripts`` and the
+scripts there are is the stores' business (``cache.documents.scripts`` and the
 modules that keep their own).
 """
 

@@ -2,7 +2,7 @@
 
 The rest of the code sees a ``cache.redis.link.Link`` and never asks which.
 The hot cache's invalidations follow the same choice
-(``cache.tracking.invalidation_feed``).
+(``cache.hot.tracking.invalidation_feed``).
 """
 
 from __future__ import annotations

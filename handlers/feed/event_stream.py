@@ -21,7 +21,7 @@ Named events a client may see besides the changes (``data`` says more):
 a new position), ``reconnect`` (the server is shutting down, or could not
 read the feed: reconnect with ``Last-Event-ID``), ``unauthorized`` (the
 stream's credential died: ``reason`` is ``token-revoked``,
-``token-expired`` or ``ticket-expired``, ``cache.credential_watch``; a
+``token-expired`` or ``ticket-expired``, ``cache.credentials.watch``; a
 reconnect needs a valid token or a new ticket). Only ``ready`` and the
 changes carry an ``id:`` (and, for a live query, events with an ``id:``
 alone: its place past events that were not its own), so a reconnect
@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from cache import codec
+from cache.json import codec
 from cache.twisted_internals import unsent_bytes
 from handlers.feed.hub import Chunk
 

@@ -2,7 +2,7 @@
 
 One ``Hub`` per collection that has subscribers or long polls here
 (``handlers.feed.hub``), all fed by one nudge subscription
-(``cache.feed_nudges``). Every second the streams get their heartbeat and
+(``cache.feed.nudges``). Every second the streams get their heartbeat and
 stall check; every ``SWEEP_TICKS`` seconds each hub looks at its shards'
 tails in case a nudge was lost, and a hub idle for ``IDLE_SECONDS`` stops
 following its collection. ``drain`` ends every stream with ``reconnect``
@@ -21,10 +21,10 @@ from typing import Any, Dict, Optional, Set
 
 from twisted.internet import defer, task
 
-from cache.change_feed import FeedReader
-from cache.feed_nudges import FeedNudges
-from cache.feed_position import Position, StreamId
-from cache.live_queries import LiveQuery
+from cache.feed.live_queries import LiveQuery
+from cache.feed.nudges import FeedNudges
+from cache.feed.position import Position, StreamId
+from cache.feed.streams import FeedReader
 from cache.redis.address import RedisAddress
 from handlers.feed.event_stream import EventStream, FeedStats
 from handlers.feed.hub import Hub

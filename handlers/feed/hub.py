@@ -1,8 +1,8 @@
 """One collection's change feed as one worker follows it, for all its subscribers there.
 
-A ``Hub`` reads the collection's shard streams (``cache.change_feed``) from
+A ``Hub`` reads the collection's shard streams (``cache.feed.streams``) from
 where it last was (``position``) whenever a nudge says a shard has more
-(``cache.feed_nudges``), when its subscription comes back, and on the
+(``cache.feed.nudges``), when its subscription comes back, and on the
 worker's sweep; it never blocks a Redis connection. Each read's events are
 merged in stream-id order, given their position token once, and made into
 SSE frames once, and every live subscriber gets the same bytes in one
@@ -31,11 +31,11 @@ from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Set,
 from twisted.internet import defer
 from twisted.logger import Logger
 
-from cache.change_feed import Event, FeedReader, ShardRead, merged
-from cache.feed_nudges import FeedNudges
-from cache.feed_position import START, Position, StreamId, advanced, ahead, encode
+from cache.feed.live_queries import LiveIndex, LiveQuery
+from cache.feed.nudges import FeedNudges
+from cache.feed.position import START, Position, StreamId, advanced, ahead, encode
+from cache.feed.streams import Event, FeedReader, ShardRead, merged
 from cache.keys import INDEX_SHARDS
-from cache.live_queries import LiveIndex, LiveQuery
 
 # Events read per shard at once; a busier shard is read again at once.
 READ_BATCH = 500
@@ -96,7 +96,7 @@ class Chunk:
     def judged(self, live: LiveQuery, with_docs: bool) -> Judged:
         """The frames of the events that are ``live``'s own, each with ``matches``, how many, and how many of
         the chunk's events follow its last own one: made once per live query for all its subscribers on the
-        lane, and for all the lane's live queries in one pass over the events (``cache.live_queries.LiveIndex``)."""
+        lane, and for all the lane's live queries in one pass over the events (``live_queries.LiveIndex``)."""
         if self._judged is None:
             self._judged = self._judge_all(with_docs)
         made = self._judged.get(live)

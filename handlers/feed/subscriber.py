@@ -17,7 +17,7 @@ Memory: a page is at most ``PAGE_SIZE`` events per shard, and the next is
 read only once the client has taken the last (its queued output below half
 its limit).
 
-A live query's subscriber (``cache.live_queries``) is a member of the same
+A live query's subscriber (``cache.feed.live_queries``) is a member of the same
 lanes: it frames only the events that are its own, from the chunk's events,
 each with ``"matches"``. The events it passes over move its position too:
 once ``id_every`` of them followed its last ``id:``, at the end of a
@@ -34,9 +34,9 @@ from typing import Any, List, Optional, Protocol
 
 from twisted.internet import defer
 
-from cache.change_feed import Event, Page
-from cache.feed_position import Position, advanced, ahead, encode
-from cache.live_queries import LiveQuery
+from cache.feed.live_queries import LiveQuery
+from cache.feed.position import Position, advanced, ahead, encode
+from cache.feed.streams import Event, Page
 from handlers.feed.hub import DOCS_PER_FETCH, Chunk, Hub, Lane, sse_frame
 
 # Events per shard per page while catching up.
@@ -78,7 +78,7 @@ class Subscription:
     ) -> None:
         self.hub = hub
         self.with_docs = with_docs
-        self.live = live  # a live query's: only its events, each with "matches" (cache.live_queries)
+        self.live = live  # a live query's: only its events, each with "matches" (cache.feed.live_queries)
         self.lane: Lane = hub.docs if with_docs else hub.plain
         self.position: Position = hub.position
         self.buffer_limit = buffer_limit

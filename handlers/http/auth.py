@@ -17,11 +17,11 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
 
 from twisted.internet import defer
 
-from cache.credential_watch import CredentialWatch, Hold
-from cache.ratelimit import GCRA, RateDecision, decision, gcra_command
+from cache.credentials.ratelimit import GCRA, RateDecision, decision, gcra_command
+from cache.credentials.token_cache import TokenCache, keep_bounded
+from cache.credentials.tokens import TokenRecord, digest_of
+from cache.credentials.watch import CredentialWatch, Hold
 from cache.redis.link import Link
-from cache.token_cache import TokenCache, keep_bounded
-from cache.tokens import TokenRecord, digest_of
 from handlers.http.deferreds import is_deferred
 from handlers.http.errors import ApiError
 
@@ -106,7 +106,7 @@ class Gate:
         """Keep checking ``grant``'s credential while a stream uses it: ``end(reason)`` once it dies.
 
         None when there is nothing to check (authorization off). The
-        reasons are ``cache.credential_watch``'s.
+        reasons are ``cache.credentials.watch``'s.
         """
         if not self.enabled or self.tokens is None or grant.record is None:
             return None

@@ -3,10 +3,10 @@
 RFC 9110 section 13: ``If-None-Match`` is weighed first and, when it is
 absent, ``If-Modified-Since`` (reads only); ``If-Match`` first and, when it
 is absent, ``If-Unmodified-Since`` (writes; the store applies it against
-the document it is about to change, ``cache.store.Conditions``). A date
+the document it is about to change, ``cache.documents.store.Conditions``). A date
 that is not a valid HTTP-date, or looks like a list of dates, is ignored,
 as the RFC requires. Any variant's tag matches a document
-(``cache.variants.base_tag``), so a client that cached the gzip variant
+(``cache.documents.variants.base_tag``), so a client that cached the gzip variant
 revalidates it as well as one that cached the stored bytes.
 """
 
@@ -17,7 +17,7 @@ import datetime
 import re
 from typing import Optional
 
-from cache.variants import base_tag
+from cache.documents.variants import base_tag
 
 _MONTHS = "Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec"
 _MONTH_NUMBER = {name: number for number, name in enumerate(_MONTHS.split("|"), start=1)}

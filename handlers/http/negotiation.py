@@ -3,7 +3,7 @@
 RFC 9110 12.5.3: codings are weighed by their q-values (``*`` stands for
 any coding not named), ``identity`` is acceptable unless refused
 (``identity;q=0``, or ``*;q=0`` without a word on ``identity``), and among
-equal weights the server's order (``cache.variants.CODINGS``) decides. A
+equal weights the server's order (``cache.documents.variants.CODINGS``) decides. A
 request without the header gets the stored bytes as they are: clients that
 never asked for compression see no change. Parsing a header is cached by
 its text (clients send a handful of distinct values), so a read pays a
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Dict, Optional, Sequence, Tuple
 
-from cache.token_cache import keep_bounded
-from cache.variants import CODINGS
+from cache.credentials.token_cache import keep_bounded
+from cache.documents.variants import CODINGS
 
 IDENTITY = "identity"
 # The codings a request accepts, best first, "identity" among them where it

@@ -15,9 +15,8 @@ import cyclone.web
 from twisted.logger import Logger
 from twisted.python import log
 
-from cache import codec
-from cache.bounded_reads import OverBudget
 from cache.collection_settings import OverCollectionLimit, StoredSchemaRefused, StoredSettingsRefused
+from cache.documents.bounded_reads import OverBudget
 from cache.errors import (
     DocumentNotFound,
     DocumentNotIndexable,
@@ -31,7 +30,8 @@ from cache.errors import (
     RedisUnavailable,
     WriteConflict,
 )
-from cache.schema import DocumentInvalid
+from cache.json import codec
+from cache.schemas.schema import DocumentInvalid
 from handlers.http.cache_policy import ERROR_POLICY
 from handlers.http.errors import ApiError, not_found, precondition_failed
 from handlers.http.reply import PROBLEM_TYPE, Reply
@@ -85,7 +85,7 @@ def too_large(error: OverBudget) -> ApiError:
 
 
 def rate_limited(rate: Any) -> ApiError:
-    """The 429 of a request over its token's rate (a ``cache.ratelimit.RateDecision`` that refused it)."""
+    """The 429 of a request over its token's rate (a ``cache.credentials.ratelimit.RateDecision`` that refused it)."""
     retry = str(max(1, rate.retry_after))
     return ApiError(429, "rate-limited", f"over the token's rate; retry in {retry} s", {"Retry-After": retry})
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence, Tuple
 
-from cache.store import Document
-from cache.variants import variant_tag
+from cache.documents.store import Document
+from cache.documents.variants import variant_tag
 from handlers.http import conditional, validation
 from handlers.http.errors import ApiError
 from handlers.http.negotiation import IDENTITY, Preference, choose

@@ -11,7 +11,7 @@ import binascii
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
-from cache import codec
+from cache.json import codec
 from handlers.http.errors import ApiError, bad_request
 
 COLLECTION_PATTERN = re.compile(r"[a-z][a-z0-9_-]{0,63}\Z")

@@ -26,9 +26,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from twisted.internet import defer
 
-from cache import codec
 from cache.collection_settings import stored_indexes
-from cache.indexes import Index
+from cache.indexes.declared import Index
+from cache.json import codec
 from cache.settings_cache import SettingsCache
 from handlers.openapi.build import openapi_document
 from handlers.openapi.member_schemas import member_schema, value_pattern
@@ -48,7 +48,7 @@ def camel(name: str) -> str:
 
 def with_collections(base: Json, schemas: List[Tuple[str, Any]], indexes: Optional[Dict[str, Any]] = None) -> Json:
     """``base`` plus, for each ``(collection, schema)`` (schema None: none), its own typed copy of the paths under
-    ``/v1/{collection}``; ``indexes``: each collection's declared indexes (``cache.indexes``), by name."""
+    ``/v1/{collection}``; ``indexes``: each collection's declared indexes (``cache.indexes.declared``), by name."""
     spec = copy.deepcopy(base)
     generic = [path for path in spec["paths"] if path.startswith(COLLECTION)]
     taken = {name for name in spec["components"]["schemas"]}

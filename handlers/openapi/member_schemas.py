@@ -1,6 +1,6 @@
 """What a collection's JSON Schema says of the member an index field points at: the type of its queries' values.
 
-A query's filter is ``field=op.value`` (``cache.index_queries``): the value
+A query's filter is ``field=op.value`` (``cache.indexes.queries``): the value
 is text, read as the field's declared type. Where the collection has a
 schema, ``/openapi.json`` types that text from it: the member's schema is
 found by walking the field's pointer through ``properties``, ``items`` and

@@ -7,7 +7,7 @@ Patterns and limits come from the checks themselves (``handlers.http.validation`
 from __future__ import annotations
 
 from cache.collection_settings import MAX_REPLICAS, MAX_TTL
-from cache.schema import DRAFT
+from cache.schemas.schema import DRAFT
 from handlers import docs
 from handlers.http import validation
 from handlers.http.errors import PROBLEM_TYPE_PREFIX

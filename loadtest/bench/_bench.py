@@ -158,7 +158,7 @@ def servers(workers: int) -> List[Server]:
         Server("pypy1", "Jetway PyPy, 1 worker", "jetway", PYPY, workers=1),
         Server("cpython1", "Jetway CPython 3.11, 1 worker", "jetway", CPYTHON, workers=1),
         Server("nginx", f"nginx static file, {workers} workers", "nginx", workers=workers),
-        # Writes answered once a replica has them (cache/write_concern.py); choosing it gives Redis a replica.
+        # Writes answered once a replica has them (cache/documents/write_concern.py); choosing it gives Redis a replica.
         Server(
             "wait1",
             f"Jetway PyPy, {workers} workers, JETWAY_WRITE_REPLICAS=1",

@@ -24,7 +24,7 @@ from typing import Any, List, Optional, Tuple
 from api import config, event_loop
 from api.master import worker_environment
 from api.sockets import bind_listeners
-from cache import codec
+from cache.json import codec
 
 _PR_SET_PDEATHSIG = 1
 

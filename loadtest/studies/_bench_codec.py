@@ -1,8 +1,8 @@
 """The cost of the I-JSON checks on a body's parse: ``codec.loads`` against the bare parse.
 
 ``python -m loadtest.studies._bench_codec [--rounds N]`` (either interpreter) times,
-interleaved in one process, the parse a PUT does (``cache.codec.loads``)
-and the same parse without the I-JSON checks (``cache.codec._parse``), for
+interleaved in one process, the parse a PUT does (``cache.json.codec.loads``)
+and the same parse without the I-JSON checks (``cache.json.codec._parse``), for
 the bench's 200 B, 4 KB and 10 KB documents and a 4 KB one whose strings
 hold colons (timestamps, URLs: the slower path of the duplicate check), and
 writes the ratios to ``loadtest/results/bench_codec.md``.
@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence
 
-from cache import codec
+from cache.json import codec
 from loadtest._data import document
 
 OUTPUT = Path(__file__).resolve().parents[1] / "results" / "bench_codec.md"

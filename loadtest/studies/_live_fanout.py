@@ -177,8 +177,8 @@ async def measure(args: argparse.Namespace) -> str:
 
 def in_process(streams: int, size: int) -> str:
     """Five chunks of ``size`` events delivered to ``streams`` live subscribers, each its own filter: ms each."""
-    from cache.change_feed import Event
-    from cache.live_queries import LiveQuery
+    from cache.feed.live_queries import LiveQuery
+    from cache.feed.streams import Event
     from handlers.feed.hub import Chunk, Lane
 
     class Member:

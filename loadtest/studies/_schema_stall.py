@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import List, Optional, Tuple
 
 from cache.collection_settings import CHANGED_CHANNEL, NAMES_KEY, settings_key
-from cache.schema_bounds import MAX_SCHEMA_BYTES
+from cache.schemas.bounds import MAX_SCHEMA_BYTES
 from tests.support import JetwayServer, RedisServer
 
 

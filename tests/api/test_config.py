@@ -3,8 +3,8 @@
 import pytest
 
 from api.config import ConfigError, from_environment
+from cache.documents.write_concern import WriteConcern
 from cache.redis.address import parse_redis_url
-from cache.write_concern import WriteConcern
 
 
 def test_defaults():

@@ -1,11 +1,11 @@
-"""cache.regex held to Node's ``new RegExp(p, "u")`` over generated patterns and subject strings.
+"""cache.schemas.regex held to Node's ``new RegExp(p, "u")`` over generated patterns and subject strings.
 
 A pattern is drawn from a grammar that mixes ECMA-262's constructs with the
 malformed ones the ``u`` flag makes errors (``\\x+1``, ``\\u41``,
 ``\\u{110000}``, ``\\c1``, ``\\k``, ``\\01``, ``\\-``, a lone ``{``, ``[\\d-z]``…),
 with a sample string it may match; subjects are the sample, its mutations and
 random strings over the pattern's characters. For each pattern Node says
-SyntaxError or whether it matches each subject; ``cache.regex`` must agree:
+SyntaxError or whether it matches each subject; ``cache.schemas.regex`` must agree:
 a SyntaxError is an ``InvalidPattern`` that is not an ``UnsupportedPattern``;
 a valid pattern either matches each subject as Node does or is an
 ``UnsupportedPattern`` (backreferences, lookaround, ``\\p{…}``). One ``node``
@@ -27,14 +27,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
-from cache.regex import InvalidPattern, UnsupportedPattern, compile_pattern
+from cache.schemas.regex import InvalidPattern, UnsupportedPattern, compile_pattern
 
 NODE_SCRIPT = Path(__file__).with_name("regex_node.js")
 BATCH = 4000
 Piece = Tuple[str, str]  # a pattern's text and a string it may match
 Answer = Optional[List[bool]]
-# Syntax after ECMA-262 2024 (Node 20), which cache.regex refuses: when the node at hand has it, a pattern
-# using it is counted apart. Each is named as regex_node.js names it, with the words of cache.regex's refusal.
+# Syntax after ECMA-262 2024 (Node 20), which cache.schemas.regex refuses: when the node at hand has it, a pattern
+# using it is counted apart. Each is named as regex_node.js names it, with the words of cache.schemas.regex's refusal.
 LATER = {"modifiers": "an unknown group kind", "duplicate-names": "a group name used twice"}
 
 LETTERS = "ab-x_ 0Az\u00e9\U0001f600\n/,:=\u2028"
@@ -239,7 +239,7 @@ def compare(count: int, seed: int, node_path: str) -> Tally:
         patterns = [_joined(text) for text, _ in batch]
         subjects = [generator.subjects(text, sample) for text, sample in batch]
         mine = [ours(pattern, texts) for pattern, texts in zip(patterns, subjects)]
-        # Node only compiles what cache.regex does not run: V8 backtracks, and "(a{0,99999})*" would take it minutes.
+        # Node only compiles what schemas.regex does not run: V8 backtracks, and "(a{0,99999})*" would take it minutes.
         asked = [texts if isinstance(answer, list) else [] for texts, answer in zip(subjects, mine)]
         answers, later = theirs(node_path, patterns, asked)
         for pattern, texts, answer, got in zip(patterns, asked, answers, mine):
@@ -252,7 +252,7 @@ def _judge(tally: Tally, pattern: str, subjects: List[str], answer: Answer, mine
     if answer is None:
         tally.syntax_errors += 1
         if not isinstance(mine, InvalidPattern) or isinstance(mine, UnsupportedPattern):
-            tally.disagreements.append(f"{pattern!r}: Node says SyntaxError, cache.regex says {mine!r}")
+            tally.disagreements.append(f"{pattern!r}: Node says SyntaxError, cache.schemas.regex says {mine!r}")
         return
     if mine == "unsupported":
         tally.unsupported += 1
@@ -261,13 +261,13 @@ def _judge(tally: Tally, pattern: str, subjects: List[str], answer: Answer, mine
         if any(words in str(mine) for words in later):
             tally.later_edition += 1
         else:
-            tally.disagreements.append(f"{pattern!r}: Node compiles it, cache.regex says {mine}")
+            tally.disagreements.append(f"{pattern!r}: Node compiles it, cache.schemas.regex says {mine}")
         return
     tally.searches += len(subjects)
     tally.matched += sum(answer)
     for subject, expected, got in zip(subjects, answer, mine):  # type: ignore[call-overload]
         if expected != got:
-            tally.disagreements.append(f"{pattern!r} on {subject!r}: Node {expected}, cache.regex {got}")
+            tally.disagreements.append(f"{pattern!r} on {subject!r}: Node {expected}, cache.schemas.regex {got}")
 
 
 def main(argv: List[str]) -> int:

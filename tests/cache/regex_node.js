@@ -1,4 +1,4 @@
-// The second implementation cache/regex.py is held to: V8's own RegExp with the u flag.
+// The second implementation cache/schemas/regex.py is held to: V8's own RegExp with the u flag.
 // Reads {"patterns": [...], "subjects": [[...], ...]} on stdin and writes {"answers": [...], "later": [...]}:
 // for each pattern null if `new RegExp(pattern, "u")` is a SyntaxError, else whether it matches each
 // subject somewhere (RegExp.prototype.test: a search, as JSON Schema's `pattern` is); and which syntax

@@ -1,11 +1,11 @@
-"""cache.admission: the frequency sketch that decides which misses may fill the hot cache."""
+"""cache.hot.admission: the frequency sketch that decides which misses may fill the hot cache."""
 
 from __future__ import annotations
 
 import random
 from collections import Counter
 
-from cache.admission import MAX_COUNT, FrequencySketch
+from cache.hot.admission import MAX_COUNT, FrequencySketch
 
 
 def test_a_key_counts_its_reads_up_to_the_cap():

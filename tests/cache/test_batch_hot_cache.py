@@ -24,12 +24,12 @@ PRELUDE = """
 import json, socket, sys
 from twisted.internet import defer, task
 from cache.redis.address import parse_redis_url
-from cache.batch import BatchRunner, Operation
-from cache.hot_cache import HotCache
+from cache.batches.batch import BatchRunner, Operation
+from cache.hot.cache import HotCache
 from cache.keys import document_key
 from cache.redis.link import RedisLink
-from cache.store import Conditions, DocumentStore
-from cache.write_concern import PRIMARY_ONLY
+from cache.documents.store import Conditions, DocumentStore
+from cache.documents.write_concern import PRIMARY_ONLY
 
 KEY = document_key(b"things", b"a")
 

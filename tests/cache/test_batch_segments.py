@@ -1,7 +1,7 @@
-"""cache.batch_segments: where a batch's pipelines end, by order and by the bytes of the documents patched."""
+"""cache.batches.segments: where a batch's pipelines end, by order and by the bytes of the documents patched."""
 
-from cache.batch_operations import GET, PATCH, PUT, Operation, OperationResult
-from cache.batch_segments import GROWTH, PatchReads, segment_bytes, segments
+from cache.batches.operations import GET, PATCH, PUT, Operation, OperationResult
+from cache.batches.segments import GROWTH, PatchReads, segment_bytes, segments
 
 MIB = 1024 * 1024
 

@@ -1,7 +1,7 @@
-"""cache.change_feed and the write scripts: an event per write that happened, capped; a reader told what it lost.
+"""cache.feed.streams and the write scripts: an event per write that happened, capped; a reader told what it lost.
 
 The Lua scripts run on the suite's real redis-server, called as the store
-calls them (``cache.scripts``) with the feed's arguments (``FeedLog``).
+calls them (``cache.documents.scripts``) with the feed's arguments (``FeedLog``).
 """
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ import json
 import time
 from typing import List
 
-from cache import keys, scripts
-from cache.change_feed import MAX_EVENT_BYTES, NO_FEED, READ, FeedLog, channel
+from cache import keys
+from cache.documents import scripts
+from cache.feed.streams import MAX_EVENT_BYTES, NO_FEED, READ, FeedLog, channel
 
 COLL = b"cf"
 
@@ -126,8 +127,8 @@ def test_a_write_already_carrying_its_etag_is_answered_as_done_and_logged_once(r
 
 def indexed_put(client, doc_id: bytes, n: int, feed: FeedLog, marked: bool = True) -> None:
     """A PUT in a shard that keeps an index on /f: its event carries the entries (``marked``: the document has f)."""
-    from cache.index_scripts import SPEC
-    from cache.indexes import declared_indexes, index_args, spec_json
+    from cache.indexes.declared import declared_indexes, index_args, spec_json
+    from cache.indexes.scripts import SPEC
 
     indexes = declared_indexes({"i0": {"fields": [{"name": "f", "pointer": "/f", "type": "string"}]}})
     shard = keys.shard_of(doc_id)
@@ -147,7 +148,7 @@ def counted(client, doc_id: bytes) -> tuple:
 
 
 def test_a_stream_with_index_entries_keeps_a_running_count_of_its_bytes_through_every_trim(redis_client):
-    """``cache.scripts``' trim_feed: the total is each kept event's count, after the event cap, a trim outside
+    """``cache.documents.scripts``' trim_feed: the total is each kept event's count, after the event cap, a trim outside
     the script (the counts are made again from the events) and the age cap; a stream without entries is not
     counted (MAXLEN ~, as before)."""
     feed = FeedLog(max_events=16 * 10)

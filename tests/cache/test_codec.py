@@ -1,11 +1,11 @@
-"""cache.codec: strict RFC 8259 parsing, compact serialization."""
+"""cache.json.codec: strict RFC 8259 parsing, compact serialization."""
 
 import contextlib
 import random
 
 import pytest
 
-from cache import codec
+from cache.json import codec
 
 
 @pytest.mark.parametrize("text", [b"NaN", b'{"a":Infinity}', b'{"a":-Infinity}', b"{'a':1}", b'{"a":1,}', b""])

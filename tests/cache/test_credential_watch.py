@@ -1,4 +1,4 @@
-"""cache.credential_watch alone, on a task.Clock: which holds end, when, and what it costs in lookups.
+"""cache.credentials.watch alone, on a task.Clock: which holds end, when, and what it costs in lookups.
 
 The token cache in front of it is a table of records that counts lookups,
 because what is checked here is the watch's bookkeeping (how many lookups
@@ -12,14 +12,14 @@ from typing import Callable, Dict, List, Optional
 
 from twisted.internet import defer, task
 
-from cache.credential_watch import RECHECK_SECONDS, CredentialWatch
-from cache.tokens import TokenRecord
+from cache.credentials.tokens import TokenRecord
+from cache.credentials.watch import RECHECK_SECONDS, CredentialWatch
 
 NOW = 1_000_000.0
 
 
 class Tokens:
-    """What the watch asks of ``cache.token_cache.TokenCache``, from a dict; lookups counted."""
+    """What the watch asks of ``cache.credentials.token_cache.TokenCache``, from a dict; lookups counted."""
 
     def __init__(self, clock: task.Clock) -> None:
         self.reactor = clock

@@ -1,4 +1,4 @@
-"""cache.feed_position: a vector of stream ids as a short opaque token, refused when it is not one."""
+"""cache.feed.position: a vector of stream ids as a short opaque token, refused when it is not one."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from cache.feed_position import (
+from cache.feed.position import (
     START,
     ZERO,
     PositionError,

@@ -1,4 +1,4 @@
-"""cache.hot_cache: the bound, the recency order, and the rule that no fill outlives what could change it.
+"""cache.hot.cache: the bound, the recency order, and the rule that no fill outlives what could change it.
 
 These drive the cache by hand, in the order a worker sees events; the
 same rule against a real Redis, with the order made certain by holding a
@@ -12,8 +12,8 @@ from typing import List, Optional
 
 import pytest
 
-from cache.hot_cache import ENTRY_OVERHEAD, HEAP_GROWTH, MAX_ENTRY_SHARE, HotCache, document_size
-from cache.store import Document
+from cache.documents.store import Document
+from cache.hot.cache import ENTRY_OVERHEAD, HEAP_GROWTH, MAX_ENTRY_SHARE, HotCache, document_size
 
 
 class Clock:

@@ -1,8 +1,8 @@
-"""cache.ids: ULIDs that sort in creation order; ETags unique to every write."""
+"""cache.documents.ids: ULIDs that sort in creation order; ETags unique to every write."""
 
 import re
 
-from cache.ids import EtagFactory, UlidFactory
+from cache.documents.ids import EtagFactory, UlidFactory
 
 
 def test_ulids_are_26_crockford_characters():

@@ -1,13 +1,20 @@
-"""cache.import_progress on a real redis-server, in a reactor: a lease renewed while its import lives, released only
+"""documents.import_progress on a real redis-server, in a reactor: a lease renewed while its import lives, released only
 by its owner, and a plan that gives each line the same ETag and id on every attempt."""
 
 from __future__ import annotations
 
-from cache.import_progress import Plan
+from cache.documents.import_progress import Plan
 from tests.cache.test_tracking import run_script
 
 LEASES = """
-from cache.import_progress import ImportProgress, LeaseLost, RENEW_SECONDS, LEASE_SECONDS, MARGIN_SECONDS, import_key
+from cache.documents.import_progress import (
+    LEASE_SECONDS,
+    MARGIN_SECONDS,
+    RENEW_SECONDS,
+    ImportProgress,
+    LeaseLost,
+    import_key,
+)
 
 async def settle(reactor):
     await task.deferLater(reactor, 0.05, lambda: None)

@@ -1,6 +1,6 @@
-"""cache.index_queries' planning, held to Python's own filtering over generated documents and queries.
+"""cache.indexes.queries' planning, held to Python's own filtering over generated documents and queries.
 
-No Redis here: the entries are made by ``cache.index_values`` (which the
+No Redis here: the entries are made by ``cache.indexes.values`` (which the
 scripts' Lua is held to in ``tests/cache/test_index_scripts.py``) and the
 planned range is applied as ``ZRANGEBYLEX`` applies it, to bytes. Every
 generated query must select exactly the documents Python's comparison
@@ -16,9 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cache.index_queries import NoIndex, QueryError, plan
-from cache.index_values import EXACT_INTEGERS, entry
-from cache.indexes import declared_indexes
+from cache.indexes.declared import declared_indexes
+from cache.indexes.queries import NoIndex, QueryError, plan
+from cache.indexes.values import EXACT_INTEGERS, entry
 
 INDEXES = declared_indexes(
     {
@@ -129,7 +129,7 @@ def test_queries_that_cannot_be_asked(arguments: Dict[str, List[str]], error: ty
 def test_a_page_goes_on_after_a_shard_that_looked_past_stale_entries_only() -> None:
     """One shard stopped at c after stale entries (no body), another gave d: the page ends at c, empty,
     and its cursor goes on after c (not a failure, and not d before what the first shard had left)."""
-    from cache.index_queries import _merged
+    from cache.indexes.queries import _merged
 
     query = plan(INDEXES, {"name": ["gte.a"]}, 10, None)
     outcomes = [(True, [b"cut", b"c"]), (True, [b"end", b"", b"d", b"{}", 2])] + [(True, [b"end", b""])] * 14

@@ -1,8 +1,8 @@
-"""cache.index_scripts on the suite's real redis-server: entries kept by the write scripts, built, queried.
+"""cache.indexes.scripts on the suite's real redis-server: entries kept by the write scripts, built, queried.
 
-The writes go through ``cache.scripts``' PUT and DELETE as the store calls
+The writes go through ``cache.documents.scripts``' PUT and DELETE as the store calls
 them; the entries Redis computes in Lua must be the very bytes
-``cache.index_values`` computes in Python (a query's bounds are made
+``cache.indexes.values`` computes in Python (a query's bounds are made
 there), over generated documents.
 """
 
@@ -15,10 +15,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cache import keys, scripts
-from cache.index_scripts import BUILD, QUERY, SPEC, SWEEP
-from cache.index_values import EXACT_INTEGERS, MAX_STRING_BYTES, entry
-from cache.indexes import declared_indexes, index_args, spec_json
+from cache import keys
+from cache.documents import scripts
+from cache.indexes.declared import declared_indexes, index_args, spec_json
+from cache.indexes.scripts import BUILD, QUERY, SPEC, SWEEP
+from cache.indexes.values import EXACT_INTEGERS, MAX_STRING_BYTES, entry
 
 COLL = b"ix"
 INDEXES = declared_indexes(
@@ -122,7 +123,7 @@ def test_a_document_cjson_cannot_read_is_refused_before_anything_is_written(redi
 
 
 def build(client: Any, index_name: str, documents: int, most_bytes: int) -> int:
-    """Every shard's ``BUILD`` steps of the index, as ``cache.index_builds`` runs them; how many steps."""
+    """Every shard's ``BUILD`` steps of the index, as ``cache.indexes.builds`` runs them; how many steps."""
     index = next(index for index in INDEXES if index.name == index_name)
     steps = 0
     for shard in range(keys.INDEX_SHARDS):
@@ -186,7 +187,7 @@ def entry_fields(client: Any) -> int:
 
 
 def sweep(client: Any, step: int, most_steps: int = 1 << 30) -> int:
-    """Every shard's ``SWEEP`` steps of each dropped field, as ``cache.index_builds`` runs them; how many."""
+    """Every shard's ``SWEEP`` steps of each dropped field, as ``cache.indexes.builds`` runs them; how many."""
     steps = 0
     for shard in range(keys.INDEX_SHARDS):
         dropped = keys.index_dropped_key(COLL, shard)

@@ -1,4 +1,4 @@
-"""Index entries sort as their values do: ``cache.index_values`` held to Python's own order over generated values.
+"""Index entries sort as their values do: ``cache.indexes.values`` held to Python's own order over generated values.
 
 A query over a declared index will be a ``ZRANGEBYLEX`` over these bytes,
 so an entry that sorts in the wrong place is a document a range query
@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cache.index_values import (
+from cache.indexes.values import (
     BOOLEAN,
     EXACT_INTEGERS,
     MAX_STRING_BYTES,

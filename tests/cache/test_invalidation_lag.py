@@ -1,4 +1,4 @@
-"""cache.tracking's heartbeat: the hot cache is bypassed while its invalidations lag more than its bound.
+"""cache.hot.tracking's heartbeat: the hot cache is bypassed while its invalidations lag more than its bound.
 
 Scripts in the app's interpreter (``tests.cache.test_tracking.run_script``)
 against a Redis of their own: the store reads Redis directly, and the
@@ -156,7 +156,7 @@ def test_an_idle_cache_pings_once_a_second_and_its_first_read_wakes_the_heartbea
         LAGGING
         + textwrap.dedent(
             """
-        import cache.tracking as tracking
+        import cache.hot.tracking as tracking
 
         async def pongs_over(reactor, tracker, seconds):
             heard = []

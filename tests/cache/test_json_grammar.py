@@ -1,4 +1,4 @@
-"""cache.json_grammar: exactly RFC 8259's grammar, and no laxer than the fast parser it stands behind."""
+"""cache.json.grammar: exactly RFC 8259's grammar, and no laxer than the fast parser it stands behind."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from cache import json_grammar
+from cache.json import grammar as json_grammar
 
 SUITE = Path(__file__).resolve().parents[1] / "data" / "json_test_suite" / "test_parsing"
 

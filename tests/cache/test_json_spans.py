@@ -1,4 +1,4 @@
-"""cache.json_spans: each operation's document found as its exact bytes in a batch's body, whatever they hold."""
+"""cache.json.spans: each operation's document found as its exact bytes in a batch's body, whatever they hold."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from typing import Any, List, Optional
 
 import pytest
 
-from cache import codec, json_spans
-from cache.json_spans import element_member_spans
+from cache.json import codec
+from cache.json import spans as json_spans
+from cache.json.spans import element_member_spans
 
 # Characters that a walk by brackets and quotes could trip over, and some that are not ASCII.
 TRICKY = ['"', "\\", "{", "}", "[", "]", ",", ":", " ", "\n", "é", "\u2028", "😀", "\x01", "a", "/"]

@@ -1,6 +1,7 @@
 """cache.keys: a document and its index entry share a hash slot; stored key layouts stay put."""
 
-from cache import keys, tokens
+from cache import keys
+from cache.credentials import tokens
 
 
 def _hash_tag(key: bytes) -> bytes:

@@ -1,4 +1,4 @@
-"""``cache.index_queries.within``, what a live query judges by, against Redis's own ``ZRANGEBYLEX``."""
+"""``cache.indexes.queries.within``, what a live query judges by, against Redis's own ``ZRANGEBYLEX``."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ bounds = st.one_of(
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(members=entries, low=bounds, high=bounds)
 def test_within_is_what_zrangebylex_lists(redis_client, members, low, high) -> None:
-    from cache.index_queries import within
+    from cache.indexes.queries import within
 
     redis_client.delete(b"lex")  # the fixture flushes once per test, not per example
     redis_client.zadd(b"lex", {member: 0 for member in members})
@@ -35,8 +35,8 @@ marks = st.lists(
 )
 def test_the_index_of_many_live_queries_judges_as_each_query_alone(queries, events) -> None:
     """``LiveIndex`` only narrows: an event's judgements are those of every query judged one by one."""
-    from cache.change_feed import Event
-    from cache.live_queries import LiveIndex, LiveQuery
+    from cache.feed.live_queries import LiveIndex, LiveQuery
+    from cache.feed.streams import Event
 
     live = [LiveQuery(b"x:%s:1" % name, b"w:%s:1" % name, low, high) for name, low, high in queries]
     index = LiveIndex(live)
@@ -48,8 +48,8 @@ def test_the_index_of_many_live_queries_judges_as_each_query_alone(queries, even
 
 def test_an_event_is_judged_against_the_queries_its_entries_can_be_in_not_every_query() -> None:
     """2,000 distinct equality filters: an event is judged exactly by the one or two whose range holds an entry."""
-    from cache.change_feed import Event
-    from cache.live_queries import LiveIndex, LiveQuery
+    from cache.feed.live_queries import LiveIndex, LiveQuery
+    from cache.feed.streams import Event
 
     judged = []
 

@@ -1,8 +1,8 @@
-"""cache.merge_patch against the examples of RFC 7396 appendix A."""
+"""cache.json.merge_patch against the examples of RFC 7396 appendix A."""
 
 import pytest
 
-from cache.merge_patch import merge_patch
+from cache.json.merge_patch import merge_patch
 
 RFC_7396_EXAMPLES = [
     ({"a": "b"}, {"a": "c"}, {"a": "c"}),

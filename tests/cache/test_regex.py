@@ -1,4 +1,4 @@
-"""cache.regex: ECMA-262 patterns (the u flag's grammar) matched in linear time, agreeing with re and with Node."""
+"""schemas.regex: ECMA-262 patterns (the u flag's grammar) matched in linear time, agreeing with re and with Node."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from cache.regex import MAX_PATTERN_CHARS, InvalidPattern, UnsupportedPattern, compile_pattern
+from cache.schemas.regex import MAX_PATTERN_CHARS, InvalidPattern, UnsupportedPattern, compile_pattern
 from tests.cache import regex_differential
 
 PATTERNS = [

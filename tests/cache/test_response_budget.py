@@ -1,4 +1,4 @@
-"""Answers composed from many stored documents stay within JETWAY_MAX_RESPONSE_BYTES (cache/bounded_reads.py).
+"""Answers composed from many stored documents stay within JETWAY_MAX_RESPONSE_BYTES (cache/documents/bounded_reads.py).
 
 A server of its own with small limits (documents of 4 KiB at most, answers
 of 16 KiB), so that a few small documents reach the budget. Redis's own
@@ -268,6 +268,6 @@ def test_a_batch_of_many_patches_of_small_documents_reads_them_in_one_round(http
         http, small, [{"op": "patch", "collection": "users", "id": f"s{n}", "patch": {"n": -n}} for n in range(12)]
     )
     assert [result["status"] for result in results] == [200] * 12
-    # 12 reads (READ_ONE_WITHIN), and the 12 writes in one script call per slot group (cache.batch_groups).
+    # 12 reads (READ_ONE_WITHIN), and the 12 writes in one script call per slot group (cache.batches.groups).
     groups = len({shard_of(b"s%d" % n) for n in range(12)}) if TOPOLOGY == "cluster" else 1
     assert calls(redis_client, "hstrlen") == 12 and calls(redis_client, "evalsha") == 12 + groups

@@ -18,8 +18,8 @@ from typing import Any, List, Tuple
 
 import pytest
 
-from cache.formats import CHECKED
-from cache.schema import MAX_VIOLATIONS, CompiledSchema, InvalidSchema, Violation, compile_schema
+from cache.schemas.formats import CHECKED
+from cache.schemas.schema import MAX_VIOLATIONS, CompiledSchema, InvalidSchema, Violation, compile_schema
 
 SUITE = Path(__file__).resolve().parents[1] / "data" / "json_schema_test_suite"
 # Python's re has no \\p{...}: such a schema is refused with a 422 saying so (docs/api.md, "Collection settings").
@@ -27,7 +27,7 @@ UNSUPPORTED = (
     "pattern with Unicode property escape requires unicode mode",
     "patternProperties with Unicode property escape",
 )
-# Punycode is checked for its syntax only (cache/formats.py).
+# Punycode is checked for its syntax only (cache/schemas/formats.py).
 NOT_CLAIMED = ("validation of A-label (punycode) host names",)
 
 
@@ -152,7 +152,7 @@ def test_a_worker_imports_jsonschema_only_when_a_schema_is_compiled():
     probe = (
         "import sys, api.worker, api.app, handlers.collection_settings\n"
         "before = 'jsonschema' in sys.modules\n"
-        "from cache.schema import compile_schema\n"
+        "from cache.schemas.schema import compile_schema\n"
         "compile_schema({'type': 'object'})\n"
         "print(before, 'jsonschema' in sys.modules)\n"
     )

@@ -1,12 +1,12 @@
-"""cache.schema_budget and cache.schema_bounds: the work a document may cost, and what a schema may be."""
+"""cache.schemas.budget and cache.schemas.bounds: the work a document may cost, and what a schema may be."""
 
 from __future__ import annotations
 
 import pytest
 
-from cache.schema import InvalidSchema, ValidationRefused, compile_schema
-from cache.schema_bounds import json_depth
-from cache.schema_budget import Exhausted, Meter, canonical, more_values_than, unique
+from cache.schemas.bounds import json_depth
+from cache.schemas.budget import Exhausted, Meter, canonical, more_values_than, unique
+from cache.schemas.schema import InvalidSchema, ValidationRefused, compile_schema
 
 
 def test_the_meter_stops_at_its_steps_and_at_its_clock():

@@ -1,4 +1,4 @@
-"""cache.schema_compiler: which schemas compile to closures, what the closures decide, what they charge.
+"""cache.schemas.compiler: which schemas compile to closures, what the closures decide, what they charge.
 
 The official suite runs through the closures in ``tests/cache/test_schema.py``;
 these pin the compiler's own rules.
@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from cache.schema import compile_schema
-from cache.schema_bounds import check_cost
-from cache.schema_budget import CHECK_EVERY, Exhausted, Meter
-from cache.schema_compiler import compilable, compile_closures, json_equal, uses
+from cache.schemas.bounds import check_cost
+from cache.schemas.budget import CHECK_EVERY, Exhausted, Meter
+from cache.schemas.compiler import compilable, compile_closures, json_equal, uses
+from cache.schemas.schema import compile_schema
 
 
 def closures(schema, meter=None):

@@ -1,8 +1,8 @@
-"""cache.schema_unevaluated: unevaluatedProperties beside patternProperties, as jsonschema judges it, in linear time.
+"""cache.schemas.unevaluated: unevaluatedProperties beside patternProperties, as jsonschema judges it, in linear time.
 
 The reference is ``jsonschema``'s own validator (which matches with
 ``re``) on patterns where ``re`` is harmless; the hostile pattern shows
-the difference: ``re`` backtracks, ``cache.regex`` does not.
+the difference: ``re`` backtracks, ``cache.schemas.regex`` does not.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import time
 import jsonschema
 import pytest
 
-from cache.schema import ValidationRefused, compile_schema
+from cache.schemas.schema import ValidationRefused, compile_schema
 
 SCHEMAS = [
     {"patternProperties": {"^foo": {"type": "string"}}, "unevaluatedProperties": False},

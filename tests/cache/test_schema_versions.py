@@ -1,4 +1,4 @@
-"""cache.schema_versions: schemas compiled once per settings version, off the reactor, refusals kept.
+"""cache.schemas.versions: schemas compiled once per settings version, off the reactor, refusals kept.
 
 First alone (a synchronous runner stands in for the thread pool, so the
 bookkeeping can be counted); then through real HTTP on the session's
@@ -23,9 +23,9 @@ from twisted.internet import defer
 
 from cache.collection_settings import CHANGED_CHANNEL, NAMES_KEY, settings_key
 from cache.keys import document_key
-from cache.schema import CompiledSchema, InvalidSchema
-from cache.schema_bounds import MAX_SCHEMA_BYTES
-from cache.schema_versions import SchemaVersions
+from cache.schemas.bounds import MAX_SCHEMA_BYTES
+from cache.schemas.schema import CompiledSchema, InvalidSchema
+from cache.schemas.versions import SchemaVersions
 
 PROBLEM = "urn:jetway:problem:"
 

@@ -1,4 +1,4 @@
-"""cache.shared_reads: reads through one buffer hand each connection's protocol its own bytes, whole and in order."""
+"""api.shared_reads: reads through one buffer hand each connection's protocol its own bytes, whole and in order."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from twisted.internet import main, reactor, tcp
 from twisted.internet.protocol import Protocol
 
-from cache.shared_reads import READ_SIZE, read_into_shared_buffer
+from api.shared_reads import READ_SIZE, read_into_shared_buffer
 
 
 class Recording(Protocol):

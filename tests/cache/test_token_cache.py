@@ -1,4 +1,4 @@
-"""cache.token_cache on a real redis-server, in a reactor: no lookup that a revocation overtook is kept.
+"""cache.credentials.token_cache on a real redis-server, in a reactor: no lookup that a revocation overtook is kept.
 
 Like tests/cache/test_tracking.py, each test runs a script in the app's
 interpreter against a Redis of its own and checks the figures it printed.
@@ -17,14 +17,14 @@ from typing import Iterator, List, Tuple
 import pytest
 import requests
 
-from cache.tokens import digest_of, token_key
+from cache.credentials.tokens import digest_of, token_key
 from tests.cache.test_tracking import run_script
 from tests.held_replies import HeldReplies
 from tests.support import JetwayServer, keys_cli, make_token, wait_until, worker_pids
 
 TOKEN_PRELUDE = """
-from cache.token_cache import TokenCache
-from cache.tokens import CHANGED_CHANNEL, TokenStore, digest_of
+from cache.credentials.token_cache import TokenCache
+from cache.credentials.tokens import CHANGED_CHANNEL, TokenStore, digest_of
 
 def heard(cache):
     '''A list that grows by one digest per invalidation message the cache hears, and a waiter for the next.'''

@@ -1,4 +1,4 @@
-"""cache.tracking with cache.hot_cache and the store, on a real redis-server, in a reactor.
+"""cache.hot.tracking with cache.hot.cache and the store, on a real redis-server, in a reactor.
 
 Each test runs a script in the app's interpreter against a Redis of its own
 (``own_redis``) and checks the figures it printed. The order of events across
@@ -21,12 +21,12 @@ PRELUDE = """
 import json, socket, sys
 from twisted.internet import defer, task
 from cache.redis.address import parse_redis_url
-from cache.hot_cache import HotCache
+from cache.hot.cache import HotCache
 from cache.keys import document_key
 from cache.redis.link import RedisLink
-from cache.store import DocumentStore
-from cache.tracking import invalidation_feed
-from cache.tracking import InvalidationFeed, Tracker
+from cache.documents.store import DocumentStore
+from cache.hot.tracking import invalidation_feed
+from cache.hot.tracking import InvalidationFeed, Tracker
 from twisted.internet.endpoints import TCP4ClientEndpoint
 from tests.twisted_relay import HoldingRelay
 

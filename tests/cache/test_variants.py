@@ -1,4 +1,4 @@
-"""cache.variants: compressed variants made at write time, stored beside the bytes, sent verbatim."""
+"""cache.documents.variants: compressed variants made at write time, stored beside the bytes, sent verbatim."""
 
 import gzip
 import json
@@ -6,8 +6,8 @@ import json
 import pytest
 import requests
 
+from cache.documents.variants import NO_VARIANTS, Variants, base_tag, decoded, variant_tag
 from cache.keys import document_key
-from cache.variants import NO_VARIANTS, Variants, base_tag, decoded, variant_tag
 from tests.support import JetwayServer
 
 RAW = {"Accept-Encoding": "identity"}

@@ -1,7 +1,7 @@
 """A threaded TCP relay between Jetway and Redis that delays what Redis sends, by a delay settable while it runs.
 
 ``mode="tracking"`` delays only the connections that name themselves
-``jetway-hot-cache`` (``cache/tracking.py``: each worker's invalidation
+``jetway-hot-cache`` (``cache/hot/tracking.py``: each worker's invalidation
 subscription), so a write's reply reaches its client on time while the
 other workers hear of it late: the hot cache's invalidation channel is
 slow. ``mode="all"`` delays every connection (a slow network to Redis).

@@ -1,6 +1,6 @@
 """A batch's writes go to Redis as one script call per slot group, each write still answered as it would be alone.
 
-``cache.batch_groups`` gathers a segment's puts and deletes into
+``cache.batches.groups`` gathers a segment's puts and deletes into
 ``scripts.WRITE_MANY`` calls (one per slot on a cluster, one for all on one
 Redis). These tests count the calls Redis ran (``INFO commandstats``, over
 every node) and hold every promise of a single write inside a group: its
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Dict, List
 
-from cache.batch_groups import GROUP_WRITES
+from cache.batches.groups import GROUP_WRITES
 from cache.keys import INDEX_SHARDS, document_key, feed_key, index_key_for, shard_of
 from tests.cache.test_hot_cache_api import WARM_READS, command_calls, fresh_get
 from tests.handlers.test_batch import batch, problem_of, results

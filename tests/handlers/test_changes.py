@@ -394,7 +394,7 @@ def test_a_batchs_writes_are_events_as_the_same_writes_alone_are_and_its_failure
 
 
 def test_a_batch_nudges_each_shard_once_with_its_last_event_and_a_stream_gets_every_write(api, redis_client):
-    """WRITE_MANY publishes one nudge per shard after its writes (cache/scripts.py), naming the shard's last
+    """WRITE_MANY publishes one nudge per shard after its writes (cache/documents/scripts.py), naming the shard's last
     event: a follower woken by it reads the shard's writes up to there. Two collections in one call share
     shard numbers, not channels: each is nudged on its own."""
     collections = ("feednudge", "feednudge2")
@@ -421,7 +421,7 @@ def test_a_batch_nudges_each_shard_once_with_its_last_event_and_a_stream_gets_ev
     for name, sent in nudges.items():
         last_nudge = dict(sent)  # each shard's last
         assert set(last_nudge) == written, (name, sent)  # every shard written, in each collection
-        # 120 writes go in two calls (cache.batch_groups.GROUP_WRITES): a shard once a call, not once a write.
+        # 120 writes go in two calls (cache.batches.groups.GROUP_WRITES): a shard once a call, not once a write.
         assert len(sent) <= 2 * len(written) < 60, (name, sent)
         for shard, event_id in last_nudge.items():
             last = redis_client.xrevrange(f"jw:{{{name}:{shard}}}:f", count=1)[0][0].decode()

@@ -25,10 +25,10 @@ import requests
 from twisted.internet import defer
 
 from cache import keys
+from cache.credentials.tokens import TokenRecord, digest_of
+from cache.documents.store import Document, DocumentStore
 from cache.errors import RedisUnavailable
-from cache.hot_cache import HotCache
-from cache.store import Document, DocumentStore
-from cache.tokens import TokenRecord, digest_of
+from cache.hot.cache import HotCache
 from handlers.document_answers import HOT_READ, REDIS_READ, WRITE, DocumentAnswers
 from handlers.http.auth import Gate
 from handlers.http.cors import CorsPolicy

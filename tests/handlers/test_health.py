@@ -59,7 +59,7 @@ def test_a_failed_or_late_ping_is_not_ready_and_is_not_kept():
 
 @pytest.fixture
 def own_jetway(own_redis, tmp_path) -> Iterator[JetwayServer]:
-    # No hot cache: its tracking connections PING Redis on their own, to measure their lag (cache/tracking.py);
+    # No hot cache: its tracking connections PING Redis on their own, to measure their lag (cache/hot/tracking.py);
     # what these tests count is the health checks' PINGs.
     server = JetwayServer(own_redis.url, tmp_path / "jetway.log", env={"JETWAY_HOT_CACHE_BYTES": "0"})
     try:

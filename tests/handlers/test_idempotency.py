@@ -13,8 +13,8 @@ from typing import Iterator, Tuple
 import pytest
 import requests
 
-from cache.idempotency import RECORD, fingerprint, record_key
-from cache.tokens import digest_of
+from cache.credentials.tokens import digest_of
+from cache.documents.idempotency import RECORD, fingerprint, record_key
 from tests.conftest import document_keys
 from tests.multinode import ReplicatedPair
 from tests.redis_tap import RedisTap

@@ -20,7 +20,7 @@ from typing import Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 import pytest
 
-from cache.merge_patch import merge_patch
+from cache.json.merge_patch import merge_patch
 
 SUITE = Path(__file__).resolve().parents[1] / "data" / "json_test_suite" / "test_parsing"
 # Valid RFC 8259 that I-JSON (RFC 7493) refuses: a name given twice.

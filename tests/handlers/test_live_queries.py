@@ -1,4 +1,4 @@
-"""Live queries: the change feed filtered by a query over a declared index (cache/live_queries.py)."""
+"""Live queries: the change feed filtered by a query over a declared index (cache/feed/live_queries.py)."""
 
 from __future__ import annotations
 
@@ -269,8 +269,8 @@ def test_a_live_stream_carries_its_own_events_live_and_after_a_reconnect(api) ->
 
 
 def test_a_chunks_frames_for_a_live_query_are_made_once_for_all_its_subscribers() -> None:
-    from cache.change_feed import Event
-    from cache.live_queries import LiveQuery
+    from cache.feed.live_queries import LiveQuery
+    from cache.feed.streams import Event
     from handlers.feed.hub import Chunk
 
     def event(n: int, entry: bytes) -> Event:
@@ -286,8 +286,8 @@ def test_a_chunks_frames_for_a_live_query_are_made_once_for_all_its_subscribers(
 
 def test_a_lane_judges_a_chunk_once_for_all_its_live_queries_as_each_alone_would() -> None:
     """``Lane.live_index``: the chunk's events judged in one pass for every query of the lane (issue #55 item 6)."""
-    from cache.change_feed import Event
-    from cache.live_queries import LiveQuery
+    from cache.feed.live_queries import LiveQuery
+    from cache.feed.streams import Event
     from handlers.feed.hub import Chunk, Lane
 
     def event(n: int, now: bytes, before: bytes) -> Event:

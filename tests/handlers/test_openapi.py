@@ -17,8 +17,8 @@ from openapi_spec_validator import validate
 
 from api.app import make_app
 from api.config import Settings
-from cache import codec
 from cache.errors import DocumentTooLarge, RedisReplyError, RedisTimeout, RedisUnavailable, WriteConflict
+from cache.json import codec
 from handlers.base import as_api_error
 from handlers.http import validation
 from handlers.http.errors import PROBLEM_TYPE_PREFIX

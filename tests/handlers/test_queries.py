@@ -334,7 +334,7 @@ def test_indexes_declared_by_the_cli_are_built_and_dropped_by_the_workers(
 ) -> None:
     """The CLI stores the settings and gives the shards their specs; its change's message makes a worker build
     a new index, and sweep a dropped one's fields from the documents."""
-    from cache.indexes import declared_indexes
+    from cache.indexes.declared import declared_indexes
     from tests.handlers.test_collection_settings import cli
 
     documents = orders(200, seed=3)
@@ -344,7 +344,7 @@ def test_indexes_declared_by_the_cli_are_built_and_dropped_by_the_workers(
     indexes.write_text(json.dumps({"by_email": INDEXES["by_email"]}))
     made = cli(redis_server.url, "set", "bycli", "--indexes", str(indexes))
     assert made.returncode == 0, made.stderr
-    # No query, no look at the settings: the change's message starts the build (cache/index_upkeep.py).
+    # No query, no look at the settings: the change's message starts the build (cache/indexes/upkeep.py).
     states = [keys.index_states_key(b"bycli", shard) for shard in range(keys.INDEX_SHARDS)]
     until(lambda: all(redis_client.hvals(state) == [b"1"] for state in states), "built after the CLI's change")
     found = query_all(api, "bycli", "email=eq.user2@example.com")
@@ -422,7 +422,7 @@ def test_ten_thousand_queries_racing_writers_answer_nothing_wrong(api) -> None:
 def test_one_worker_builds_an_index_while_its_lease_holds(api, redis_client) -> None:
     """A lease another holder keeps (a worker of another instance, say) keeps this deployment's workers off
     the build; once it is gone, the next look at the settings starts the build here."""
-    from cache.indexes import declared_indexes
+    from cache.indexes.declared import declared_indexes
 
     for n in range(200):
         put(api, "leased", f"d{n:03d}", {"email": f"{n % 4}@x"})

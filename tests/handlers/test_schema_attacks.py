@@ -2,7 +2,7 @@
 
 Each hostile schema is refused when the setting is written (a 422 that names
 the limit), or each write under it is a 4xx within the validation budget
-(``cache/schema_budget.py``): never a 5xx, never a worker lost, never a
+(``cache/schemas/budget.py``): never a 5xx, never a worker lost, never a
 connection to an address a schema names, and ``/healthz`` answers meanwhile.
 A batch holding such a write answers each operation on its own.
 """
@@ -145,7 +145,7 @@ WRITES = [
         (422,),
         "pattern",
     ),
-    # jsonschema's own unevaluatedProperties would match this key with re (cache/schema_unevaluated.py).
+    # jsonschema's own unevaluatedProperties would match this key with re (cache/schemas/unevaluated.py).
     (
         {"patternProperties": {"^(a+)+$": {}}, "unevaluatedProperties": False},
         {"a" * 30 + "!": 1},

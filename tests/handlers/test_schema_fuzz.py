@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cache import keys
-from cache.schema import format_checker
+from cache.schemas.schema import format_checker
 
 SCHEMA: Dict[str, Any] = {
     "type": "object",

@@ -1,4 +1,4 @@
-"""One write plan (cache/write_plan.py): every way of writing a document obeys its collection's settings alike.
+"""One write plan (cache/documents/write_plan.py): each way of writing a document obeys its collection's settings alike.
 
 One matrix (settings, documents, TTLs) goes through PUT, POST, PATCH, a batch's put and an
 import's line, and each write's outcome is read back from Redis: written or
@@ -136,7 +136,7 @@ def test_every_entry_point_writes_a_document_as_its_settings_say(api, redis_clie
 
 
 def test_collection_settings_reach_a_write_only_through_the_write_plan():
-    """A rule applied outside cache/write_plan.py would be a second copy, missing from the other entry points."""
+    """A rule applied outside the write plan would be a second copy, missing from the other entry points."""
     root = Path(__file__).resolve().parents[2]
     applied = re.compile(r"index_args\(|ttl_or_default\(|\.check\(value|\.write_replicas\b")
     outside = [

@@ -16,7 +16,7 @@ from typing import Any, Dict, Iterator, List
 import pytest
 import requests
 
-from cache.variants import CODINGS
+from cache.documents.variants import CODINGS
 from tests.browser import Browser, Fetched
 from tests.support import JetwayServer, wait_until
 

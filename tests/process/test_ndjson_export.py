@@ -96,7 +96,7 @@ def test_every_document_verbatim_in_id_order_in_chunks_and_resumable_from_a_curs
 
 
 def test_ids_all_in_one_index_shard_are_exported_whole_and_in_order(server, tokens):
-    """A page ends where the shards that answered in full end (cache/document_pages.scan_page): skew loses nothing."""
+    """A page ends where the shards that answered in full end (cache/documents/pages.scan_page): skew loses nothing."""
     one_shard = [doc_id for doc_id in (b"s%05d" % n for n in range(40000)) if keys.shard_of(doc_id) == 0][:1500]
     docs = {doc_id: b'{"n":%d}' % n for n, doc_id in enumerate(one_shard)}
     load(server, tokens["full"], "skew", docs)

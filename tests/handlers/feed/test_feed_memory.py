@@ -1,9 +1,9 @@
 """What the change feed makes Redis hold, in bytes (issue #55 item 8; docs/limits.md).
 
 Every event of a collection with indexes carries each index's entry, and
-the one before where it changed (``cache.live_queries``): with 8 indexes of
+the one before where it changed (``cache.feed.live_queries``): with 8 indexes of
 3 fields of 512-byte strings, ~26 KB an event. The feed's cap counts bytes
-as well as events (``JETWAY_FEED_MAX_BYTES``, ``cache.scripts``' trim_feed):
+as well as events (``JETWAY_FEED_MAX_BYTES``, ``cache.documents.scripts``' trim_feed):
 here 4 MiB a collection, 256 KiB a shard, and the writes below make ~8 MB
 of events, every entry changed by each.
 """
@@ -41,7 +41,7 @@ def test_a_collections_feed_holds_at_most_its_byte_budget_and_each_event_at_most
     budgeted, redis_client
 ) -> None:
     from cache import keys
-    from cache.change_feed import MAX_EVENT_BYTES
+    from cache.feed.streams import MAX_EVENT_BYTES
 
     declared = json.dumps({"indexes": INDEXES})
     answer = requests.put(budgeted.url("/v1/_collections/wide"), data=declared, headers=JSON, timeout=10)

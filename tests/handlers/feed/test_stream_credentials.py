@@ -20,8 +20,8 @@ import pytest
 import redis
 import requests
 
-from cache import tokens
-from cache.tokens import CHANGED_CHANNEL, digest_of, token_key
+from cache.credentials import tokens
+from cache.credentials.tokens import CHANGED_CHANNEL, digest_of, token_key
 from tests.proc_sockets import established_by_pid
 from tests.sse_client import SseClient
 from tests.support import JetwayServer, keys_cli, worker_pids

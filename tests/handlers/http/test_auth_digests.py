@@ -12,7 +12,7 @@ from typing import Dict, List, Optional
 import pytest
 from twisted.internet import defer
 
-from cache.tokens import TokenRecord, digest_of
+from cache.credentials.tokens import TokenRecord, digest_of
 from handlers.http import auth
 from handlers.http.errors import ApiError
 

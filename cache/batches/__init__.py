@@ -1,0 +1,1 @@
+"""Batches: many document operations in one request, planned in segments, within a byte budget."""

@@ -1,0 +1,127 @@
+"""Reads of many documents: a page of a collection in id order, a multi-get (both within a byte budget), a count.
+
+Part of ``cache.documents.store.DocumentStore``. The budget is kept by
+``cache.documents.bounded_reads``, which reads every body at most once.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from twisted.internet import defer
+
+from cache import keys
+from cache.documents import bounded_reads, scripts
+from cache.documents.document import Page
+from cache.redis.link import Link
+
+
+class DocumentPages:
+    """The reads of many documents of ``DocumentStore``: ``page`` and ``get_many``."""
+
+    _link: Link
+
+    def page(
+        self, collection: bytes, limit: int, after: Optional[bytes], budget: int = bounded_reads.DEFAULT_BUDGET
+    ) -> defer.Deferred:
+        """Up to ``limit`` bodies in id order, starting after the id ``after``; fewer when ``budget`` bytes are met."""
+        # Plain callbacks, as the document reads: bodies bound to a generator
+        # frame that waited for Redis would be kept by it
+        # (docs/performance.md, "The read path: what made it faster").
+        start = b"(" + after if after else b"-"
+        ranges = self._link.pipeline(
+            [
+                (b"ZRANGEBYLEX", keys.index_key(collection, shard), start, b"+", b"LIMIT", 0, limit + 1)
+                for shard in range(keys.INDEX_SHARDS)
+            ]
+        )
+        return ranges.addCallback(self._read_page, collection, limit, budget)
+
+    def _read_page(self, shards: List[List[bytes]], collection: bytes, limit: int, budget: int) -> defer.Deferred:
+        ids = list(heapq.merge(*shards))[: limit + 1]
+        more = len(ids) > limit
+        ids = ids[:limit]
+        read = bounded_reads.read_within(self._link, collection, ids, [1] * len(ids), budget, cut=True)
+        return read.addCallback(self._page_of, collection, ids, more)
+
+    def _page_of(self, read: Tuple[List[Any], int], collection: bytes, ids: List[bytes], more: bool) -> Page:
+        bodies, covered = read
+        # A page the budget ended early continues after its last id, as a full one does.
+        last_id = ids[covered - 1] if more or covered < len(ids) else None
+        self._prune(collection, [doc_id for doc_id, body in zip(ids, bodies) if body is None])
+        kept = [doc_id for doc_id, body in zip(ids, bodies) if body is not None]
+        return Page([body for body in bodies if body is not None], last_id, kept)
+
+    def scan_page(
+        self, collection: bytes, limit: int, after: Optional[bytes], budget: int = bounded_reads.DEFAULT_BUDGET
+    ) -> defer.Deferred:
+        """``page`` for a reader of the whole collection (the NDJSON export): about twice ``limit`` ids asked, not 16x.
+
+        ``page`` asks every index shard for ``limit`` + 1 ids, since any one
+        shard may hold all of the next ``limit``. Here each shard is asked
+        for its share twice over, and the page ends at the smallest last id
+        of the shards that answered in full: below it no id was left out
+        (those shards answered every id up to it, the others all they had).
+        Ids are spread over the shards by a hash, so a page is most of ``limit``.
+        """
+        per_shard = max(2 * limit // keys.INDEX_SHARDS, 16)
+        start = b"(" + after if after else b"-"
+        ranges = self._link.pipeline(
+            [
+                (b"ZRANGEBYLEX", keys.index_key(collection, shard), start, b"+", b"LIMIT", 0, per_shard)
+                for shard in range(keys.INDEX_SHARDS)
+            ]
+        )
+        return ranges.addCallback(self._read_scan, collection, limit, per_shard, budget)
+
+    def _read_scan(
+        self, shards: List[List[bytes]], collection: bytes, limit: int, per_shard: int, budget: int
+    ) -> defer.Deferred:
+        full = [ids[-1] for ids in shards if len(ids) == per_shard]
+        bound = min(full) if full else None
+        ids = [doc_id for doc_id in heapq.merge(*shards) if bound is None or doc_id <= bound]
+        more = bound is not None or len(ids) > limit
+        ids = ids[:limit]
+        read = bounded_reads.read_within(self._link, collection, ids, [1] * len(ids), budget, cut=True)
+        return read.addCallback(self._page_of, collection, ids, more)
+
+    def count(self, collection: bytes) -> defer.Deferred:
+        """How many documents the collection's index holds (expired ones not pruned yet included)."""
+        cards = self._link.pipeline(
+            [(b"ZCARD", keys.index_key(collection, shard)) for shard in range(keys.INDEX_SHARDS)]
+        )
+        return cards.addCallback(sum)
+
+    def get_many(
+        self, collection: bytes, doc_ids: Sequence[bytes], budget: int = bounded_reads.DEFAULT_BUDGET
+    ) -> defer.Deferred:
+        """The bodies of ``doc_ids`` in order, None where missing; ``OverBudget`` past ``budget`` bytes.
+
+        Each distinct id is read once, and counted in the budget as many
+        times as it is asked (the answer repeats it): ``cache.documents.bounded_reads``.
+        """
+        if not doc_ids:
+            return defer.succeed([])
+        asked: Dict[bytes, int] = {}
+        for doc_id in doc_ids:
+            asked[doc_id] = asked.get(doc_id, 0) + 1
+        distinct = list(asked)
+        read = bounded_reads.read_within(self._link, collection, distinct, list(asked.values()), budget)
+        return read.addCallback(_in_asked_order, distinct, doc_ids)
+
+    def _prune(self, collection: bytes, stale_ids: List[bytes]) -> None:
+        """Drop index entries of expired documents, in the background."""
+        by_shard: Dict[int, List[bytes]] = {}
+        for doc_id in stale_ids:
+            by_shard.setdefault(keys.shard_of(doc_id), []).append(doc_id)
+        for shard, ids in by_shard.items():
+            doc_keys = [keys.document_key(collection, doc_id) for doc_id in ids]
+            pruning = self._link.run_script(scripts.PRUNE, [keys.index_key(collection, shard), *doc_keys], ids)
+            # A failed prune only leaves a stale entry that the next page skips.
+            pruning.addErrback(lambda _: None)
+
+
+def _in_asked_order(read: Tuple[List[Any], int], distinct: List[bytes], doc_ids: Sequence[bytes]) -> List[Any]:
+    by_id = dict(zip(distinct, read[0]))
+    return [by_id[doc_id] for doc_id in doc_ids]

@@ -1,0 +1,353 @@
+"""The Lua scripts that change a document and its index entry atomically.
+
+Each script touches only keys of one hash slot (a document and its index
+shard, see ``cache.keys``), so the same scripts run on Redis Cluster.
+Conditions arrive pre-parsed: ``''`` (no header), ``'*'``, or entity tags
+separated by spaces (entity tags cannot contain spaces).
+"""
+
+from __future__ import annotations
+
+from cache.indexes.scripts import WRITE_LUA
+from cache.redis.script import Script
+
+_CONDITIONS = """
+local function matches(header, current)
+  if header == '*' then return current ~= false end
+  if not current then return false end
+  for tag in string.gmatch(header, '%S+') do
+    if tag == current then return true end
+  end
+  return false
+end
+
+local function holds(current, if_match, if_none_match)
+  if if_match ~= '' and not matches(if_match, current) then return false end
+  if if_none_match ~= '' and matches(if_none_match, current) then return false end
+  return true
+end
+"""
+
+# A write's event in its shard's change feed (cache.feed.streams), in the
+# script of the write itself: no write is stored without its event, and
+# no event describes a write that did not happen. Only with a third key
+# (the shard's stream); then the last FEED_ARGS of ARGV are the event's
+# operation, the stream's length cap, its age cap in ms (0: none), the
+# channel to nudge, the shard's name and the stream's byte budget. The
+# nudge is the shard and the new event's id: a worker that follows the
+# collection reads the shard. WRITE_MANY nudges each shard once, after
+# its writes, with the last event's id (a follower reads the shard from
+# where it was, so the last nudge brings the others' events too): one
+# PUBLISH per shard a call, not one per write. In a shard that keeps
+# indexes, an event also carries the document's index entries (``marks``,
+# cache.indexes.scripts' move_entries and unindex): what a live query judges
+# it by (cache.feed.live_queries).
+#
+# The caps (trim_feed), once a stream's events carry index entries: the
+# oldest events go, exactly, once the stream holds more than its budget of
+# bytes (each event counted as event_bytes says: a running total and each
+# event's count, oldest first, kept beside it in ji:{<coll>:<shard>}:fb and
+# :fbs, out of the hot cache's tracked prefix), more than FEED_STEP events
+# over its length cap, or events older than its age cap; never the event
+# just added. A trim goes a step below
+# the budget (1/FEED_STEP of it), so a write at the cap reads the oldest
+# events once every few writes, as MAXLEN ~ trims by whole nodes. A stream
+# none of whose events carried entries is capped as before, by MAXLEN ~
+# (its events are at most UNMARKED_BYTES, 320, as counted): the counting
+# doubled the PUT script's Redis CPU at the cap (12 to 23 µs, small events);
+# with entries it adds ~5 µs (27 to 32 µs, three indexes; reading the
+# trimmed events for their sizes instead of the list was 42).
+_FEED = """
+-- WRITE_MANY's: by channel (a collection's), each shard's last event, nudged at its end.
+local nudges = nil
+local function feed_start(K, A)
+  if K[3] then return #A - 6 end
+  return #A
+end
+-- What an event counts against its stream's budget: 48, its fields' and values' bytes and one more each, and
+-- a quarter more for the allocator (jemalloc's size classes are at most 25 % apart: a 25 KB event's listpack
+-- node took 29 KB of MEMORY USAGE).
+local function event_bytes(fields)
+  local bytes = 48
+  for i = 1, #fields do bytes = bytes + #fields[i] + 1 end
+  return math.floor(bytes * 5 / 4)
+end
+-- The counted sizes of the stream's events, oldest first, one a line of `sizes` (a list beside it): trimming
+-- reads them, not the events (reading 32 events of 24 entries into Lua was ~10 µs a write, amortized). Made
+-- again from the events when it does not match them (the stream was trimmed or deleted outside this script).
+local function sizes_of(stream, sizes, length)
+  if redis.call('LLEN', sizes) == length then return end
+  redis.call('DEL', sizes)
+  local start = '-'
+  while true do
+    local batch = redis.call('XRANGE', stream, start, '+', 'COUNT', 256)
+    if #batch == 0 then return end
+    local counted = {}
+    for i, entry in ipairs(batch) do counted[i] = event_bytes(entry[2]) end
+    redis.call('RPUSH', sizes, unpack(counted))
+    start = '(' .. batch[#batch][1]
+  end
+end
+local function trim_feed(stream, state, added, max_len, budget, min_ms)
+  local sizes = state .. 's'
+  local length = redis.call('XLEN', stream)
+  local total = redis.call('HINCRBY', state, 'b', added)
+  if redis.call('RPUSH', sizes, added) ~= length then
+    sizes_of(stream, sizes, length)
+    total = 0
+    for _, size in ipairs(redis.call('LRANGE', sizes, 0, -1)) do total = total + tonumber(size) end
+    redis.call('HSET', state, 'b', total)
+  end
+  local dropped = 0
+  if min_ms then
+    local known = tonumber(redis.call('HGET', state, 'o') or '0')
+    -- The age cap: the oldest events' ids, one at a time (at most a few a write once the stream is at its age).
+    local oldest, start = known, '-'
+    while oldest < min_ms and length - dropped > 1 do
+      local first = redis.call('XRANGE', stream, start, '+', 'COUNT', 1)[1]
+      oldest = tonumber(string.match(first[1], '^%d+'))
+      if oldest < min_ms then dropped, start = dropped + 1, '(' .. first[1] end
+    end
+    if oldest ~= known then redis.call('HSET', state, 'o', oldest) end
+  end
+  if total <= budget and length < max_len + FEED_STEP and dropped == 0 then return end
+  local freed = 0
+  if dropped > 0 then
+    for _, size in ipairs(redis.call('LRANGE', sizes, 0, dropped - 1)) do freed = freed + tonumber(size) end
+  end
+  local keep_bytes = total
+  if total > budget then keep_bytes = budget - math.floor(budget / FEED_STEP) end
+  local keep_len = math.min(length, max_len)
+  while length - dropped > 1 and (length - dropped > keep_len or total - freed > keep_bytes) do
+    local batch = redis.call('LRANGE', sizes, dropped, dropped + FEED_STEP - 1)
+    if #batch == 0 then break end
+    for _, size in ipairs(batch) do
+      if length - dropped <= 1 or not (length - dropped > keep_len or total - freed > keep_bytes) then break end
+      dropped, freed = dropped + 1, freed + tonumber(size)
+    end
+  end
+  if dropped == 0 then return end
+  redis.call('XTRIM', stream, 'MAXLEN', length - dropped)
+  redis.call('LTRIM', sizes, dropped, -1)
+  redis.call('HSET', state, 'b', total - freed)
+end
+local function log_change(K, A, id, etag, marks)
+  if not K[3] then return end
+  local feed_at = #A - 6
+  local fields = {'o', A[feed_at + 1], 'i', id, 'e', etag}
+  if marks then
+    for i = 1, #marks do fields[6 + i] = marks[i] end
+  end
+  local state = 'ji:' .. string.sub(K[2], 4, -2) .. 'fb'
+  local event
+  if #fields == 6 and redis.call('HEXISTS', state, 'b') == 0 then
+    -- No index entries in this stream yet: its events are small (UNMARKED_BYTES at most), the event cap bounds
+    -- their bytes, and Redis trims it by whole nodes as it adds (half the script's cost of counting).
+    event = redis.call('XADD', K[3], 'MAXLEN', '~', A[feed_at + 2], '*', unpack(fields))
+    if A[feed_at + 3] ~= '0' then
+      local oldest = tonumber(string.match(event, '^%d+')) - tonumber(A[feed_at + 3])
+      redis.call('XTRIM', K[3], 'MINID', '~', string.format('%d', oldest))
+    end
+  else
+    event = redis.call('XADD', K[3], '*', unpack(fields))
+    local min_ms = nil
+    if A[feed_at + 3] ~= '0' then
+      min_ms = tonumber(string.match(event, '^%d+')) - tonumber(A[feed_at + 3])
+    end
+    trim_feed(K[3], state, event_bytes(fields), tonumber(A[feed_at + 2]), tonumber(A[feed_at + 6]), min_ms)
+  end
+  if nudges then
+    local channel = A[feed_at + 4]
+    nudges[channel] = nudges[channel] or {}
+    nudges[channel][A[feed_at + 5]] = event
+  else
+    redis.call('PUBLISH', A[feed_at + 4], A[feed_at + 5] .. ' ' .. event)
+  end
+end
+""".replace("FEED_STEP", "32").replace("UNMARKED_BYTES", "320")
+FEED_ARGS = 6
+
+
+# KEYS: document, index shard[, change feed].
+# ARGV: id, body, etag, last-modified, ttl ('' keeps the expiry, '0' removes
+# it, N sets N seconds), If-Match, If-None-Match, then the number N of
+# compressed variants, N field/value pairs (cache.documents.variants), and last the
+# variant fields to remove (an earlier version may have had them), then
+# the feed's arguments (_FEED).
+# Returns 0 when a condition failed, 1 when replaced, 2 when created, and
+# {3, last-modified} when the document already carries this write's ETag:
+# ETags are never reused, so this very write was applied before (a retry
+# carrying out an Idempotency-Key's plan again, cache.documents.idempotency); it
+# logs no second event, as the first application logged it.
+# The write of one document as a Lua function of its keys K and arguments
+# A (a table): the single PUT's script calls it with KEYS and ARGV, and
+# WRITE_MANY with each document's share of its own.
+_PUT = """
+local function put(K, A)
+  local itag = index_tag(K[2])
+  local index_at = 9 + 2 * tonumber(A[8])
+  local indexed = index_fields(itag, A, index_at)
+  local held  -- the document's ETag, then its index fields: one read
+  if indexed then
+    held = redis.call('HMGET', K[1], 'e', unpack(indexed.fields))
+  else
+    held = {redis.call('HGET', K[1], 'e')}
+  end
+  local current = held[1]
+  if current == A[3] then return {3, redis.call('HGET', K[1], 'm')} end
+  if not holds(current, A[6], A[7]) then return 0 end
+  -- Before any write: Redis making the entries may refuse the document.
+  if indexed and not indexed.entries then indexed.entries = own_entries(indexed, A[1], A[2]) end
+  local feed_at = feed_start(K, A)
+  local stale = index_at + 2 + 2 * tonumber(A[index_at])
+  local sets = {'b', A[2], 'e', A[3], 'm', A[4]}
+  for i = 9, index_at - 1 do sets[#sets + 1] = A[i] end
+  local dels = {}
+  if current then
+    for i = stale, feed_at do dels[#dels + 1] = A[i] end
+  end
+  local marks = nil
+  if indexed then marks = move_entries(itag, indexed, held, 1, sets, dels, K[3] ~= nil) end
+  redis.call('HSET', K[1], unpack(sets))
+  if #dels > 0 then redis.call('HDEL', K[1], unpack(dels)) end
+  if A[5] == '0' then
+    if current then redis.call('PERSIST', K[1]) end  -- a hash just made has no expiry
+  elseif A[5] ~= '' then
+    redis.call('EXPIRE', K[1], A[5])
+  end
+  redis.call('ZADD', K[2], 0, A[1])
+  log_change(K, A, A[1], A[3], marks)
+  if current then return 1 end
+  return 2
+end
+"""
+PUT = Script((_CONDITIONS + _FEED + WRITE_LUA + _PUT + "return put(KEYS, ARGV)\n").encode())
+
+# KEYS: document, index shard[, change feed]. ARGV: id, If-Match[, the feed's (_FEED)].
+# Returns 0 when the condition failed, -1 when missing, 1 when deleted.
+_DELETE = """
+local function delete(K, A)
+  local current = redis.call('HGET', K[1], 'e')
+  if not holds(current, A[2], '') then return 0 end
+  if not current then return -1 end
+  local marks = unindex(index_tag(K[2]), K[1])  -- then the hash goes, with its index fields
+  redis.call('DEL', K[1])
+  redis.call('ZREM', K[2], A[1])
+  log_change(K, A, A[1], '', marks)
+  return 1
+end
+"""
+DELETE = Script((_CONDITIONS + _FEED + WRITE_LUA + _DELETE + "return delete(KEYS, ARGV)\n").encode())
+
+# Many writes in one call (a batch's, cache.batches.groups), each as PUT or
+# DELETE would make it alone, in order. KEYS: each write's own (document,
+# index shard[, change feed]), ARGV[1] of them each. ARGV after it, per
+# write: 'p' (put) or 'd' (delete), the number N of its arguments, then
+# those N (PUT's or DELETE's ARGV). On a cluster every key is of one slot.
+# Returns each write's answer as PUT or DELETE gives it, or {'err', message}
+# for a write a Redis error refused (the others go on, as in a pipeline).
+WRITE_MANY = Script(
+    (
+        _CONDITIONS
+        + _FEED
+        + WRITE_LUA
+        + _PUT
+        + _DELETE
+        + """
+local per = tonumber(ARGV[1])
+local results = {}
+nudges = {}
+local at, k = 2, 0
+while at <= #ARGV do
+  local n = tonumber(ARGV[at + 1])
+  local K = {KEYS[k + 1], KEYS[k + 2]}
+  if per == 3 then K[3] = KEYS[k + 3] end
+  local A = {}
+  for i = 1, n do A[i] = ARGV[at + 1 + i] end
+  local write = put
+  if ARGV[at] == 'd' then write = delete end
+  local ok, answer = pcall(write, K, A)
+  if not ok then
+    if type(answer) == 'table' then answer = answer.err end
+    answer = {'err', tostring(answer)}
+  end
+  results[#results + 1] = answer
+  at, k = at + 2 + n, k + per
+end
+for channel, shards in pairs(nudges) do
+  for shard, event in pairs(shards) do redis.call('PUBLISH', channel, shard .. ' ' .. event) end
+end
+return results
+"""
+    ).encode()
+)
+
+# KEYS: index shard, then the documents of the ids in ARGV (same order).
+# Drops index entries whose document has expired. Returns how many.
+PRUNE = Script(
+    b"""
+local dropped = 0
+for i, id in ipairs(ARGV) do
+  if redis.call('EXISTS', KEYS[i + 1]) == 0 then
+    dropped = dropped + redis.call('ZREM', KEYS[1], id)
+  end
+end
+return dropped
+"""
+)
+
+# KEYS: documents of one slot (one index shard, cache.keys). ARGV[1]: the
+# bytes allowed; ARGV[i + 1]: how many times KEYS[i]'s body counts against
+# them (an id asked twice is answered twice). A body is a JSON object, never
+# empty, so a size of 0 is a missing document.
+# Returns {1, size_1, ..., size_N, bodies}: the bodies present, concatenated
+# in KEYS order, when the counted sizes fit; else {0, size_1, ..., size_N}
+# and no body, so that neither Redis's reply nor the worker ever holds more
+# than the allowance (cache.documents.bounded_reads). One pass: each body is read
+# (HGET) and counted as it comes, and once the allowance is passed the rest
+# are only measured (HSTRLEN): the script holds the allowance and one body
+# at most, and a read that fits costs one call per document, not two (an
+# export spent 1.05 µs of Redis's CPU per HSTRLEN, then 0.28 per HGET:
+# loadtest/studies/_bulk.py). One bulk string, not one per
+# body: the driver parses a reply once it is whole, and an array of many
+# large bodies would be parsed again at every read that brings a part of it.
+READ_WITHIN = Script(
+    b"""
+local sizes, bodies = {}, {}
+local total, allowance = 0, tonumber(ARGV[1])
+for i, key in ipairs(KEYS) do
+  if bodies then
+    local body = redis.call('HGET', key, 'b')
+    local size = body and #body or 0
+    sizes[i] = size
+    total = total + size * tonumber(ARGV[i + 1])
+    if total > allowance then
+      bodies = nil
+    elseif body then
+      bodies[#bodies + 1] = body
+    end
+  else
+    sizes[i] = redis.call('HSTRLEN', key, 'b')
+  end
+end
+if not bodies then
+  table.insert(sizes, 1, 0)
+  return sizes
+end
+table.insert(sizes, 1, 1)
+sizes[#sizes + 1] = table.concat(bodies)
+return sizes
+"""
+)
+
+# KEYS: one document. ARGV[1]: the most bytes its body may have. Returns
+# the body's size when it is larger (nothing is sent), else the fields b,
+# e, m as HMGET does: a batch's get with its share of the batch's budget
+# (cache.batches.batch).
+READ_ONE_WITHIN = Script(
+    b"""
+local size = redis.call('HSTRLEN', KEYS[1], 'b')
+if size > tonumber(ARGV[1]) then return size end
+return redis.call('HMGET', KEYS[1], 'b', 'e', 'm')
+"""
+)

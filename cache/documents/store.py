@@ -1,0 +1,106 @@
+"""Documents in Redis as the JSON bytes that are sent, read back as bytes.
+
+The key layout is described in ``cache.keys``; every write goes through one
+Lua script (``cache.documents.scripts``) so a body, its ETag, its modification time and
+its index entry change together. Nothing here parses a stored body except a
+merge patch, which has to.
+
+``DocumentStore`` is assembled from its parts: the reads of one document
+(``cache.documents.reads``), of many (``cache.documents.pages``) and the
+writes (``cache.documents.writes``); the values they take and give are in
+``cache.documents.document`` and are named here too, for the store's callers.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Optional, Tuple
+
+from twisted.internet import defer
+
+from cache.documents.document import (
+    NO_CONDITIONS,
+    Conditions,
+    Created,
+    Document,
+    Page,
+    PreparedDelete,
+    PreparedPut,
+    delete_outcome,
+    put_outcome,
+    read_command,
+    stored_document,
+)
+from cache.documents.ids import EtagFactory, UlidFactory
+from cache.documents.pages import DocumentPages
+from cache.documents.reads import DocumentReads
+from cache.documents.variants import DEFAULT_VARIANTS, Variants
+from cache.documents.write_concern import PRIMARY_ONLY, WriteConcern
+from cache.documents.writes import DocumentWrites
+from cache.feed.streams import NO_FEED, FeedLog
+from cache.hot.cache import HotCache
+from cache.indexes import queries as index_queries
+from cache.indexes.builds import IndexBuilds
+from cache.redis.link import Link
+
+__all__ = [
+    "NO_CONDITIONS",
+    "Conditions",
+    "Created",
+    "Document",
+    "DocumentStore",
+    "Page",
+    "PreparedDelete",
+    "PreparedPut",
+    "delete_outcome",
+    "put_outcome",
+    "read_command",
+    "stored_document",
+]
+
+
+class DocumentStore(DocumentReads, DocumentPages, DocumentWrites):
+    """The document operations of the API, on a ``Link`` (one Redis, Sentinel or Cluster).
+
+    With a ``write_concern`` that waits for replicas, writes go through
+    ``write_link`` (a pool of their own: ``WAIT`` blocks its connection).
+    With a ``hot`` cache, document reads are served from it when they can
+    be and fill it when they may (``cache.hot.cache`` states when), and
+    every write drops its document's entry before it is answered.
+    With a ``feed``, every write script also logs its change
+    (``cache.feed.streams``); ``op`` names the operation it logs.
+    """
+
+    def __init__(
+        self,
+        link: Link,
+        clock: Callable[[], float] = time.time,
+        patch_attempts: int = 100,
+        write_link: Optional[Link] = None,
+        write_concern: WriteConcern = PRIMARY_ONLY,
+        hot: Optional[HotCache] = None,
+        variants: Variants = DEFAULT_VARIANTS,
+        feed: FeedLog = NO_FEED,
+    ) -> None:
+        if write_concern.waits and write_link is None:
+            raise ValueError("a write concern that waits for replicas needs a write link")
+        self._link = link
+        self._write_link = write_link
+        self._write_concern = write_concern
+        self._clock = clock
+        self._ids = UlidFactory(clock)
+        self._etags = EtagFactory()
+        self._last_modified: Tuple[int, bytes] = (-1, b"")
+        self._patch_attempts = patch_attempts
+        self._hot = hot
+        self._variants = variants
+        self._feed = feed
+        self.index_builds = IndexBuilds(link)  # cache.indexes.builds: resumed by the queries that meet one
+
+    def query(self, collection: bytes, query: index_queries.Query, budget: int) -> defer.Deferred:
+        """A page of a query over a declared index (``cache.indexes.queries``)."""
+        return index_queries.run(self._link, collection, query, budget)
+
+    def ping(self) -> defer.Deferred:
+        """Fires when Redis answers a PING."""
+        return self._link.execute(b"PING")

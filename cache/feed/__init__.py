@@ -1,0 +1,1 @@
+"""The change feed: its streams in Redis, positions, the workers' nudges, live queries."""
