@@ -70,7 +70,6 @@ _PLAIN_TAG = re.compile(rb'"[0-9A-Za-z._-]*"\Z')
 
 class BatchHandler(ResourceHandler):
     ROUTE = "batch"
-    SUPPORTED_METHODS = ("POST", "OPTIONS")
 
     def initialize(
         self, batches: BatchRunner, max_operations: int, response_budget: int, memory: MemoryReturn, **documents: Any

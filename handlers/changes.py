@@ -96,7 +96,6 @@ def _seconds(name: str, text: Optional[str], high: int) -> int:
 
 class ChangesHandler(ResourceHandler):
     ROUTE = "changes"
-    SUPPORTED_METHODS = ("GET", "OPTIONS")
 
     def initialize(self, feed: Optional[Feed], ticket_gate: Optional[TicketGate], **documents: Any) -> None:
         super().initialize(**documents)

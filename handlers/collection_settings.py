@@ -30,7 +30,6 @@ ADMIN = "admin"
 
 class CollectionSettingsHandler(ResourceHandler):
     ROUTE = "collection_settings"
-    SUPPORTED_METHODS = ("GET", "HEAD", "PUT", "DELETE", "OPTIONS")
 
     @defer.inlineCallbacks
     def get(self, collection: str) -> Any:
@@ -106,7 +105,6 @@ def index_builds_header(progress: Dict[str, Dict[str, int]]) -> str:
 
 class CollectionSettingsListHandler(ResourceHandler):
     ROUTE = "collection_settings_list"
-    SUPPORTED_METHODS = ("GET", "HEAD", "OPTIONS")
 
     @defer.inlineCallbacks
     def get(self) -> Any:

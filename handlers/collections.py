@@ -69,7 +69,6 @@ class ComposedHandler(ResourceHandler):
 
 class CollectionHandler(ComposedHandler):
     ROUTE = "collection"
-    SUPPORTED_METHODS = ("GET", "HEAD", "POST", "OPTIONS")
 
     def get(self, collection: str) -> defer.Deferred:
         # Plain callbacks, as the document GET (handlers/documents.py).

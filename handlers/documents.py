@@ -19,7 +19,6 @@ class DocumentHandler(ResourceHandler):
     """GET, HEAD and PUT run their pipelines (``handlers.document_answers``); PATCH and DELETE are methods."""
 
     ROUTE = "document"
-    SUPPORTED_METHODS = ("GET", "HEAD", "PUT", "PATCH", "DELETE", "OPTIONS")
 
     def initialize(self, answers: DocumentAnswers, pipelines: Dict[str, Pipeline], **resources: Any) -> None:
         """``pipelines``: the operation table's for this route (``handlers.operation.routes``), bound to ``answers``."""

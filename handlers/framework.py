@@ -61,6 +61,9 @@ class CycloneHandler(cyclone.web.RequestHandler):
         self.request.connection.no_keep_alive = self.no_keep_alive
         # Each method's operation, from the table (handlers.operation.routes): what admission reads.
         self.declared = kwargs.pop("operations", None) or {}
+        methods = kwargs.pop("methods", None)
+        if methods is not None:
+            self.SUPPORTED_METHODS = methods
         self.initialize(**kwargs)
 
     def clear(self) -> None:

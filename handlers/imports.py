@@ -135,7 +135,6 @@ def line_number(text: Optional[str]) -> int:
 
 class ImportHandler(ResourceHandler):
     ROUTE = "import"
-    SUPPORTED_METHODS = ("POST", "OPTIONS")
 
     def initialize(self, batches: BatchRunner, **dependencies: Any) -> None:
         super().initialize(**dependencies)

@@ -19,7 +19,6 @@ from handlers.http import validation
 
 class MultiGetHandler(ComposedHandler):
     ROUTE = "multi_get"
-    SUPPORTED_METHODS = ("POST", "OPTIONS")
 
     def post(self, collection: str) -> defer.Deferred:
         name = validation.collection_name(collection)

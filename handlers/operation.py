@@ -191,7 +191,9 @@ def _with_operations(
     bound to its ``answers``, if any."""
     if kwargs is None:
         return None  # the table's routes alone, as its tests read them
-    kwargs = {**kwargs, "operations": _by_method(resource, operations)}
+    by_method = _by_method(resource, operations)
+    # Cyclone's 405 and the Allow header read SUPPORTED_METHODS: the table's methods, so no handler repeats them.
+    kwargs = {**kwargs, "operations": by_method, "methods": (*by_method, "OPTIONS")}
     answers = kwargs.get("answers")
     if answers is None:
         return kwargs

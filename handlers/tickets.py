@@ -79,7 +79,6 @@ class TicketHandler(ResourceHandler):
     """Issues a ticket for the collection's feed to a bearer token with read scope on it."""
 
     ROUTE = "changes_tickets"
-    SUPPORTED_METHODS = ("POST", "OPTIONS")
 
     def initialize(self, tickets: Optional[TicketStore], **documents: Any) -> None:
         super().initialize(**documents)
