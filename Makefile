@@ -7,6 +7,7 @@ CPY := $(CPY_VENV)/bin/python
 LINT_VENV := .venv-lint
 CLIENTS_VENV := .venv-clients
 NODE_CLIENTS := tests/clients
+NODE_IDENTITY := tests/identity/provider
 VAR := $(CURDIR)/var
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PACKAGES := pypy3 pypy3-venv pypy3-dev redis-server python3-venv
@@ -14,7 +15,7 @@ REQUIREMENTS := requirements.txt requirements-nodeps.txt requirements-dev.txt
 HOST ?= 127.0.0.1
 PORT ?= 8080
 
-.PHONY: setup setup-cpython setup-clients client-packages browser-packages system-packages run private-redis stop-redis test lint clean
+.PHONY: setup setup-cpython setup-clients client-packages identity-packages browser-packages system-packages run private-redis stop-redis test lint clean
 
 setup: $(VENV)/.installed
 
@@ -118,6 +119,14 @@ $(NODE_CLIENTS)/node_modules/.installed: $(NODE_CLIENTS)/package.json $(NODE_CLI
 	cd $(NODE_CLIENTS) && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
+# The suite's OpenID Connect provider (tests/identity/oidc_provider.py): oidc-provider
+# from npm, the version in tests/identity/provider/package-lock.json, on Debian's Node.
+identity-packages: $(NODE_IDENTITY)/node_modules/.installed
+
+$(NODE_IDENTITY)/node_modules/.installed: $(NODE_IDENTITY)/package.json $(NODE_IDENTITY)/package-lock.json | client-packages
+	cd $(NODE_IDENTITY) && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
 # Debian's chromium and chromedriver for the browser tests (tests/browser.py;
 # selenium itself is in requirements-dev.txt). Never on a server: `make setup`
 # leaves them out.
@@ -130,11 +139,11 @@ browser-packages: | system-packages
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
 	fi
 
-test: setup setup-cpython setup-clients browser-packages lint
+test: setup setup-cpython setup-clients identity-packages browser-packages lint
 	$(PY) -m pytest
 
 clean:
-	rm -rf $(VENV) $(CPY_VENV) $(LINT_VENV) $(CLIENTS_VENV) $(NODE_CLIENTS)/node_modules $(VAR) .pytest_cache
+	rm -rf $(VENV) $(CPY_VENV) $(LINT_VENV) $(CLIENTS_VENV) $(NODE_CLIENTS)/node_modules $(NODE_IDENTITY)/node_modules $(VAR) .pytest_cache
 
 # --- Load testing: loadtest/, see docs/testing.md, "Load testing" ---------
 LT_VENV := .venv-loadtest
@@ -194,7 +203,7 @@ clean-loadtest:
 # gate, the schema fuzzer, the feed's heartbeat), so `make test` stays near ten
 # minutes; about three and a half minutes here. CI runs it after `make test`.
 .PHONY: test-slow
-test-slow: setup setup-clients setup-loadtest loadtest-packages
+test-slow: setup setup-clients identity-packages setup-loadtest loadtest-packages
 	JETWAY_TEST_SLOW=1 $(PY) -m pytest -rP -m slow
 
 # --- Releases: what a server installs (docs/deploy.md) ------------------------
