@@ -29,8 +29,8 @@ from handlers.pipeline import Exchange, Pipeline
 
 # How often the application looks for connections past their deadline, so a
 # timeout fires at most this late. One sweep replaces a Twisted timer made
-# and cancelled twice per request (its heap work was ~3.6% of a document
-# read's worker CPU, vmprof).
+# and cancelled twice per request, whose heap work vmprof found on every
+# document read (docs/history/performance.md, "The changes, in the order done").
 DEADLINE_TICK = 0.25
 
 _log = Logger()
@@ -65,7 +65,7 @@ class JetwayApplication(cyclone.web.Application):
         self.port: Any = None
         self._date: Tuple[int, str] = (0, "")
         # Request ids: unique per worker by a random prefix, then counted;
-        # a uuid4 per request read /dev/urandom, ~6% of a document read.
+        # a uuid4 per request reads /dev/urandom: too dear for every request.
         self._request_id_prefix = os.urandom(8).hex()
         self._request_count = itertools.count()
         self.accepting = True
@@ -119,8 +119,9 @@ class JetwayApplication(cyclone.web.Application):
 
         The first route whose template matches wins, its arguments unquoted
         as Cyclone does. Cyclone matched the path against every route's
-        regex in turn, and the host against a catch-all pattern: ~8% of a
-        hot document read's worker CPU (vmprof).
+        regex in turn, and the host against a catch-all pattern: a visible
+        share of a hot document read's worker CPU (vmprof; docs/history/performance.md,
+        "The changes, in the order done").
         """
         for spec in self._routes:
             found = spec.arguments(path)

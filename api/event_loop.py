@@ -4,8 +4,9 @@ For every ready socket, Twisted's ``EPollReactor.doPoll`` goes through
 ``log.callWithLogger``: it asks the transport for its log prefix, builds a
 context dictionary and pushes it, only so that legacy ``log.msg`` calls made
 while handling the event are tagged with it. Jetway's log lines do not carry
-that tag, and on PyPy the wrapper was ~4% of a document read's worker CPU
-(vmprof, one worker). ``doPoll`` here is Twisted's without the wrapper; an
+that tag, and on PyPy the wrapper was a visible share of a document read's
+worker CPU under vmprof (docs/history/performance.md, "The changes, in the
+order done"). ``doPoll`` here is Twisted's without the wrapper; an
 error that escapes a transport's own handling is still logged.
 """
 

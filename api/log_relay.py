@@ -12,15 +12,16 @@ even against another process writing to it (a worker's stderr may).
 When stdout is a regular file, the workers write to it themselves and
 nothing is relayed (``api.master``): Linux writes each ``write`` to one
 open file whole, whoever else writes to it, and a write to a file does not
-wait for a reader. Relaying a worker's lines cost the master ~1 µs of CPU
-per request, most of it in the kernel, reading the pipe and writing again.
+wait for a reader. Relaying a worker's lines cost the master CPU on every
+request, most of it in the kernel, reading the pipe and writing again.
 
 A thread of its own does the reading and the writing, every
 ``READ_INTERVAL``: what the pipes took meanwhile (1 MiB each, see
 ``api.log_writer``) is read and written in a few large calls, and the
 master's reactor never waits on its stdout. Waking for every write of every
-worker (one per reactor turn) instead cost the master 1.9 µs of CPU per
-request (2 workers under wrk, the 200 B read, access log on). When stdout
+worker (one per reactor turn) instead cost the master a wake-up and a small
+read per worker turn, several times the thread's CPU per request
+(docs/history/performance.md, "The changes, in the order done"). When stdout
 takes nothing (a reader that stopped, a full pipe), the thread waits in
 its write, the workers' pipes fill, and the workers drop and count lines
 (``api.log_writer``): nothing else waits. Lines lost here are counted too:

@@ -9,9 +9,9 @@ Access lines do not go through ``twisted.logger``: ``AccessLog`` formats
 them itself and hands the lines of one reactor turn to the worker's
 ``api.log_writer.LineWriter`` together. Through the logger (event dict,
 format-string parsing, the observer chain, a write and a flush per line), a
-document read with its access line took 63.1 µs of worker CPU against
-55.7 µs this way (medians of 3 interleaved pairs, ``loadtest/ab_cpu.sh``
-with ``JETWAY_ACCESS_LOG=on``). The worker's other lines go to the same
+document read with its access line cost the worker measurably more CPU
+than it does this way (``loadtest/ab_cpu.sh``; docs/history/performance.md,
+"The changes, in the order done"). The worker's other lines go to the same
 writer (``LineStream``), so all of its lines keep their order.
 """
 
@@ -86,9 +86,9 @@ def milliseconds(seconds: float) -> str:
     """``seconds`` in milliseconds to two places, as ``round(seconds * 1000, 2)`` prints.
 
     By integer arithmetic: on PyPy a ``round`` to places and a float's repr
-    each go through dtoa, and an access line took one and two of them (on
-    this machine's PyPy, 0.29-0.38 µs a line for those against 0.09-0.14 for
-    this). A duration below zero (the wall clock stepped back) is 0.
+    each go through dtoa, and an access line took one and two of them, each
+    dearer than this (docs/history/performance.md, "The changes, in the
+    order done"). A duration below zero (the wall clock stepped back) is 0.
     """
     hundredths = max(0, int(seconds * 100_000 + 0.5))
     return f"{hundredths // 100}{_HUNDREDTHS[hundredths % 100]}"

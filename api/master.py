@@ -45,15 +45,15 @@ MAX_BACKOFF = 10.0
 READY_TIMEOUT = 60.0
 KILL_AFTER_GRACE = 5.0
 # PyPy's GC settings for the workers, unless the environment names its own.
-# The nursery: PyPy sizes it from the CPU's cache (1 MB here), and a read
-# allocates tens of KB, so a small nursery collects every few requests; each
-# minor collection copies what the requests in flight hold, so fewer
-# collections copy less. The major collection threshold (PyPy's default
+# The nursery: PyPy sizes it from the CPU's cache (small on this machine),
+# and a read allocates tens of KB, so a small nursery collects every few
+# requests; each minor collection copies what the requests in flight hold,
+# so fewer collections copy less. The major collection threshold (PyPy's default
 # 1.82): 1.5 keeps a worker's heap, and so its resident memory, smaller at
 # no CPU cost seen. The increment step: PyPy's default (twice the nursery)
 # made marking steps long enough to be the read path's p99, and 4 MB steps
-# were still the PUT's: 2 MB halves each step (~3 → ~1.8 ms) for twice as
-# many, at the same share of CPU. The figures behind each:
+# were still the PUT's: 2 MB makes each step shorter, twice as many, at the
+# same share of CPU. The figures behind each:
 # docs/performance.md, "PyPy's garbage collector" and "Where a slow PUT's
 # time goes".
 DEFAULT_GC_ENVIRONMENT = {

@@ -22,7 +22,7 @@ _TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")
 _REQUEST_LINE = re.compile(rb"([!#$%&'*+\-.^_`|~0-9A-Za-z]+) ([\x21-\x7e]+) HTTP/(\d)\.(\d)\Z")
 _FORBIDDEN_IN_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
 # A request line of a method and version that most requests have takes no
-# pattern (_request_line): on PyPy every match allocates about 1 KB.
+# pattern (_request_line): on PyPy every match allocates, and the allocation is the cost.
 _COMMON_METHODS = {method.encode(): method for method in ("GET", "HEAD", "PUT", "POST", "PATCH", "DELETE", "OPTIONS")}
 _VERSIONS = {b"HTTP/1.1": "HTTP/1.1", b"HTTP/1.0": "HTTP/1.0"}
 # Whether a header was sent, without Cyclone normalizing the name asked.
@@ -131,8 +131,8 @@ def request_line_by_pattern(line: bytes) -> Tuple[str, str, str]:
 # Header lines seen before, parsed: a client sends the same lines request
 # after request (its Host, User-Agent, Accept, token), and a line found here
 # passed the checks below already. Checking each line again costs pattern
-# matches, and on PyPy each match allocates ~1 KB, the cost that counted
-# (docs/performance.md, "The read path"). Bounded:
+# matches, and on PyPy each match allocates, the cost that counted
+# (docs/history/performance.md, "The changes, in the order done"). Bounded:
 # emptied when full, so made-up lines cost memory no longer than the next clear.
 MAX_KNOWN_LINES = 1024
 MAX_KNOWN_LINE_LENGTH = 512

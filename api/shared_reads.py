@@ -4,8 +4,8 @@ Twisted reads with ``socket.recv(bufferSize)``, and on PyPy that allocates a
 buffer of the whole ``bufferSize`` on every read, whatever the read brings:
 a 200 B request cost an 8 KiB buffer. Reading with ``recv_into`` one
 buffer and copying out only the bytes that came allocates what arrived and
-no more (a socket pair on PyPy, 200 B per read: a minor collection every
-500 reads at 8 KiB, every 7,000 here).
+no more, so minor collections come far less often
+(docs/history/performance.md, "The changes, in the order done").
 
 One buffer is enough: the reactor runs one read at a time, and what the
 protocol is handed is a copy, which the next read cannot change. Redis

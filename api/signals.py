@@ -6,7 +6,7 @@ Who does what (docs/json-and-signals.md has the whole table):
   closing terminal sends it to the whole process group (``kill -HUP
   -PGID``), workers included; a worker that died of it left its slot empty
   while the master was still starting the replacement (both slots empty,
-  a PUT waited 9.4 s). So a worker ignores SIGHUP, and it is born with
+  a PUT waited seconds). So a worker ignores SIGHUP, and it is born with
   SIGHUP blocked (``hangups_held`` around the spawn; a blocked signal stays
   pending across exec, and Twisted resets only ignored ones), so not even a
   worker still starting can die of one.

@@ -1,10 +1,10 @@
 """A worker's warm-up: its common requests served to itself before it takes a client's.
 
 PyPy compiles a path of the worker once it has run it a thousand times or
-so, and every compilation stops the worker for 1-20 ms. A fresh worker's
-first second of writes was its compiler's: measured, its first 1 s of
-``PUT``s at 64 connections had a p99 of 25-98 ms where the seconds after
-had 5-8 ms, and two thirds of the throughput (docs/operations.md, "Processes").
+so, and every compilation stops the worker for milliseconds. A fresh
+worker's first second of writes was its compiler's: its ``PUT``s' p99
+several times the seconds after's, and less throughput (docs/operations.md,
+"Processes"; the figures: docs/performance.md, "The warm-up").
 
 So before a worker adopts the listening socket it serves ``requests``
 requests (``JETWAY_WARM_UP``) to a throwaway application built as its
@@ -51,7 +51,7 @@ CLOSE_SECONDS = 2.0
 CONNECTIONS = 8
 COLLECTION = "warm-up"
 # Documents with what JSON documents hold (times and URLs, whose colons the
-# I-JSON check counts, numbers, booleans, null, nesting), ~300 B and ~10 KB.
+# I-JSON check counts, numbers, booleans, null, nesting), ~250 B and ~8 KB.
 _SMALL = json.dumps(
     {
         "id": "w1",
@@ -176,8 +176,8 @@ def _requests(token: str, max_body: int) -> List[bytes]:
         put = b"PUT %s HTTP/1.1\r\n%sContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
         # Three writes to a read: the write's path is the longest to compile (the
         # checks, the script's arguments, its reply, the invalidation after it);
-        # with one write per read, the first second's PUTs had a p99 about 1.6
-        # times as high (docs/performance.md, "The warm-up").
+        # with one write per read, the first second's PUTs had a higher p99
+        # (docs/history/performance.md, "The warm-up").
         requests += [put % (path, head, len(body), body)] * 3
         read = b"GET %s HTTP/1.1\r\n%s\r\n" % (path, head)
         requests += (read, read, read.replace(b"\r\n\r\n", b"\r\nAccept-Encoding: gzip\r\n\r\n"))
