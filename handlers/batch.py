@@ -247,7 +247,8 @@ def _ready(rules: Dict[bytes, CollectionSettings], item: Checked, value: Any, id
 
     Or the problem its single request would get from those settings. The
     operation is made once, not copied by ``dataclasses.replace`` twice (a
-    copy introspects the fields: ~5% of a batch of 100 puts, vmprof).
+    copy introspects the fields, a visible share of a batch under vmprof:
+    docs/history/performance.md, "Batches at Redis's pace").
     """
     if not isinstance(item, Operation):
         return item

@@ -52,8 +52,8 @@ def items_envelope(bodies: List[Optional[Any]], next_cursor: Optional[bytes], wi
 
 class ComposedHandler(ResourceHandler):
     """A handler whose answers are composed from many stored documents: within a byte budget, and
-    followed by ``cache.memory_return``'s pass when large (a page of 16 documents of 1 MiB left a
-    worker +173 MB 10 s later without it; docs/history/trust-record.md)."""
+    followed by ``cache.memory_return``'s pass when large (without it, a page of 16 documents of 1 MiB
+    left a worker's memory high long after; docs/history/trust-record.md)."""
 
     def initialize(self, response_budget: int, memory: MemoryReturn, **documents: Any) -> None:
         super().initialize(**documents)

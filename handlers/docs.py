@@ -88,8 +88,8 @@ _PAGE = """\
 
 _TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8"}
 ASSET_TYPES = tuple(_TYPES.values())
-# The two files of the package the page needs (of its ~11 MB, most are source
-# maps), and the page's own start-up script.
+# The two files of the package the page needs (most of the package's bytes are
+# source maps), and the page's own start-up script.
 PACKAGED = ("swagger-ui-bundle.js", "swagger-ui.css")
 START = "start.js"
 ASSET_NAMES = (*PACKAGED, START)
@@ -136,10 +136,11 @@ class DocsSite:
 def packaged_site() -> DocsSite:
     """``DocsSite.load()``, once per process, when the page or an asset is first asked for.
 
-    Not as the worker starts: the bundle and its gzip are 1.8 MB of a PyPy
-    worker's heap (~2.7 MB of resident memory with the major collection's
-    threshold over it) that most workers never send, against issue 7's 150
-    MB. The first request for them waits the ~44 ms the load takes.
+    Not as the worker starts: the bundle and its gzip are megabytes of a
+    PyPy worker's heap, more of its resident memory with the major
+    collection's threshold over it, that most workers never send, against
+    issue 7's 150 MB. The first request for them waits for the load
+    (docs/configuration.md, "Configuration (environment)": ``JETWAY_DOCS``).
     """
     return DocsSite.load()
 

@@ -129,8 +129,8 @@ class CycloneHandler(cyclone.web.RequestHandler):
             value = value.decode("utf-8")
         elif isinstance(value, int):
             # Content-Length on every response. Cyclone asks numbers.Integral,
-            # an ABC: ~4% of an in-process read's samples went to PyPy's ABC
-            # cache lookup (python -m loadtest.studies._request_path --profile get).
+            # an ABC: a visible share of an in-process read's samples went to PyPy's
+            # ABC cache lookup (python -m loadtest.studies._request_path --profile get).
             return str(value)
         elif not isinstance(value, str):
             return super()._convert_header_value(value)  # other numbers and dates, formatted as Cyclone does

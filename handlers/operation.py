@@ -114,7 +114,8 @@ class Route(URLSpec):
     """Cyclone's route to one resource, which also matches a path by its template's text, with no regex.
 
     ``arguments`` gives what the route's regex would (a dispatch by regex
-    was ~4% of a hot document read's worker CPU, vmprof): each segment runs
+    was a visible share of a hot document read's worker CPU under vmprof;
+    docs/history/performance.md, "The changes, in the order done"): each segment runs
     to the next slash, and every literal after one starts with a slash (the
     constructor checks it), so finding the slashes is the whole match.
     """

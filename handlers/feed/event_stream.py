@@ -38,7 +38,7 @@ from cache.twisted_internals import unsent_bytes
 from handlers.feed.hub import Chunk
 
 # What a browser's EventSource waits before reconnecting (its own default is
-# ~3 s): a graceful restart should cost a client less than a second.
+# a few seconds): a graceful restart should cost a client less than a second.
 RETRY_MS = 500
 HEARTBEAT_SECONDS = 15.0
 _HEARTBEAT = b": keep-alive\n\n"

@@ -339,7 +339,9 @@ class Hub:
 
     def _dispatch_slices(self, events: List[Event], number: int) -> None:
         """A read's events, ``DISPATCH_SLICE`` a reactor turn: the lanes' live queries are judged per chunk, and
-        a read of 8,000 events in one turn held the worker ~40-100 ms with 2,000 distinct queries (issue #55 item 6)."""
+        a read of 8,000 events in one turn held the worker, ``/healthz`` included, with 2,000 distinct queries
+        (issue #55 item 6; loadtest/studies/_live_fanout.py measures it: docs/history/performance.md,
+        "The change feed")."""
         if self.closed:
             self._reading = False
             return

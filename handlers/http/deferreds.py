@@ -2,9 +2,9 @@
 
 Twisted's ``Deferred`` is an ``Awaitable``, so ``isinstance(x, Deferred)``
 goes through ``ABCMeta.__instancecheck__``: on PyPy a lookup in the ABC's
-caches per call, and the read path asked three times a request (~2% of an
-in-process read's samples, ``python -m loadtest.studies._request_path --profile
-get``). Twisted's own callback loop avoids it for the same reason.
+caches per call, and the read path asked three times a request (a visible
+share of an in-process read's samples, ``python -m loadtest.studies._request_path
+--profile get``). Twisted's own callback loop avoids it for the same reason.
 """
 
 from __future__ import annotations
