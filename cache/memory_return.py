@@ -3,7 +3,8 @@
 An answer composed of many documents (a batch's, up to
 ``JETWAY_MAX_RESPONSE_BYTES``) makes objects of many MiB. Two things kept
 their memory from the system long after they were sent (issue #44: a
-worker stayed +52/+60 MB 10 s after a 16 MiB batch answer):
+worker stayed tens of MB larger long after a 16 MiB batch answer;
+docs/limits.md, "The batch attack, after"):
 
 - PyPy frees an object of that size only when a major collection ends,
   and its incremental collector moves on only as the program allocates:
@@ -19,11 +20,12 @@ until a major collection ends, then ``malloc_trim(0)`` gives back the free
 pages of the heap (a few ms). Several large answers share one pass.
 
 Batches sent back to back never leave a second idle: the collector ran
-only as they allocated, and a worker grew by ~10x each 1,000-operation
-batch's bytes (a 1.4 MiB body and answer) before its major collections
-caught up. So a batch of at least ``STEP_BATCH`` bytes (body and answer)
-is also followed, in the next reactor turn, by one collector step: the
-rise fell to ~3x (``loadtest/studies/_batch_pace.py``, docs/performance.md).
+only as they allocated, and a worker grew by many times each
+1,000-operation batch's bytes (a 1.4 MiB body and answer) before its major
+collections caught up. So a batch of at least ``STEP_BATCH`` bytes (body
+and answer) is also followed, in the next reactor turn, by one collector
+step, and the rise stays near the batch's own bytes
+(``loadtest/studies/_batch_pace.py``; docs/performance.md, "Batches").
 """
 
 from __future__ import annotations

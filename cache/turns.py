@@ -3,14 +3,15 @@
 A worker serves every client from one thread: a loop over the 1,000
 operations of a batch (checking, planning, preparing, rendering each) that
 runs in one go holds every other client of the worker for as long as it
-takes, which was 0.1-0.3 s per loop under load (issue #44: ``/healthz``
-stalled up to 0.35 s behind one batch). ``in_turns`` does the items in
+takes, a large part of a second per loop under load (issue #44: ``/healthz``
+stalled behind one batch; docs/limits.md, "The batch attack, after").
+``in_turns`` does the items in
 order and, once a slice has taken ``SLICE_SECONDS``, goes on in a later
 reactor turn (``callLater(0)``: the reactor polls its sockets before timed
 calls run again), so the worker answers others in between. A short list
 (the usual batch) is done at once, with no turn given up and no timer.
 An item known to be long (``pause_after``: a merge of a 1 MiB document,
-~6 ms of CPU, many times that on a loaded machine) ends its slice at once:
+milliseconds of CPU, many times that on a loaded machine) ends its slice at once:
 one such item per turn, never two back to back.
 """
 

@@ -76,7 +76,7 @@ from cache.redis.link import Link
 from cache.turns import in_turns
 
 _SCRIPTS = [scripts.WRITE_MANY, scripts.PUT, scripts.DELETE, scripts.READ_ONE_WITHIN]
-# A merge of a document this large (~1.5 ms of CPU here, more under load) gets a reactor turn of its own.
+# A merge of a document this large takes milliseconds of CPU, more under load: it gets a reactor turn of its own.
 HEAVY_MERGE = 256 * 1024
 
 

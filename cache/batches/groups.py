@@ -34,7 +34,8 @@ from cache.documents.document import PreparedDelete, PreparedPut
 from cache.redis.errors import reply_error
 from cache.redis.slots import key_slot
 
-# Writes per WRITE_MANY call: 100 small puts run ~0.3 ms in Redis, as the pipeline of single calls did.
+# Writes per WRITE_MANY call: 100 small puts hold Redis no longer than the pipeline of single calls did
+# (docs/history/performance.md, "Batches at Redis's pace").
 GROUP_WRITES = 100
 # Documents' bytes per call: a group of large documents is cut sooner (Redis copies each into its hash).
 GROUP_BYTES = 1 << 20

@@ -28,8 +28,9 @@ from cache.batches.operations import PATCH, WRITES, Operation, OperationResult
 
 # The documents one segment's patches read at most (and so, about, write):
 # encoding them into one pipeline is a few ms of one reactor turn; 16 MiB
-# (budget / JETWAY_MAX_BODY documents) held the worker 0.3-1.1 s under load
-# (issue #44: /healthz behind a batch of 1,000 patches of 1 MiB documents).
+# (budget / JETWAY_MAX_BODY documents) held the worker far past /healthz's
+# bound under load (issue #44; docs/limits.md, "A batch of 1,000 patches of
+# 1 MiB documents").
 SEGMENT_BYTES = 4 * 1024 * 1024
 # A known size is capped with this much room: a document that grew more answers its size again (read later).
 GROWTH = 256

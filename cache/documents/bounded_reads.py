@@ -1,8 +1,9 @@
 """Reads of many documents within a byte budget, sizes known before any body leaves Redis.
 
 A multi-get or a list page is put together from stored bodies, and its
-size is the sum of theirs (an id asked twice counted twice): a 1.4 KB
-request line asking 300 times for a 1 MiB document was a 314 MB answer.
+size is the sum of theirs (an id asked twice counted twice): a request
+line asking 300 times for a 1 MiB document asked for 300 MiB
+(docs/limits.md, "Measured").
 Here each distinct document is read once, by ``scripts.READ_WITHIN``: one
 script per index shard (its documents share a hash slot, so the same call
 runs on Redis Cluster), which measures the bodies (``HSTRLEN``) and sends

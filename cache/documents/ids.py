@@ -49,8 +49,9 @@ class EtagFactory:
     Random, not a hash of the body: the ETag must change on every write, even
     one that writes identical bytes. The random part (96 bits) tells
     processes apart, the counter this process's writes. Drawing 12 random
-    bytes per write instead (``os.urandom``, a system call) was ~8% of a
-    200 B PUT on PyPy (vmprof, one worker).
+    bytes per write instead (``os.urandom``, a system call) was a visible
+    share of a small PUT under vmprof (docs/history/performance.md, "The
+    changes, in the order done").
     """
 
     def __init__(self) -> None:

@@ -54,9 +54,10 @@ end
 # events once every few writes, as MAXLEN ~ trims by whole nodes. A stream
 # none of whose events carried entries is capped as before, by MAXLEN ~
 # (its events are at most UNMARKED_BYTES, 320, as counted): the counting
-# doubled the PUT script's Redis CPU at the cap (12 to 23 µs, small events);
-# with entries it adds ~5 µs (27 to 32 µs, three indexes; reading the
-# trimmed events for their sizes instead of the list was 42).
+# doubled the PUT script's Redis CPU at the cap for small events; with
+# entries it adds a little (reading the trimmed events for their sizes
+# instead of the list, more). The figures: docs/limits.md, "What one write
+# makes Redis hold".
 _FEED = """
 -- WRITE_MANY's: by channel (a collection's), each shard's last event, nudged at its end.
 local nudges = nil
@@ -307,8 +308,8 @@ return dropped
 # (HGET) and counted as it comes, and once the allowance is passed the rest
 # are only measured (HSTRLEN): the script holds the allowance and one body
 # at most, and a read that fits costs one call per document, not two (an
-# export spent 1.05 µs of Redis's CPU per HSTRLEN, then 0.28 per HGET:
-# loadtest/studies/_bulk.py). One bulk string, not one per
+# export's HSTRLEN then HGET cost Redis more than the HGET alone:
+# docs/history/performance.md, "Batches at Redis's pace"). One bulk string, not one per
 # body: the driver parses a reply once it is whole, and an array of many
 # large bodies would be parsed again at every read that brings a part of it.
 READ_WITHIN = Script(

@@ -44,8 +44,9 @@ MAX_COUNT = 15
 _HALVED = bytes(count >> 1 for count in range(256))
 # A key's three bits, and its three counters, lie in one block of 64 bytes
 # (a cache line): on a busy machine every other line is a trip to memory,
-# and three lines a key cost a served miss ~20% of the worker's time
-# (``python -m loadtest.studies._request_path --serve 10 --serve-documents 200000``).
+# and three lines a key made the cache's code a larger share of a served miss than one line does
+# (``python -m loadtest.studies._request_path --serve 10 --serve-documents 200000``;
+# docs/history/performance.md, "The miss path").
 # From one 64-bit hash: the doorkeeper's block from its low bits (up to
 # 15), the positions in a block from the next 27, the sketch's block from
 # bit 42 on.

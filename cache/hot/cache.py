@@ -212,8 +212,9 @@ class HotCache:
             return True  # room for one more entry of the size they have
         # By more than one read: counts are estimates, and keys read as often
         # would swap places on their noise, for a fill and an eviction each
-        # (a read of 200,000 documents in turn over 2 workers: evictions fell
-        # from 5.7% of reads to 2.7% in a simulation of it).
+        # (a read of 200,000 documents in turn over 2 workers: evictions fell,
+        # in a simulation of it and in the measured run,
+        # docs/history/performance.md, "The miss path").
         if reads > self._frequency.count(next(iter(self._entries))) + 1:
             return True
         self.refused_admissions += 1

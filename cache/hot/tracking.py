@@ -23,9 +23,9 @@ down with it until it is subscribed again.
 **The heartbeat: how late an invalidation can be.** Being subscribed is not
 enough: an invalidation travels on its own connection, and nothing makes it
 arrive before the acknowledgement of its write reaches a client on another
-connection (a retransmission, a busy relay, Redis on another host: a read
-served 0.3-8.7 ms after the newer write was acknowledged elsewhere, with the
-invalidations held 2-20 ms, issue #56). So each tracker sends a ``PING`` on
+connection (a retransmission, a busy relay, Redis on another host: with the
+invalidations held back a few milliseconds, a read was served after the
+newer write was acknowledged elsewhere, issue #56). So each tracker sends a ``PING`` on
 its subscription every ``max_lag / 4`` (the one command a RESP2 subscriber
 may send), stamped with the time it was sent, and a hit is served only
 while the stamp of the last one answered is less than ``max_lag`` old

@@ -43,16 +43,16 @@ from cache.indexes.scripts import BUILD, SPEC, SWEEP
 from cache.redis.link import Link
 from cache.redis.script import Script
 
-# Documents per build step, ~1-2 ms of Redis for small documents, and its bytes for large ones (Redis
-# decodes each, ~1 ms a MiB): a step holds every other command for as long as it runs.
+# Documents per build step, and its bytes for large ones (Redis decodes each): a step holds every other
+# command for as long as it runs, so steps are small.
 STEP = 128
 STEP_BYTES = 256 * 1024
 # After each step the build waits this many times as long as the step took: its share of Redis, and of the
-# worker. Unpaced, one shard at a time in steps of 256 documents, a build of 1,000,000 documents took 15 s
-# and left PUTs at 0.49x their rate meanwhile; in steps of 64, 18.5 s and 0.65x; steps of 128 paced 2x,
-# 63 s and 0.75x (reads 0.77x) (loadtest/studies/_queries.py).
+# worker. Unpaced, or paced less, a build of 1,000,000 documents was faster but left PUTs below the target
+# of 0.8 their rate meanwhile (loadtest/studies/_queries.py; each step size and pause tried:
+# docs/history/performance.md, "Queries over declared indexes").
 PAUSE = 3.0
-# Documents per sweep step: each only loses a field (one HDEL), ~0.1 ms of Redis for 512.
+# Documents per sweep step: each only loses a field (one HDEL), so a step this long is still short for Redis.
 SWEEP_STEP = 512
 # The sweep's name where a build's is the index's: its lease, and what this worker runs.
 SWEEP_NAME = "~dropped"

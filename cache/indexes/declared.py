@@ -163,7 +163,8 @@ def index_args(indexes: Tuple[Index, ...], document: Any, doc_id: bytes) -> Tupl
     The write's script uses them when its shard's spec has that digest (the
     worker's settings are the shard's), and computes the entries itself
     otherwise: Redis decoding the spec and the body and encoding each value
-    was ~9 µs of a 29 µs create with three indexes (``loadtest/studies/_queries.py``).
+    was a large share of a create with three indexes (``loadtest/studies/_queries.py``;
+    docs/history/performance.md, "Queries over declared indexes").
     """
     if not indexes:
         return NO_INDEX_ARGS

@@ -2,7 +2,7 @@
 
 On PyPy the stdlib ``json`` is JIT-compiled and many times faster than
 ``ujson``, which goes through the C-API emulation; on CPython ``ujson`` dumps
-about 4x faster. Parsing always uses the stdlib: ``ujson.loads`` accepts
+several times faster. Parsing always uses the stdlib: ``ujson.loads`` accepts
 ``NaN`` and ``Infinity`` and turns ``1e400`` into ``inf``, which RFC 8259
 validation must not do.
 
@@ -10,9 +10,9 @@ One strict reader: RFC 8259's grammar plus I-JSON (``cache.json.i_json``), and
 anything else is a ``JsonError`` (a 400 where a body is read), never another
 exception. PyPy's ``json.loads`` has a parser written in RPython, but takes
 it only when called without hooks; with the hooks that reject ``NaN`` and
-``1e400`` it falls back to the pure-Python decoder, ~5x slower (3.7-4.3
-against 0.7-0.8 us for a 200 B document, warm loop) and laxer than the
-grammar (``cache.json.grammar`` says how). So on PyPy a body is parsed
+``1e400`` it falls back to the pure-Python decoder, several times slower
+(docs/history/performance.md, "The changes, in the order done") and laxer
+than the grammar (``cache.json.grammar`` says how). So on PyPy a body is parsed
 without hooks first and kept when every number in it is finite; the RPython
 parser accepts nothing the grammar refuses (``tests/cache/test_json_grammar.py``
 holds it to that). Anything it refused or found not finite must first pass
@@ -59,8 +59,8 @@ def _make_dumps() -> Callable[[Any], str]:
 
     # One encoder, not one per call as json.dumps with options makes, and no
     # check for cycles: a value parsed from JSON has none, and a value too
-    # deep still raises RecursionError. The markers of that check were ~5%
-    # of a batch of 100 puts (vmprof, loadtest/studies/_batch_pace.py --profile).
+    # deep still raises RecursionError. The markers of that check were a
+    # visible share of a batch of puts (vmprof, loadtest/studies/_batch_pace.py --profile).
     encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False, check_circular=False)
     return encoder.encode
 
@@ -141,7 +141,7 @@ def _strict_loads(text: str) -> Any:
         raise  # from a hook: a constant or a float out of range
     except json.JSONDecodeError as error:
         # Only on CPython (on PyPy the grammar passed the text first): its C
-        # parser's words. Not the grammar's: pure Python there, 1 MiB took 0.5 s.
+        # parser's words. Not the grammar's: pure Python there, far slower on a large body.
         raise JsonError(f"malformed JSON: {error}") from None
     except ValueError:
         # The only other refusal of a text the grammar passed: int() of

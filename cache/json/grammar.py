@@ -18,7 +18,7 @@ literals are ``true``, ``false`` and ``null``. Nesting is followed with a
 list, not recursion, and is refused past ``MAX_DEPTH`` (RFC 8259 lets a
 parser limit it): the hooked parser that reads what passes here runs out
 of stack near 1,000 levels anyway, and 1 MiB of ``[`` is refused after
-1,000 steps, not walked to its end (~200 ms). What it cannot see is
+1,000 steps, not walked to its end. What it cannot see is
 I-JSON's (``cache.json.i_json``) and the numbers' range (the codec's).
 """
 

@@ -6,8 +6,9 @@ sees the other; a lone ``\\uD800`` escape is no Unicode text at all. Both
 are refused where a body is parsed (``cache.json.codec.loads``).
 
 Checked after the fast parse, not with parse hooks: PyPy's JIT-compiled
-parser is taken only without hooks, and ``object_pairs_hook`` made a 4 KB
-document's parse ~11x slower there. Instead:
+parser is taken only without hooks, and ``object_pairs_hook`` made a
+document's parse many times slower there
+(``loadtest/studies/_bench_codec.py`` measures what the checks below add). Instead:
 
 - a name is repeated exactly when the text has more members than the
   parsed objects hold; every colon outside a string separates one member,
@@ -60,7 +61,7 @@ def _colons_outside_strings(text: str, value: Any, colons: int) -> int:
         # among the text's colons: only a scan of the text can tell.
         return colons - sum(string.count(":") for string in _STRING.findall(text))
     # Otherwise each colon of a parsed string is one of the text's (a
-    # walk of the parsed strings is ~5x cheaper than scanning the text).
+    # walk of the parsed strings is much cheaper than scanning the text).
     return colons - _colons_in_strings(value)
 
 
@@ -69,8 +70,8 @@ def _colons_in_strings(value: Any) -> int:
 
     A loop over ``_strings``, not ``sum`` of a generator expression over it:
     every document with a time or a URL in it comes here, and on PyPy the
-    two generators took 0.83 µs for a 200 B document, this 0.68 µs (a warm
-    loop, each in a process of its own).
+    two generators cost more than this loop (timed in a warm loop, each in
+    a process of its own).
     """
     total = 0
     for string in _strings(value):

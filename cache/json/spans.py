@@ -2,8 +2,10 @@
 
 A batch's body (``{"operations": [{..., "document": {...}}, ...]}``) holds
 each document's own bytes, and a batch's put stores them as a single PUT
-stores its body: verbatim. Re-encoding the parsed value instead was ~17%
-of a batch of 100 puts (vmprof, ``loadtest/studies/_batch_pace.py --profile``).
+stores its body: verbatim. Re-encoding the parsed value instead was a
+large share of a batch of puts (vmprof,
+``loadtest/studies/_batch_pace.py --profile``; docs/history/performance.md,
+"Batches at Redis's pace").
 
 The text must have passed ``cache.json.codec.loads`` first: it is RFC 8259 and
 I-JSON, so this walk only finds where values begin and end, and the part
@@ -15,11 +17,11 @@ span found in the bytes is the value's own bytes.
 
 Cost: a container is skipped by a walk of its bytes outside strings,
 counting brackets, and each string by ``bytes.index`` of its closing
-quote. On PyPy the walk is a loop the JIT compiles (~0.2 us for a 200 B
-document, ~1 us a KiB: a regular expression per bracket and string was 3x
-slower, one bounded-repeat expression per container 10x); on CPython, where
-such a loop costs ~50 ns a byte, a search for the next bracket or quote
-does the walking. No state but a position and a depth: memory is
+quote. On PyPy the walk is a loop the JIT compiles (cheaper than a regular
+expression per bracket and string, or one bounded-repeat expression per
+container; docs/history/performance.md, "Batches at Redis's pace"); on
+CPython, where such a loop is interpreted byte by byte, a search for the
+next bracket or quote does the walking. No state but a position and a depth: memory is
 constant, time linear in the bytes.
 """
 

@@ -179,7 +179,7 @@ class ClusterLink:
         """Each node its part at once; when every reply is a plain reply, that is all.
 
         ``_resolve``'s bookkeeping (redirections, retries) is left to the rare
-        pipeline that needs it: it costs ~15 µs of CPU per call on PyPy.
+        pipeline that needs it: on PyPy it was a large part of a call's CPU.
         """
         groups = self._groups(commands) if self._mapped else None
         if groups is None:

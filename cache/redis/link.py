@@ -140,13 +140,13 @@ class RedisLink:
         # them. Twisted sends what a connection queued once per reactor turn,
         # so the commands of one turn leave in one write and their replies
         # come back in one read. Spread over 4 connections in turn, a reactor
-        # turn cost a send, a read and two epoll_ctl per connection: one
-        # worker under wrk made 2.49 syscalls per document read, 2.15 this
-        # way (strace -c), for 49.2 -> 39.3 us of worker CPU
-        # (loadtest/ab_cpu.sh, 4 pairs, lower in 3; 10 KB reads the same,
-        # with reads of at most 64 KiB: cache.redis.reply_buffer). The others stand
-        # by: a lost or timed-out connection leaves the queue and the next
-        # one is first, without waiting for a redial.
+        # turn cost a send, a read and two epoll_ctl per connection: fewer
+        # system calls per document read this way (strace -c), and less worker
+        # CPU (loadtest/ab_cpu.sh; 10 KB reads the same, with reads of at most
+        # 64 KiB: cache.redis.reply_buffer; docs/history/performance.md, "The
+        # changes, in the order done"). The others stand by: a lost or
+        # timed-out connection leaves the queue and the next one is first,
+        # without waiting for a redial.
         connections = self._factory.connectionQueue.pending
         if self._spread and connections:
             idlest = min(connections, key=_backlog)

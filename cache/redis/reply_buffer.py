@@ -16,9 +16,10 @@ The buffer is 64 KiB: what one read may bring. A reply larger than that
 doubles it until the reply fits, and the buffer shrinks back once it is
 empty again. Reads far larger than 64 KiB made PyPy slower (larger objects
 are allocated outside its nursery and count towards the next major
-collection): reads that grew to 1 MiB cost one worker 87.1 -> 103.5 us per
-10 KB read and a p99 of 13-21 -> 31-37 ms, against 94.3 and 95.3 us at
-64 KiB (``CASE=get10k loadtest/ab_cpu.sh``, 3 pairs each).
+collection): reads that grew to 1 MiB cost a worker more CPU per 10 KB read
+and raised its p99, where reads of at most 64 KiB cost what the pool of
+connections in turn did (``CASE=get10k loadtest/ab_cpu.sh``;
+docs/history/performance.md, "The changes, in the order done").
 """
 
 from __future__ import annotations

@@ -147,7 +147,8 @@ class ReplyReader:
 
 # The heads of short arrays and bulk strings, made once: a write's EVALSHA
 # has ~20 arguments, and formatting each head and copying each value into
-# it (``b"$%d\r\n%s\r\n"``) took ~1.3 µs a command on PyPy, 0.9 µs so.
+# it (``b"$%d\r\n%s\r\n"``) cost PyPy more than joining ready heads
+# (docs/history/performance.md, "The changes, in the order done").
 _ARRAY_HEADS = tuple(b"*%d\r\n" % count for count in range(64))
 _BULK_HEADS = tuple(b"$%d\r\n" % size for size in range(1024))
 

@@ -3,7 +3,7 @@
 The sentinels are asked where the master is only when a connection is
 opened, and a master demoted by a failover that is still running is still
 a writable master (``ROLE`` says so) until the sentinels turn it into a
-replica, ~10 s after ``SENTINEL FAILOVER`` here. Connections opened before
+replica, seconds after ``SENTINEL FAILOVER``. Connections opened before
 a failover kept writing to it and reading from it meanwhile: acknowledged
 writes lost, deleted documents read again, reads alternating between two
 versions (issue #56). So one ``SentinelWatch`` per worker subscribes to

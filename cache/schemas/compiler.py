@@ -1,7 +1,7 @@
 """Schema -> nested closures: the fast verdict of ``cache.schemas.schema``, compiled once per schema version.
 
-PyPy's JIT compiles the closures (~3 µs on the bench's 1 KB document against
-~160 µs for ``jsonschema``; ``loadtest/_bench_validators.py`` measures it) for
+PyPy's JIT compiles the closures (dozens of times faster than ``jsonschema``:
+docs/performance.md, "Collection settings: the validator and the bench's target") for
 the keywords in ``KEYWORDS``; ``compilable`` says whether a schema uses only
 those (and only local ``$ref``s), else ``cache.schemas.schema`` leaves the verdict to
 ``jsonschema``. Every node that applies subschemas charges the validation's

@@ -2,7 +2,8 @@
 
 JSON Schema's ``pattern`` and ``patternProperties`` are ECMA-262 regular
 expressions, and Python's ``re`` backtracks: ``^(a+)+$`` against 25 a's and
-a ``!`` took 15.8 s of a worker's CPU (issue 44). This module runs the
+a ``!`` took seconds of a worker's CPU (issue 44; docs/schemas.md, "Regular
+expressions"). This module runs the
 part of ECMA-262 that has no backtracking semantics (literals, ``.``,
 classes with ``\\d \\w \\s`` and their negations, escapes, ``^ $ \\b \\B``,
 groups, alternation, greedy and lazy ``* + ? {n,m}``), read as the ``u``
@@ -33,7 +34,8 @@ __all__ = ["MAX_GROUP_DEPTH", "InvalidPattern", "Regex", "UnsupportedPattern", "
 
 MAX_PATTERN_CHARS = 2000
 MAX_PROGRAM = 4000
-# A cached step is ~50 ns on PyPy, a subschema applied ~150 ns (docs/schemas.md): four characters a unit.
+# A cached step of the DFA costs a fraction of a subschema applied, the budget's unit (docs/schemas.md,
+# "Regular expressions" and "Per document"): four characters a unit.
 CHARS_A_UNIT = 4
 MAX_CACHED = 20_000  # DFA transitions kept per pattern before the cache starts again
 

@@ -9,10 +9,11 @@ operations can all call it.
 
 Two validators, one verdict. ``jsonschema`` implements the whole draft (it
 passes the official test suite but for ``\\p{…}`` in patterns, which
-Python's ``re`` lacks) but costs ~160 µs per 1 KB document on PyPy, twice a
-whole PUT. So each schema is also compiled into nested closures
-(``cache.schemas.compiler``), which PyPy's JIT compiles (~3 µs on the same
-document; ``loadtest/_bench_validators.py`` measures it), for the keywords
+Python's ``re`` lacks) but costs more per document on PyPy than a whole PUT.
+So each schema is also compiled into nested closures
+(``cache.schemas.compiler``), which PyPy's JIT compiles (dozens of times
+faster; ``loadtest/_bench_validators.py`` measures both: docs/performance.md,
+"Collection settings: the validator and the bench's target"), for the keywords
 in ``cache.schemas.compiler.KEYWORDS``; a schema with any other
 keyword (``$dynamicRef``, ``unevaluatedProperties``, a remote ``$ref`` …)
 is judged by ``jsonschema`` alone. ``jsonschema`` also writes the messages,
@@ -48,8 +49,9 @@ if TYPE_CHECKING:
 
 # ``jsonschema`` (with ``referencing``) is imported when a schema is first
 # compiled, not with this module: a worker whose collections have no schema
-# never needs it, and it is ~5 MB of a PyPy worker's resident memory (2.4 MB
-# of its heap after a full collection), against issue 7's 150 MB.
+# never needs it, and it is megabytes of a PyPy worker's resident memory
+# (docs/performance.md, "Collection settings: the validator and the bench's
+# target"), against issue 7's 150 MB.
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 MAX_VIOLATIONS = 20

@@ -1,8 +1,8 @@
 """A worker's compiled collection schemas: one per settings version, compiled off the reactor thread.
 
 Compiling a schema (``cache.schemas.schema.compile_schema``) is CPU work that grows
-with its size: ``jsonschema``'s meta-schema check alone costs ~3 µs a byte
-warm and took 3.1 s cold for a 32 KiB schema. On the reactor thread that
+with its size: ``jsonschema``'s meta-schema check alone takes seconds cold
+for a schema near the size bound. On the reactor thread that
 stopped the worker answering anything, ``/healthz`` included, for as long
 (``loadtest/studies/_schema_stall.py`` measures it; ``docs/schemas.md`` has the
 figures). So a compile runs in a thread of the reactor's pool: PyPy's GIL
