@@ -178,7 +178,21 @@ class Fault(threading.Thread):
         _wait(lambda: sentinels.master_address() != before, 30)
         switched = time.monotonic_ns()
         _wait(lambda: _role(before[1]) == "slave", 30)
-        self.note("SENTINEL FAILOVER", at, switched=switched, old=before, new=sentinels.master_address())
+        demoted = time.monotonic_ns()
+        # Over only once the demoted primary has its new master's data: until then it is a replica in name only
+        # (its PSYNC is refused, its offset having run on after the promotion, if only by the sentinels' hellos, and
+        # Redis holds a diskless full sync back by repl-diskless-sync-delay, 5 s), and the next history's failover
+        # would promote it with none of that history's writes (issue #56: tests/consistency/failover_timeline.py).
+        _wait(lambda: _replica_synced(before[1]), 60)
+        self.note(
+            "SENTINEL FAILOVER",
+            at,
+            switched=switched,
+            demoted=demoted,
+            resynced=time.monotonic_ns(),
+            old=before,
+            new=sentinels.master_address(),
+        )
 
     _failover_wc = _failover
 
@@ -206,6 +220,13 @@ class Fault(threading.Thread):
 def _role(port: int) -> str:
     with redis.Redis("127.0.0.1", port, socket_timeout=2) as client:
         return client.execute_command("ROLE")[0].decode()
+
+
+def _replica_synced(port: int) -> bool:
+    """A replica with its master's data: the link up, no sync in progress."""
+    with redis.Redis("127.0.0.1", port, socket_timeout=2) as client:
+        info = client.info("replication")
+    return info["role"] == "slave" and info.get("master_link_status") == "up" and not info["master_sync_in_progress"]
 
 
 def _wait(check: Callable[[], bool], seconds: float) -> None:

@@ -246,6 +246,8 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = parser().parse_args(argv)
+    # Absolute: Redis runs in a directory of its own (its --dir), the checker from wherever.
+    args.out = str(Path(args.out).resolve())
     binary = build_checker(Path(args.out))
     summaries = []
     for name in args.scenario or list(SCENARIOS):

@@ -73,13 +73,16 @@ class Stack:
 
     def start(self) -> Stack:
         self.directory.mkdir(parents=True, exist_ok=True)
+        # Kept before they start, so that stop() finds what a start that failed half-way left running.
         if self.topology == "sentinel":
-            self.sentinel = SentinelServers(self.directory / "sentinel").start()
+            self.sentinel = SentinelServers(self.directory / "sentinel")
+            self.sentinel.start()
             redis_url = self.sentinel.url
         else:
             port = free_port()
             home = self.directory / "redis"
-            self.redis = RedisProcess(home, port, aof_args(home, port)).start()
+            self.redis = RedisProcess(home, port, aof_args(home, port))
+            self.redis.start()
             redis_url = f"redis://127.0.0.1:{port}/0"
         served_url = redis_url
         if self.relay_mode is not None:
