@@ -13,6 +13,7 @@ import resource
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping, Optional, Tuple, TypeVar, Union
 
+from cache.credentials.issuers import Issuer, load_issuers
 from cache.documents.write_concern import PRIMARY_ONLY, WriteConcern
 from cache.redis.address import RedisAddress, parse_redis_url
 from handlers.http.cache_policy import DEFAULT_POLICY, cache_policy
@@ -64,6 +65,8 @@ class Settings:
     max_connections: int = field(default_factory=lambda: _default_max_connections())
     trusted_proxies: Tuple[Network, ...] = ()
     auth: bool = True
+    # The OpenID Connect issuers whose JWTs are bearer tokens beside Jetway's own (docs/identity.md).
+    oidc_issuers: Tuple[Issuer, ...] = ()
     json_logs: bool = True
     # Replicas that must have a write before it is answered (cache/documents/write_concern.py).
     write_concern: WriteConcern = PRIMARY_ONLY
@@ -169,6 +172,7 @@ def from_environment(environ: Optional[Mapping[str, str]] = None) -> Settings:
         max_connections=read("JETWAY_MAX_CONNECTIONS", _positive_int, defaults.max_connections),
         trusted_proxies=read("JETWAY_TRUSTED_PROXIES", _networks, defaults.trusted_proxies),
         auth=read("JETWAY_AUTH", _flag, defaults.auth),
+        oidc_issuers=read("JETWAY_OIDC_ISSUERS", load_issuers, defaults.oidc_issuers),
         json_logs=read("JETWAY_LOG_FORMAT", _log_format, defaults.json_logs),
         write_concern=write_concern,
         hot_cache_bytes=read("JETWAY_HOT_CACHE_BYTES", _non_negative_int, defaults.hot_cache_bytes),

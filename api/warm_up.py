@@ -39,6 +39,7 @@ from api.log_writer import LineWriter
 from api.observe import Metrics
 from api.warm_up_redis import Hashes, WarmUpRedis
 from cache import keys
+from cache.credentials.jwt_tokens import warm_up as jwt_warm_up
 from cache.credentials.tokens import digest_of, new_token, token_key
 from cache.documents.variants import FIELDS, Variants
 from cache.redis.address import parse_redis_url
@@ -49,6 +50,8 @@ from handlers.paths import DOCUMENT
 MAX_SECONDS = 5.0
 CLOSE_SECONDS = 2.0
 CONNECTIONS = 8
+# JWT signature checks before serving, when issuers are configured: about where PyPy's compiled code settles.
+JWT_VERIFIES = 3000
 COLLECTION = "warm-up"
 # Documents with what JSON documents hold (times and URLs, whose colons the
 # I-JSON check counts, numbers, booleans, null, nesting), ~250 B and ~8 KB.
@@ -92,6 +95,7 @@ class WarmUpReport:
     statuses: Dict[int, int] = field(default_factory=dict)
     seconds: float = 0.0
     unknown_commands: List[str] = field(default_factory=list)
+    notes: List[str] = field(default_factory=list)
     error: str = ""
 
     @property
@@ -103,6 +107,8 @@ class WarmUpReport:
         text = f"warm-up: {self.answered} requests in {self.seconds:.2f} s ({by_status or 'none'})"
         if self.unknown_commands:
             text += f"; its Redis was asked what it does not answer: {' '.join(self.unknown_commands)}"
+        if self.notes:
+            text += "; " + "; ".join(self.notes)
         if self.error:
             text += f"; stopped: {self.error}"
         return text
@@ -125,6 +131,7 @@ def warm_up(settings: Any, reactor: Any, requests: int, assemble: Assemble) -> d
         settings,
         redis=parse_redis_url(f"redis://127.0.0.1:{redis_port.getHost().port}/0"),
         redis_url=f"redis://127.0.0.1:{redis_port.getHost().port}/0",
+        oidc_issuers=(),  # the throwaway application fetches no issuer's keys; JWTs are warmed below
     )
     try:
         app, _ = assemble(warm_settings, reactor, Metrics(), lines, on_shutdown=closers.append)
@@ -142,6 +149,9 @@ def warm_up(settings: Any, reactor: Any, requests: int, assemble: Assemble) -> d
     load.done.addBoth(lambda _: timeout.cancel() if timeout.active() else None)
     load.done.addBoth(lambda _: report.unknown_commands.extend(sorted(name.decode() for name in redis.unknown)))
     ports = [http_port, redis_port]
+    if settings.oidc_issuers:
+        # The first JWTs' signature checks cost several times a warm one until PyPy compiled them.
+        load.done.addBoth(lambda _: report.notes.append(f"JWT verifies: {jwt_warm_up(JWT_VERIFIES):.2f} s"))
     return load.done.addBoth(lambda _: _close(reactor, closers, ports, devnull, lines, report, started))
 
 

@@ -35,6 +35,7 @@ from api.signals import ignore_hangups, on_signals, stop_reactor
 from api.warm_up import warm_up
 from cache.batches.batch import BatchRunner
 from cache.collection_settings import CollectionSettingsStore
+from cache.credentials.jwt_tokens import JwtVerifier
 from cache.credentials.tickets import TicketStore
 from cache.credentials.token_cache import TokenCache
 from cache.credentials.tokens import TokenStore
@@ -185,7 +186,7 @@ def assemble(
     idempotency = IdempotencyRecords(link, settings.idempotency_lease)
     # A batch's writes share script calls by slot on a cluster, and all together on one Redis (cache.batches.groups).
     batches = BatchRunner(store, link, settings.write_concern, write_link, spans_slots=settings.redis.kind != CLUSTER)
-    gate = Gate(tokens, link, settings.auth)
+    gate = Gate(tokens, link, settings.auth, jwts=_jwts(settings, reactor, on_shutdown))
     app = app_factory(
         settings,
         store,
@@ -205,6 +206,16 @@ def assemble(
     if feed is not None:
         on_shutdown(feed.close)
     return app, feed
+
+
+def _jwts(settings: Settings, reactor: Any, on_shutdown: Callable[[Callable[[], Any]], None]) -> Optional[JwtVerifier]:
+    """The configured OpenID Connect issuers' verifier, their keys fetched from now on (None: none configured)."""
+    if not settings.auth or not settings.oidc_issuers:
+        return None
+    verifier = JwtVerifier(settings.oidc_issuers, reactor)
+    verifier.start()  # never fails: an issuer not reached yet answers 503 until its keys come
+    on_shutdown(verifier.stop)
+    return verifier
 
 
 def _feed(settings: Settings, address: RedisAddress, link: Any, reactor: Any) -> Optional[Feed]:

@@ -88,6 +88,14 @@ class TicketHandler(ResourceHandler):
         name = validation.collection_name(collection)
         if self.tickets is None:
             raise feed_off()
+        if self.grant.record is not None and self.grant.record.identity is not None:
+            # A ticket is checked against its token's record in Redis, and a JWT has none there: refused
+            # here, rather than a ticket that every later request would refuse.
+            raise ApiError(
+                403,
+                "forbidden",
+                "a ticket stands for one of Jetway's own tokens; an OpenID Connect token cannot have one yet",
+            )
         digest = self.grant.record.digest if self.grant.record is not None else b""
         return self.tickets.issue(digest, name).addCallback(self._issued)
 

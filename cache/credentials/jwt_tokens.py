@@ -74,17 +74,6 @@ class IssuerUnavailable(Exception):
         self.retry_after = retry_after
 
 
-@dataclass(frozen=True)
-class JwtRecord(TokenRecord):
-    """A ``TokenRecord`` for a verified JWT: name ``oidc:<issuer host/path>:<subject>``, no rate.
-
-    ``expires`` is ``exp`` plus the issuer's leeway, the moment the Gate's
-    ``record.expired(now)`` must start to refuse it.
-    """
-
-    identity: Optional[Identity] = None
-
-
 def looks_like_jwt(token: str) -> bool:
     """Whether a bearer token is shaped as a JWS (and so is not one of Jetway's own ``jw_`` tokens)."""
     return token.startswith("eyJ") and token.count(".") == 2
@@ -142,7 +131,7 @@ class _Read:
 class _Cached:
     __slots__ = ("key", "keys", "kid", "record")
 
-    def __init__(self, record: JwtRecord, keys: IssuerKeys, kid: str, key: Key) -> None:
+    def __init__(self, record: TokenRecord, keys: IssuerKeys, kid: str, key: Key) -> None:
         self.record = record
         self.keys = keys
         self.kid = kid
@@ -186,7 +175,7 @@ class JwtVerifier:
         for trusted in self._trusted.values():
             trusted.keys.stop()
 
-    def verify(self, token: str, digest: Optional[bytes] = None) -> Union[JwtRecord, defer.Deferred]:
+    def verify(self, token: str, digest: Optional[bytes] = None) -> Union[TokenRecord, defer.Deferred]:
         """The token's record; a Deferred of it only when its issuer's JWKS must be fetched first.
 
         Raises (or the Deferred fails with) ``JwtRefused`` or ``IssuerUnavailable``.
@@ -195,12 +184,16 @@ class JwtVerifier:
         """
         if digest is None:
             digest = digest_of(token)
-        cached = self._cache.get(digest)
-        if cached is not None:
-            return self._still_valid(cached, digest)
-        return self._verify_fresh(token, digest, remember=True)
+        record = self.cached(digest)
+        return record if record is not None else self._verify_fresh(token, digest, remember=True)
 
-    def _verify_fresh(self, token: str, digest: bytes, remember: bool) -> Union[JwtRecord, defer.Deferred]:
+    def cached(self, digest: bytes) -> Optional[TokenRecord]:
+        """The record of a token verified before (by its digest), None if none is kept; ``JwtRefused`` if it
+        expired or its key left the JWKS since. No token needed: a request whose digest is known pays no parse."""
+        cached = self._cache.get(digest)
+        return None if cached is None else self._still_valid(cached, digest)
+
+    def _verify_fresh(self, token: str, digest: bytes, remember: bool) -> Union[TokenRecord, defer.Deferred]:
         read = self._read(token)
         keys = read.trusted.keys
         key = keys.key(read.kid)
@@ -211,7 +204,7 @@ class JwtVerifier:
             raise self._unknown_kid(read)
         return fetching.addCallback(self._after_fetch, read, digest, remember)
 
-    def _after_fetch(self, _: Any, read: _Read, digest: bytes, remember: bool) -> JwtRecord:
+    def _after_fetch(self, _: Any, read: _Read, digest: bytes, remember: bool) -> TokenRecord:
         key = read.trusted.keys.key(read.kid)
         if key is None:
             raise self._unknown_kid(read)
@@ -224,7 +217,7 @@ class JwtVerifier:
             return IssuerUnavailable(issuer.issuer, issuer.refresh_seconds, detail)
         return JwtRefused(f"no key {read.kid[:64]!r} in the JWKS of {issuer.issuer}")
 
-    def _still_valid(self, cached: _Cached, digest: bytes) -> JwtRecord:
+    def _still_valid(self, cached: _Cached, digest: bytes) -> TokenRecord:
         if cached.record.expired(self._now()):
             self._cache.pop(digest, None)
             raise JwtRefused("expired")
@@ -257,7 +250,7 @@ class JwtVerifier:
             raise JwtRefused(f"no {issuer.subject_claim} (the subject) in the token")
         return _Read(trusted, signed, claims, kid, subject)
 
-    def _accept(self, read: _Read, key: Key, digest: bytes, remember: bool) -> JwtRecord:
+    def _accept(self, read: _Read, key: Key, digest: bytes, remember: bool) -> TokenRecord:
         self.signature_checks += 1
         try:
             valid = validate_compact(read.signed, key, registry=read.trusted.registry)
@@ -344,11 +337,11 @@ def grants_of(claims: Dict[str, Any], issuer: Issuer) -> Tuple[str, ...]:
     return tuple(dict.fromkeys([*scopes, *issuer.grants]))
 
 
-def _record(read: _Read, digest: bytes) -> JwtRecord:
+def _record(read: _Read, digest: bytes) -> TokenRecord:
     issuer, claims = read.trusted.issuer, read.claims
     expires = claims["exp"]
     issued = claims.get("iat")
-    return JwtRecord(
+    return TokenRecord(
         digest=digest,
         name=f"oidc:{issuer.label}:{read.subject}",
         scopes=grants_of(claims, issuer),

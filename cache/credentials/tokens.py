@@ -25,6 +25,7 @@ from typing import Any, Callable, List, Optional, Tuple
 
 from twisted.internet import defer
 
+from cache.credentials.identity import Identity
 from cache.redis.link import Link
 from cache.redis.script import Script
 
@@ -50,6 +51,8 @@ class TokenRecord:
     rate: str
     expires: int
     created: int
+    # Who a verified OpenID Connect token stands for (cache.credentials.jwt_tokens); None: one of Jetway's own.
+    identity: Optional[Identity] = None
 
     def expired(self, now: float) -> bool:
         return bool(self.expires) and now >= self.expires

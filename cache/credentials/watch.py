@@ -18,6 +18,11 @@ hold calls its ``end(reason)`` once, the moment the credential dies:
   token found gone ends its holds. A lookup that fails (Redis does not
   answer) ends nothing: the stream has nothing new to send either, and
   the token is looked up again next time.
+- A JWT (``record.identity``, an OpenID Connect token) is nobody's to
+  revoke in Redis: its hold ends at its expiry (``exp`` plus the issuer's
+  leeway) and is never looked up. A key its issuer removed stops the
+  token's new requests (``cache.credentials.jwt_tokens``), not a stream
+  already open: that one ends at the token's expiry.
 - A hold made while the token cache does not hold the token's record (the
   request's lookup was overtaken by a revocation and not kept, or the
   subscription is down) is looked up once after it is made: a revocation
@@ -77,6 +82,8 @@ class CredentialWatch:
             until, reason = ticket_expires, TICKET_EXPIRED
         if until:
             hold.timer = self._reactor.callLater(max(0.0, until - self._clock()), self._end, hold, reason)
+        if record.identity is not None:
+            return hold  # a JWT: its expiry alone ends it (its issuer revokes nothing in Redis)
         self._holds.setdefault(record.digest, set()).add(hold)
         if self._tokens.cached(record.digest) is None:
             self._look_up([record.digest])
