@@ -1,4 +1,4 @@
-"""A collection's settings in Redis: JSON Schema, default TTL, size limit, cache policy, write replicas.
+"""A collection's settings in Redis: JSON Schema, default TTL, size limit, cache policy, write replicas, owner rule.
 
 Layout (one hash tag, so every change is one script even on Redis Cluster;
 settings are few and small):
@@ -31,6 +31,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from twisted.internet import defer
 
+from cache.documents.ownership import OwnerRule, OwnerRuleError, owner_rule
 from cache.errors import StoreError
 from cache.indexes.builds import apply_specs
 from cache.indexes.declared import Index, IndexDeclarationError, declared_indexes
@@ -46,7 +47,7 @@ MAX_TTL = 31_536_000
 MAX_REPLICAS = 16
 # What a Cache-Control value may hold: visible ASCII and spaces, no line breaks.
 _CACHE_CONTROL = re.compile(r"[\x20-\x7e]{1,256}\Z")
-FIELDS = ("schema", "ttl", "max_bytes", "cache_control", "write_replicas", "indexes")
+FIELDS = ("schema", "ttl", "max_bytes", "cache_control", "write_replicas", "indexes", "owner")
 
 
 class SettingsError(ValueError):
@@ -147,7 +148,8 @@ class CollectionSettings:
     max_bytes: Optional[int] = None
     cache_control: Optional[str] = None
     write_replicas: Optional[int] = None
-    indexes: Tuple[Index, ...] = ()  # cache.indexes.declared
+    indexes: Tuple[Index, ...] = ()  # cache.indexes.declared, the owner rule's among them
+    owner: Optional[OwnerRule] = None  # cache.documents.ownership
     schema_refused: Optional[str] = None  # why this version refuses the stored schema: no write is taken
     settings_refused: Optional[str] = None  # why this version refuses the other stored settings: no write either
 
@@ -205,7 +207,8 @@ def parse_settings(name: str, body: bytes, etag: bytes, compiled: Optional[Compi
         max_bytes=values.get("max_bytes"),
         cache_control=values.get("cache_control"),
         write_replicas=values.get("write_replicas"),
-        indexes=declared_indexes(values["indexes"]) if "indexes" in values else (),
+        indexes=indexes_of(values),
+        owner=owner_rule(values["owner"]) if "owner" in values else None,
     )
 
 
@@ -240,9 +243,24 @@ def stored_indexes(body: bytes) -> Tuple[Index, ...]:
     """The indexes stored settings declare: none if they declare none, or ones this version refuses
     (``parse_stored`` then refuses the collection's writes and says why). The schema is not compiled."""
     try:
-        return declared_indexes(_loaded(body).get("indexes") or {})
-    except IndexDeclarationError:
+        return indexes_of(_loaded(body))
+    except (IndexDeclarationError, OwnerRuleError):
         return ()
+
+
+def indexes_of(values: Dict[str, Any]) -> Tuple[Index, ...]:
+    """The indexes settings declare, and the owner rule's (``IndexDeclarationError``, ``OwnerRuleError``)."""
+    declared = declared_indexes(values["indexes"]) if values.get("indexes") is not None else ()
+    if values.get("owner") is None:
+        return declared
+    rule = owner_rule(values["owner"]).index
+    for index in declared:
+        if index.name == rule.name:
+            raise IndexDeclarationError(f"index name {rule.name} is the owner rule's own")
+        for field in index.fields:
+            if field.name == rule.fields[0].name and field.pointer != rule.fields[0].pointer:
+                raise IndexDeclarationError(f"field {field.name} is the owner rule's own (its pointer)")
+    return (*declared, rule)
 
 
 def _loaded(body: bytes) -> Dict[str, Any]:
@@ -272,11 +290,12 @@ def checked_values(values: Any) -> Dict[str, Any]:
         raise SettingsError("cache_control must be a Cache-Control header value (printable ASCII, 1-256 characters)")
     if "schema" in values and values["schema"] is None:
         raise SettingsError("schema must be a JSON Schema object; leave it out for none")
-    if values.get("indexes") is not None:
-        try:
-            declared_indexes(values["indexes"])
-        except IndexDeclarationError as error:
-            raise SettingsError(f"indexes: {error}") from None
+    try:
+        indexes_of(values)
+    except IndexDeclarationError as error:
+        raise SettingsError(f"indexes: {error}") from None
+    except OwnerRuleError as error:
+        raise SettingsError(str(error)) from None
     return {name: value for name, value in values.items() if value is not None}
 
 

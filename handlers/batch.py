@@ -34,7 +34,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from twisted.internet import defer
 
-from cache.batches.batch import CREATE, DELETE, GET, PATCH, PUT, WRITES, BatchRunner, Operation, OperationResult
+from cache.batches.batch import CREATE, DELETE, GET, PATCH, PUT, BatchRunner, Operation, OperationResult
 from cache.collection_settings import CollectionSettings
 from cache.documents.bounded_reads import OverBudget
 from cache.documents.idempotency import StoredResponse
@@ -50,6 +50,7 @@ from handlers.http import validation
 from handlers.http.auth import may
 from handlers.http.errors import ApiError, bad_request
 from handlers.idempotency import respond_once
+from handlers.ownership import refuse_bound
 
 _FIELDS: Dict[str, Tuple[str, ...]] = {
     GET: ("op", "collection", "id"),
@@ -136,9 +137,9 @@ class BatchHandler(ResourceHandler):
     def _run_batch(self, checked: List[Checked], values: List[Any], plan: bytes) -> Any:
         # Inside the Idempotency-Key's claim: an operation's 422 or 413 from
         # its collection's settings is part of the answer a retry gets again.
-        rules = yield self._settings_of(
-            {item.collection for item in checked if isinstance(item, Operation) and item.op in WRITES}
-        )
+        rules = yield self._settings_of({item.collection for item in checked if isinstance(item, Operation)})
+        for settings in rules.values():
+            refuse_bound(self.grant, settings, "a batch")
         clock = self.application.clock
         # A put's document is checked against its collection's schema here: in slices too.
         ready = yield in_turns(clock, zip(checked, values, json.loads(plan)), lambda each: _ready(rules, *each))

@@ -30,6 +30,7 @@ from urllib.parse import parse_qs
 
 from twisted.internet import defer
 
+from cache.collection_settings import CollectionSettings
 from cache.credentials.watch import TICKET_EXPIRED, TOKEN_EXPIRED, TOKEN_REVOKED, Hold
 from cache.feed import position as feed_position
 from cache.feed.live_queries import LiveQuery
@@ -43,6 +44,8 @@ from handlers.feed.subscriber import Subscription
 from handlers.http import validation
 from handlers.http.auth import unauthorized
 from handlers.http.errors import ApiError, bad_request
+from handlers.ownership import refuse_bound
+from handlers.pipeline import then
 from handlers.tickets import TicketGate, feed_off
 
 EVENT_STREAM = "text/event-stream"
@@ -116,6 +119,10 @@ class ChangesHandler(ResourceHandler):
 
     def get(self, collection: str) -> defer.Deferred:
         name = validation.collection_name(collection)
+        return defer.maybeDeferred(then, self.settings_now(name), self._follow, name)
+
+    def _follow(self, settings: CollectionSettings, name: bytes) -> defer.Deferred:
+        refuse_bound(self.grant, settings, "the change feed")
         with_docs = _flag("include_docs", self.query_argument("include_docs"))
         filters = index_queries.filters_of(parse_qs(self.request.query, keep_blank_values=True))
         filters = {argument: values for argument, values in filters.items() if argument not in FEED_ARGUMENTS}

@@ -18,6 +18,8 @@ from urllib.parse import parse_qs
 from twisted.internet import defer
 from twisted.logger import Logger
 
+from cache.collection_settings import CollectionSettings
+from cache.documents.ownership import OWNER_FIELD
 from cache.documents.store import Page
 from cache.documents.write_plan import plan_write
 from cache.errors import NotReplicated, PreconditionFailed
@@ -27,9 +29,11 @@ from handlers.base import ResourceHandler, as_api_error, document_response
 from handlers.exports import NdjsonExport, wants_ndjson
 from handlers.http import validation
 from handlers.http.cache_policy import policy_for
+from handlers.http.deferreds import is_deferred
 from handlers.http.errors import ApiError, bad_request
 from handlers.http.problems import RETRY_AFTER_SECONDS
 from handlers.idempotency import respond_once
+from handlers.ownership import bound_owner, only_owned, owned_document, refuse_bound
 from handlers.paths import DOCUMENT
 
 _log = Logger()
@@ -73,8 +77,20 @@ class CollectionHandler(ComposedHandler):
     def get(self, collection: str) -> defer.Deferred:
         # Plain callbacks, as the document GET (handlers/documents.py).
         name = validation.collection_name(collection)
+        settings = self.settings_now(name)
+        if is_deferred(settings):
+            return settings.addCallback(self._get, name)
+        return self._get(settings, name)
+
+    def _get(self, settings: CollectionSettings, name: bytes) -> defer.Deferred:
         ids = self.query_arguments("ids")
         filters = index_queries.filters_of(parse_qs(self.request.query, keep_blank_values=True))
+        owner = bound_owner(self.grant, settings)
+        if owner is not None:
+            if wants_ndjson(self.request.headers.get("Accept")) and not ids:
+                refuse_bound(self.grant, settings, "an NDJSON export")
+            if not ids:  # a page of the caller's documents is a query on the owner rule's index
+                filters = {**filters, OWNER_FIELD: [*filters.get(OWNER_FIELD, ()), "eq." + owner]}
         if filters:
             if ids:
                 raise bad_request("ids cannot be combined with a query's filters or order", "invalid-query")
@@ -87,6 +103,8 @@ class CollectionHandler(ComposedHandler):
             wanted = validation.id_list(ids, self.max_ids)
             validation.limit_beside_ids(self.query_argument("limit"), len(wanted))
             reading = self.store.get_many(name, wanted, self.response_budget)
+            if owner is not None:
+                reading.addCallback(only_owned, settings.owner, owner)
             return self.with_collection_policy(name, reading).addCallback(self._send_many)
         limit = validation.limit(self.query_argument("limit"))
         after = validation.decode_cursor(self.query_argument("cursor"))
@@ -151,9 +169,13 @@ class CollectionHandler(ComposedHandler):
         # Checked inside the Idempotency-Key's claim: a schema violation (422)
         # is this request's answer, recorded and replayed like the others.
         rules = yield self.collection_settings(name)
-        plan = plan_write(rules, value, len(self.request.body), doc_id, ttl)  # before anything is stored
+        body = self.request.body
+        owner = bound_owner(self.grant, rules)
+        if owner is not None:  # created as its writer's: the owner member filled in or checked
+            value, body = owned_document(rules.owner, owner, value, body)  # type: ignore[arg-type]
+        plan = plan_write(rules, value, len(body), doc_id, ttl)  # before anything is stored
         try:
-            _, document = yield self.store.create(name, self.request.body, plan, doc_id, etag)
+            _, document = yield self.store.create(name, body, plan, doc_id, etag)
         except NotReplicated as error:
             # Stored on the primary under an id the client has not seen: say where.
             problem = as_api_error(error)

@@ -20,6 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional, Tuple
 
+from twisted.internet import defer
+
 from cache.collection_settings import CollectionSettings
 from cache.documents.store import NO_CONDITIONS, Conditions, Document, DocumentStore
 from cache.documents.variants import base_tag
@@ -29,10 +31,11 @@ from handlers.http import conditional, validation
 from handlers.http.auth import RATE_SCRIPTS, Gate, Grant
 from handlers.http.cache_policy import policy_for
 from handlers.http.deferreds import is_deferred
-from handlers.http.errors import not_found
+from handlers.http.errors import ApiError, not_found
 from handlers.http.negotiation import IDENTITY, Negotiator
 from handlers.http.reply import JSON_TYPE, Headers, Reply
 from handlers.http.representation import represent
+from handlers.ownership import bound_owner, owned_document, pinned, visible
 from handlers.pipeline import Exchange, Step, both, then
 
 # What the metrics count a reply the connection sent as (``jetway_direct_answers_total``'s kind).
@@ -87,9 +90,14 @@ class DocumentAnswers:
     def _represent(
         self, settings: CollectionSettings, document: Optional[Document], exchange: Exchange, kind: str
     ) -> Reply:
-        """The 200 (the coding the client accepts best) or the 304; a 404 when there is no document."""
+        """The 200 (the coding the client accepts best) or the 304; a 404 when there is no document, or
+        when the collection's owner rule hides it from the caller (answered exactly as a missing one)."""
         if document is None:
             raise not_found()
+        if settings.owner is not None:
+            owner = bound_owner(exchange.grant, settings)
+            if owner is not None and not visible(settings.owner, owner, document.body):
+                raise not_found()
         headers = exchange.headers
         chosen = represent(document, headers, self.negotiator.preference(headers.get("Accept-Encoding")))
         lines: Headers = [
@@ -127,9 +135,32 @@ class DocumentAnswers:
         self, rules: CollectionSettings, exchange: Exchange, keys: Tuple[bytes, bytes], value: Any, ttl: Optional[int]
     ) -> Step:
         body = exchange.body
+        if rules.owner is not None:
+            owner = bound_owner(exchange.grant, rules)
+            if owner is not None:
+                return self._replace_owned(rules, exchange, keys, value, ttl, owner)
         plan = plan_write(rules, value, len(body), keys[1], ttl)  # before anything is stored
         written = self.store.put(*keys, body, write_conditions(exchange.headers), plan)
         return written.addCallback(_written, exchange)
+
+    @defer.inlineCallbacks
+    def _replace_owned(
+        self,
+        rules: CollectionSettings,
+        exchange: Exchange,
+        keys: Tuple[bytes, bytes],
+        value: Any,
+        ttl: Optional[int],
+        owner: str,
+    ) -> Any:
+        """A replace by a caller the owner rule binds: as its owner, of its own document (or a new one), pinned."""
+        value, body = owned_document(rules.owner, owner, value, exchange.body)  # type: ignore[arg-type]
+        plan = plan_write(rules, value, len(body), keys[1], ttl)
+        current = yield self.store.get(*keys, fresh=True)
+        if current is not None and not visible(rules.owner, owner, current.body):  # type: ignore[arg-type]
+            raise ApiError(403, "forbidden", "this document belongs to another owner")
+        written = yield self.store.put(*keys, body, pinned(write_conditions(exchange.headers), current), plan)
+        return _written(written, exchange)
 
 
 def _settled(reply: Tuple[Any, Optional[Document]], grant: Grant, exchange: Exchange) -> Optional[Document]:

@@ -6,12 +6,15 @@ from typing import Any, Dict, Optional
 
 from twisted.internet import defer
 
+from cache.documents.document import Conditions
 from cache.documents.write_plan import keeping, patch_planner
+from cache.errors import DocumentNotFound
 from handlers.base import ResourceHandler, document_response
 from handlers.document_answers import DocumentAnswers, if_match, if_unmodified_since
 from handlers.http import validation
 from handlers.http.deferreds import is_deferred
 from handlers.idempotency import respond_once
+from handlers.ownership import bound_owner, keeping_owner, pinned, visible
 from handlers.pipeline import Exchange, Pipeline, run
 
 
@@ -69,17 +72,35 @@ class DocumentHandler(ResourceHandler):
         # Inside the Idempotency-Key's claim: a schema violation (422) is
         # this request's answer, recorded and replayed like a 412.
         rules = yield self.collection_settings(keys[0])
+        planner = patch_planner(rules, keys[1])
+        owner = bound_owner(self.grant, rules)
+        if owner is not None:  # its own document only, pinned to the version whose owner was checked
+            current = yield self._owned(keys, owner, rules)
+            if_match = pinned(Conditions(conditions[0], b"", conditions[2]), current).if_match
+            conditions = if_match, conditions[1], None
+            planner = keeping_owner(rules, owner, planner)
         # The merged document is planned (checked) inside the store's compare-and-set loop, before it is written.
-        document = yield self.store.patch(
-            *keys, patch, *conditions, planned_etag=etag, planner=patch_planner(rules, keys[1])
-        )
+        document = yield self.store.patch(*keys, patch, *conditions, planned_etag=etag, planner=planner)
         return document_response(200, document)
+
+    @defer.inlineCallbacks
+    def _owned(self, keys: Any, owner: str, rules: Any) -> Any:
+        """The document as stored, if ``owner``'s; else the 404 of a missing one (existence is not told)."""
+        current = yield self.store.get(*keys, fresh=True)
+        if current is None or not visible(rules.owner, owner, current.body):
+            raise DocumentNotFound()
+        return current
 
     @defer.inlineCallbacks
     def delete(self, collection: str, doc_id: str) -> Any:
         keys = validation.collection_name(collection), validation.document_id(doc_id)
         rules = yield self.collection_settings(keys[0])
-        yield self.store.delete(*keys, self._if_match(), self._if_unmodified_since(), keeping(rules).replicas)
+        if_match, since = self._if_match(), self._if_unmodified_since()
+        owner = bound_owner(self.grant, rules)
+        if owner is not None:
+            current = yield self._owned(keys, owner, rules)
+            if_match, since = pinned(Conditions(if_match, b"", since), current).if_match, None
+        yield self.store.delete(*keys, if_match, since, keeping(rules).replicas)
         self.send_no_content()
 
     def _if_match(self) -> bytes:

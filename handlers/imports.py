@@ -56,6 +56,7 @@ from handlers.http.problems import as_api_error, problem_of
 from handlers.idempotency import HEADER as IDEMPOTENCY_HEADER
 from handlers.idempotency import idempotency_key
 from handlers.ndjson_lines import ImportReport, Line, LineReader
+from handlers.ownership import refuse_bound
 
 NDJSON = "application/x-ndjson"
 GROUP = 100
@@ -177,6 +178,7 @@ class ImportHandler(ResourceHandler):
     @defer.inlineCallbacks
     def _run(self, group: Group, report: ImportReport) -> Any:
         rules = yield self.collection_settings(group.collection)
+        refuse_bound(self.grant, rules, "an import")
         reader = LineReader(
             getattr(self.request, "body_stream", None) or BodyStream.of(self.request.body),
             self.max_body + WRAPPER_BYTES * self.with_ids,

@@ -13,8 +13,11 @@ from typing import Any, List, Optional
 
 from twisted.internet import defer
 
+from cache.collection_settings import CollectionSettings
 from handlers.collections import ComposedHandler
 from handlers.http import validation
+from handlers.ownership import bound_owner, only_owned
+from handlers.pipeline import then
 
 
 class MultiGetHandler(ComposedHandler):
@@ -27,7 +30,14 @@ class MultiGetHandler(ComposedHandler):
         )
         ids = validation.id_array(body, self.max_ids)
         reading = self.store.get_many(name, ids, self.response_budget)
-        return self.with_collection_policy(name, reading).addCallback(self._send)
+        return self.with_collection_policy(name, reading).addCallback(
+            lambda bodies: then(self.settings_now(name), self._send_visible, bodies)
+        )
+
+    def _send_visible(self, settings: CollectionSettings, bodies: List[Optional[Any]]) -> None:
+        """The bodies, others' documents as missing ones when the collection's owner rule binds the caller."""
+        owner = bound_owner(self.grant, settings)
+        self._send(bodies if owner is None else only_owned(bodies, settings.owner, owner))
 
     def _send(self, bodies: List[Optional[Any]]) -> None:
         self.send_items(bodies)

@@ -59,9 +59,11 @@ class Exchange:
     request_id: str
     scope: str = "write"
     rate_headers: Iterable[Tuple[str, str]] = ()
+    grant: Optional[Grant] = None  # once admitted: who asks (a collection's owner rule reads it)
 
     def admit(self, grant: Grant) -> Grant:
         """Take ``grant``'s rate decision (if any): its headers, or the 429 it makes."""
+        self.grant = grant
         self.apply_rate(grant.rate)
         return grant
 

@@ -132,6 +132,31 @@ def _settings_schema() -> Json:
                 "description": "Replicas that must have a write before it is answered (instead of"
                 " `JETWAY_WRITE_REPLICAS`).",
             },
+            "indexes": {
+                "type": "object",
+                "additionalProperties": True,
+                "description": 'Declared indexes, by name: `{"<name>": {"fields": [{"name", "pointer", "type"}]}}`'
+                " (docs/api.md, queries).",
+            },
+            "owner": closed(
+                {
+                    "pointer": {"type": "string", "description": "The JSON Pointer of the member naming the owner."},
+                    "claim": {"type": "string", "description": "The caller's claim it must equal (default `sub`)."},
+                    "bypass": {
+                        "type": "array",
+                        "items": {"type": "string"},
+                        "description": "Who the rule does not bind: `service` (Jetway's own tokens), `admin`, or"
+                        ' scopes (default `["admin", "service"]`).',
+                    },
+                    "fill": {
+                        "type": "boolean",
+                        "description": "A create without the member gets it from the claim (default true).",
+                    },
+                },
+                ["pointer"],
+                "A per-document rule: a user (an OpenID Connect token) sees and writes only the documents whose"
+                " member names them; another's is answered as a missing one (docs/identity.md).",
+            ),
         },
         (),
         "A collection's settings; every member is optional, and an absent one changes nothing.",
