@@ -32,6 +32,7 @@ from twisted.internet import defer
 
 from cache.collection_settings import CollectionSettings
 from cache.credentials.watch import TICKET_EXPIRED, TOKEN_EXPIRED, TOKEN_REVOKED, Hold
+from cache.documents.ownership import OWNER_FIELD
 from cache.feed import position as feed_position
 from cache.feed.live_queries import LiveQuery
 from cache.feed.position import Position, PositionError, advanced
@@ -44,7 +45,7 @@ from handlers.feed.subscriber import Subscription
 from handlers.http import validation
 from handlers.http.auth import unauthorized
 from handlers.http.errors import ApiError, bad_request
-from handlers.ownership import refuse_bound
+from handlers.ownership import bound_owner, refuse_bound
 from handlers.pipeline import then
 from handlers.tickets import TicketGate, feed_off
 
@@ -122,10 +123,18 @@ class ChangesHandler(ResourceHandler):
         return defer.maybeDeferred(then, self.settings_now(name), self._follow, name)
 
     def _follow(self, settings: CollectionSettings, name: bytes) -> defer.Deferred:
-        refuse_bound(self.grant, settings, "the change feed")
         with_docs = _flag("include_docs", self.query_argument("include_docs"))
         filters = index_queries.filters_of(parse_qs(self.request.query, keep_blank_values=True))
         filters = {argument: values for argument, values in filters.items() if argument not in FEED_ARGUMENTS}
+        owner = bound_owner(self.grant, settings)
+        if owner is not None:
+            # A user bound by the owner rule follows a live query of its own documents: their events only, and
+            # a document that left its ownership is told once, as one that no longer matches (cache.feed).
+            filters = {**filters, OWNER_FIELD: [*filters.get(OWNER_FIELD, ()), "eq." + owner]}
+            if with_docs:
+                # A docs lane attaches each document as it is when the event is sent, which may be another's by
+                # then: refused rather than shown, until the lane checks the owner of what it attaches.
+                refuse_bound(self.grant, settings, "include_docs on the feed")
         if wants_events(self.request.headers.get("Accept")):
             return self._stream(name, with_docs, filters)
         return self._poll(name, with_docs, filters)

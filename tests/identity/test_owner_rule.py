@@ -147,6 +147,25 @@ def test_admin_holders_and_services_pass_by_the_rule(people):
     assert people["alice"].send("GET", "/v1/notes/a").status_code == 404
 
 
+def test_the_feed_of_a_user_carries_only_its_documents_and_tells_when_one_leaves(people):
+    """The feed (a long poll here) of a bound user is a live query of its own documents: bob's writes are
+    not in alice's; a document reassigned to bob (by a service) is in alice's once more, as no longer hers."""
+    alice, bob, service = people["alice"], people["bob"], people["service"]
+    since = alice.send("GET", "/v1/_changes/notes").json()["next"]
+    assert alice.send("PUT", "/v1/notes/mine", {"v": 1}).status_code == 201
+    assert bob.send("PUT", "/v1/notes/his", {"v": 1}).status_code == 201
+    assert service.send("PUT", "/v1/notes/mine", {"v": 2, "owner": "bob"}).status_code == 200
+    assert service.send("PUT", "/v1/notes/mine", {"v": 3, "owner": "bob"}).status_code == 200  # bob's now
+    page = alice.send("GET", f"/v1/_changes/notes?since={since}")
+    assert page.status_code == 200, page.text
+    events = page.json()["events"]
+    assert [(event["id"], event["matches"]) for event in events] == [("mine", True), ("mine", False)]
+    # The docs lane attaches a document as it is when sent (bob's by now): refused to a bound user.
+    assert alice.send("GET", f"/v1/_changes/notes?since={since}&include_docs=true").status_code == 403
+    seen_by_bob = bob.send("GET", f"/v1/_changes/notes?since={since}").json()["events"]
+    assert [(event["id"], event["matches"]) for event in seen_by_bob] == [("his", True), ("mine", True), ("mine", True)]
+
+
 def test_operations_not_yet_under_the_rule_refuse_a_bound_caller(people):
     alice = people["alice"]
     assert alice.send("PUT", "/v1/notes/a", {"v": 1}).status_code == 201
@@ -156,7 +175,6 @@ def test_operations_not_yet_under_the_rule_refuse_a_bound_caller(people):
         "POST", "/v1/_import/notes", b'{"_id":"x","v":1}\n', **{"Content-Type": "application/x-ndjson"}
     )
     assert imported.status_code == 403
-    assert alice.send("GET", "/v1/_changes/notes").status_code == 403
     assert alice.send("GET", "/v1/notes", **{"Accept": "application/x-ndjson"}).status_code == 403
     assert alice.send("POST", "/v1/_changes/notes/tickets").status_code == 403
     assert people["service"].send("POST", "/v1/_batch", batch).status_code == 200
@@ -173,7 +191,7 @@ COVERED = {
     "getDocuments": test_pages_queries_and_multi_gets_hold_only_the_callers_documents,
     "runBatch": test_operations_not_yet_under_the_rule_refuse_a_bound_caller,
     "importDocuments": test_operations_not_yet_under_the_rule_refuse_a_bound_caller,
-    "getChanges": test_operations_not_yet_under_the_rule_refuse_a_bound_caller,
+    "getChanges": test_the_feed_of_a_user_carries_only_its_documents_and_tells_when_one_leaves,
     "createChangesTicket": test_operations_not_yet_under_the_rule_refuse_a_bound_caller,
     # Admin scope only (which the rule never binds), or no document at all.
     "getCollectionSettings": None,
