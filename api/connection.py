@@ -28,26 +28,25 @@ docs/operations.md, "Hostile clients", states what this bounds a connection's me
 
 from __future__ import annotations
 
-import fcntl
-import struct
-import termios
 import time
 from dataclasses import dataclass
 from typing import Any, Optional, Tuple
 
 import cyclone.httpserver
 from cyclone.httputil import HTTPHeaders
+from twisted.internet import defer
 from twisted.python import log
 from twisted.python.failure import Failure
 
+from api.body_budget import Reservation
 from api.chunked import ChunkedDecoder
 from api.client_address import Network, client_address
+from api.deadline import ABORT, CLOSE, Deadline
 from api.debug_burn import burn_cpu
 from api.request_head import MAX_HEADER_BYTES, MAX_REQUEST_LINE, ProtocolError, RequestHead, parse_head
 from api.routed import Routed
-from api.streamed_body import STREAM_TIMEOUT_DETAIL, StreamedBody
+from api.streamed_body import STREAM_TIMEOUT_DETAIL, Drain, StreamedBody, stream_reservation
 from cache.json import codec
-from cache.twisted_internals import unsent_bytes
 from handlers.framework import CycloneConnection
 from handlers.http.body_stream import BodyLost, BodyStream
 from handlers.http.cache_policy import ERROR_POLICY
@@ -69,10 +68,6 @@ _MAX_HEAD = MAX_REQUEST_LINE + MAX_HEADER_BYTES + 4
 # It is also the transport's high-water mark: a response it cannot hand to
 # the kernel whole pauses the connection (Twisted's ``bufferSize``).
 READ_SIZE = 8192
-# What a deadline does besides answering a status: close an idle
-# connection quietly, or abort one whose queued output is not being read.
-_CLOSE: Optional[int] = None
-_ABORT = -1
 # How long a client should wait before sending a body again when the
 # worker's body budget is spent.
 BUSY_RETRY_AFTER = "1"
@@ -97,7 +92,7 @@ class HttpLimits:
     trusted_proxies: Tuple[Network, ...] = ()
 
 
-class JetwayConnection(StreamedBody, CycloneConnection):
+class JetwayConnection(CycloneConnection):
     """One client connection; registered with the application while open."""
 
     # The api.application.JetwayApplication that made it (not imported: that module imports this one).
@@ -114,33 +109,28 @@ class JetwayConnection(StreamedBody, CycloneConnection):
         self._head: Optional[RequestHead] = None
         self._routed: Optional[Routed] = None  # the route of the request whose head was read
         self._chunks: Optional[ChunkedDecoder] = None
-        self._stream: Optional[BodyStream] = None  # a streamed body still arriving
-        self._stream_left = 0  # its bytes still to come, by Content-Length
-        self._drained: Optional[Any] = None  # a Deferred fired when queued output is sent (when_drained)
-        # When the connection times out, and what it does then (a status to
-        # answer, _CLOSE or _ABORT); the application's sweep checks it.
-        self._deadline: Optional[float] = None
-        self._deadline_action: Optional[int] = None
-        self._unsent_seen = 0
+        self._streamed: Optional[StreamedBody] = None  # a streamed body still arriving (api.streamed_body)
+        # When the connection times out, and what it does then; the application's sweep checks it.
+        self._deadline = Deadline(self.factory.clock, self.transport)
+        self._drain = Drain(self._deadline, self.limits.send_timeout)  # a streamed answer's wait (when_drained)
         self._processing = False
         self._output_blocked = False
         self._lost = False
-        self._body_reserved = 0
-        self._body_streamed = False
+        self._reserved = Reservation(self.factory.body_budget)  # what the request's body holds of the worker's budget
         self.idle_since = self.factory.clock.seconds()
         # The peer's address, asked of the transport once (it builds a new address object per call).
         self._peer_host: str = getattr(self.transport.getPeer(), "host", "unix")
-        self._arm(self.limits.keepalive_timeout, _CLOSE)
+        self._deadline.arm(self.limits.keepalive_timeout, CLOSE)
         self.factory.connection_opened(self)
 
     def connectionLost(self, reason: Any) -> None:
         self._lost = True
-        self._disarm()
+        self._deadline.disarm()
         self._end_stream(BodyLost("the connection closed"))
         self._drop_input()
         self.factory.connection_closed(self)
         super().connectionLost(reason)
-        self._fire_drained(False)  # last: a streamed answer's handler finishes in there
+        self._drain.fire(False)  # last: a streamed answer's handler finishes in there
 
     def busy(self) -> bool:
         """A request is being received or answered on this connection."""
@@ -158,7 +148,7 @@ class JetwayConnection(StreamedBody, CycloneConnection):
         self._output_blocked = False
         if self.current_request is None and not self._lost:
             self._await_next()
-        self._fire_drained(True)
+        self._drain.fire(True)
 
     def stopProducing(self) -> None:
         self._drop_input()
@@ -167,10 +157,10 @@ class JetwayConnection(StreamedBody, CycloneConnection):
         if not self.busy():
             # The first byte of a request starts its header clock; later
             # bytes do not reset it.
-            self._arm(self.limits.header_timeout, 408)
+            self._deadline.arm(self.limits.header_timeout, 408)
         self._buffer += data
-        if self._stream is not None:
-            self._feed_stream()
+        if self._streamed is not None:
+            self._feed_stream(self._streamed)
             return
         if self.current_request is not None:
             # A pipelined request: it waits in the buffer, and nothing more
@@ -182,13 +172,13 @@ class JetwayConnection(StreamedBody, CycloneConnection):
     def _await_next(self) -> None:
         """Between requests: wait for the client to read, or serve what is buffered, or read on."""
         if self._output_blocked:
-            self._arm(self.limits.send_timeout, _ABORT)
+            self._arm_send_abort()
             return
         if self._buffer:
-            self._arm(self.limits.header_timeout, 408)
+            self._deadline.arm(self.limits.header_timeout, 408)
             self._process()
         else:
-            self._arm(self.limits.keepalive_timeout, _CLOSE)
+            self._deadline.arm(self.limits.keepalive_timeout, CLOSE)
         if self.current_request is None and not self._output_blocked:
             self.transport.resumeProducing()
 
@@ -254,7 +244,7 @@ class JetwayConnection(StreamedBody, CycloneConnection):
         if head.chunked:
             self._chunks = ChunkedDecoder(limit)
         self._reserve_body(head.content_length)
-        self._arm(self.limits.body_timeout, 408)
+        self._deadline.arm(self.limits.body_timeout, 408)
         if head.expects_continue:
             self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
@@ -276,33 +266,22 @@ class JetwayConnection(StreamedBody, CycloneConnection):
 
     def _reserve_body(self, size: int, streamed: bool = False) -> None:
         """Hold ``size`` bytes of the worker's body budget for this request's body (a streamed one: of its share)."""
-        extra = size - self._body_reserved
-        if extra <= 0:
-            return
-        self._body_streamed = streamed
-        if not self.factory.body_budget.reserve(extra, streamed):
+        if not self._reserved.grow(size, streamed):
             raise ProtocolError(
                 503, "the server is receiving too many request bodies; retry shortly", {"Retry-After": BUSY_RETRY_AFTER}
             )
-        self._body_reserved = size
-
-    def _release_body(self) -> None:
-        if self._body_reserved:
-            self.factory.body_budget.release(self._body_reserved, self._body_streamed)
-            self._body_reserved = 0
 
     def _drop_input(self) -> None:
         """Forget what the client sent and no request took: it will never be answered."""
         self._buffer = bytearray()
         self._head = self._chunks = None
-        self._release_body()
+        self._reserved.release()
 
     def _dispatch(self, head: RequestHead, body: bytes, routed: Routed, stream: Optional[BodyStream] = None) -> None:
-        self._disarm()
+        self._deadline.disarm()
         self._head = None
         # A streamed body's request answered before its body ended closes the connection.
         self.keep_alive = head.keep_alive and stream is None
-        self._stream_keep_alive = head.keep_alive
         app = self.factory
         if app.debug_burn_seconds:
             burn_cpu(app.debug_burn_seconds)
@@ -339,6 +318,54 @@ class JetwayConnection(StreamedBody, CycloneConnection):
             request.body_stream = stream
         self.current_request = request
         self.request_callback(request)
+
+    def _start_stream(self, head: RequestHead, routed: Routed) -> None:
+        """Dispatch an import at its head: its body goes to the handler as it arrives (``api.streamed_body``).
+
+        The worker's body budget holds what the stream and the handler's
+        line splitter may hold, not the body's size, which is unbounded.
+        """
+        self._reserve_body(stream_reservation(self.limits.max_body), streamed=True)
+        pause = self.transport.pauseProducing
+        body = StreamedBody(head, self.limits, self.factory.clock, self._deadline, pause, self._read_on)
+        self._streamed = body
+        if head.expects_continue:
+            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        self._dispatch(head, b"", routed, body.stream)
+        if self._streamed is body:
+            self._feed_stream(body)
+
+    def _feed_stream(self, body: StreamedBody) -> None:
+        """Hand the streamed body what the buffer holds of it; once it ended, what follows is the next request."""
+        assert self.current_request is not None
+        try:
+            ended = body.take(self._buffer)
+        except ProtocolError as error:
+            self._end_stream(ApiError(error.status, error.problem, error.detail))
+            return
+        if ended:
+            self._streamed = None
+            self.keep_alive = body.keep_alive
+            body.finish()
+
+    def _read_on(self) -> None:
+        """A streamed body's handler took what it held: read on, unless the client is not taking the output."""
+        if not self._output_blocked:
+            self.transport.resumeProducing()
+
+    def _end_stream(self, error: Exception) -> None:
+        """The streamed body will not arrive whole: its handler's next read raises ``error``."""
+        body, self._streamed = self._streamed, None
+        if body is not None:
+            self._buffer = bytearray()  # the rest of its body: never a request
+            body.fail(error)
+
+    def when_drained(self) -> defer.Deferred:
+        """Fires True once the output queued now is sent, False if the connection is lost (``api.streamed_body.Drain``).
+
+        For a handler that streams its answer (the NDJSON export).
+        """
+        return self._drain.wait(self._lost, self._output_blocked)
 
     def _answers(self, head: RequestHead) -> bool:
         """Whether this connection runs an operation's pipeline itself (``handlers.pipeline``), not Cyclone.
@@ -398,7 +425,7 @@ class JetwayConnection(StreamedBody, CycloneConnection):
     def _next_after_answer(self) -> None:
         """A request is answered: close, or go on to the next one."""
         self._end_stream(BodyLost("the request was answered before its body ended"))
-        self._release_body()
+        self._reserved.release()
         self.idle_since = self.factory.clock.seconds()
         if self._lost:
             return  # what the client pipelined went with the connection
@@ -413,7 +440,7 @@ class JetwayConnection(StreamedBody, CycloneConnection):
         # closed when the output drains (Twisted's doWrite).
         self.transport.unregisterProducer()
         self.transport.loseConnection()
-        self._arm(self.limits.send_timeout, _ABORT)
+        self._arm_send_abort()
 
     def _reject(self, error: ProtocolError) -> None:
         """Answer a request that cannot be served, and close.
@@ -422,7 +449,7 @@ class JetwayConnection(StreamedBody, CycloneConnection):
         (``Server``, ``Date``, the request's id).
         """
         head = self._head
-        self._disarm()
+        self._deadline.disarm()
         self._drop_input()
         body = codec.dumps(ApiError(error.status, error.problem, error.detail).as_problem())
         lines = [("Content-Type", PROBLEM_TYPE), ("Content-Length", str(len(body))), *error.headers.items()]
@@ -435,54 +462,21 @@ class JetwayConnection(StreamedBody, CycloneConnection):
         self.close()
 
     def _arm_send_abort(self) -> None:
-        self._arm(self.limits.send_timeout, _ABORT)
-
-    def _arm(self, seconds: float, action: Optional[int]) -> None:
-        self._deadline = self.factory.clock.seconds() + seconds
-        self._deadline_action = action
-        if action == _ABORT:
-            self._unsent_seen = self._unsent()
-
-    def _disarm(self) -> None:
-        self._deadline = None
-
-    def _unsent(self) -> int:
-        """Bytes of output the client has not taken: queued by the transport, and in the kernel.
-
-        The kernel's part matters: its send buffer grows to megabytes, and
-        a socket is reported writable only once much of it is free, so the
-        transport's queue can stand still for seconds while a slow client
-        reads steadily.
-        """
-        transport = self.transport
-        queued = unsent_bytes(transport)
-        try:
-            in_kernel = struct.unpack("i", fcntl.ioctl(transport.socket.fileno(), termios.TIOCOUTQ, b"\0\0\0\0"))[0]
-        except (OSError, AttributeError):
-            in_kernel = 0  # closed meanwhile, or not a socket
-        return queued + in_kernel
+        self._deadline.arm(self.limits.send_timeout, ABORT)
 
     def check_deadline(self, now: float) -> None:
-        """Time out if the armed deadline has passed (called by the application's sweep)."""
-        if self._deadline is None:
-            return
-        if self._deadline_action == _ABORT and self._unsent() < self._unsent_seen:
-            # The client is reading, however slowly: the send timeout counts
-            # from its last progress, as nginx's send_timeout does.
-            self._arm(self.limits.send_timeout, _ABORT)
-            return
-        if now >= self._deadline:
-            self._deadline = None
-            self._expire(self._deadline_action)
+        """Time out if the armed deadline has passed (called by the application's sweep; ``api.deadline``)."""
+        if self._deadline.passed(now):
+            self._expire(self._deadline.action)
 
     def _expire(self, action: Optional[int]) -> None:
-        if self._stream is not None and action not in (_CLOSE, _ABORT):
+        if self._streamed is not None and action not in (CLOSE, ABORT):
             # A streamed body stalled: its handler answers (what it wrote, then the 408), and the connection closes.
             self.transport.pauseProducing()
             self._end_stream(ApiError(408, "request-timeout", STREAM_TIMEOUT_DETAIL))
-        elif action is _CLOSE:
+        elif action is CLOSE:
             self.close()  # idle keep-alive: close quietly
-        elif action == _ABORT:
+        elif action == ABORT:
             self.transport.abortConnection()
         else:
             self._reject(ProtocolError(action, "the request did not arrive in time"))

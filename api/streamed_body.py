@@ -1,4 +1,4 @@
-"""The connection's streamed bodies and streamed answers (``api.connection`` mixes this in).
+"""A request's body streamed in to its handler (the import), with its deadline by rate; an answer streamed out.
 
 An operation whose table entry declares its body streamed
 (``handlers.operation.STREAMED_BODY``: the NDJSON import,
@@ -19,22 +19,26 @@ worker's body budget (streamed bodies have a share of their own,
 its body ended closes the connection.
 
 A handler that streams its answer (the NDJSON export, ``handlers.exports``)
-writes a part, then waits for ``when_drained`` before making the next.
+writes a part, then waits for the connection's ``when_drained`` (a
+``Drain``) before making the next.
 
-Every attribute used here is the connection's (``JetwayConnection``).
+The connection (``api.connection``) owns a ``StreamedBody`` while such a
+body arrives, and a ``Drain``; each holds its own state, and is given what
+of the connection it acts on: its ``Deadline`` (``api.deadline``), and for
+the body, how to pause and resume its reading.
 """
 
 from __future__ import annotations
 
 import sys
-from typing import Any, Optional, Tuple
+from typing import Any, Callable, Optional, Tuple
 
 from twisted.internet import defer
 
 from api.chunked import ChunkedDecoder
-from api.request_head import ProtocolError, RequestHead
+from api.deadline import ABORT, Deadline
+from api.request_head import RequestHead
 from handlers.http.body_stream import BodyStream
-from handlers.http.errors import ApiError
 
 # What a streamed body holds before the connection stops reading: the
 # handler's line splitter holds at most a line more (max_body).
@@ -77,119 +81,124 @@ class StreamClock:
 
 
 class StreamedBody:
-    """The connection's part that streams a body in, or an answer out."""
+    """One request's body, handed to its handler's ``stream`` as it arrives, until it ends whole or ``fail``s.
 
-    _stream: Optional[BodyStream]
-    _drained: Optional[defer.Deferred]
-    _chunks: Optional[ChunkedDecoder]
-    _stream_left: int
-    _stream_clock: StreamClock
-    _stream_keep_alive: bool
-    _buffer: bytearray
-    _lost: bool
-    _output_blocked: bool
-    current_request: Any
-    transport: Any
-    factory: Any
-    limits: Any
-    keep_alive: bool
+    ``limits`` is the connection's ``api.connection.HttpLimits`` (not
+    imported: that module imports this one), ``clock`` its reactor, and
+    ``deadline`` its deadline, a 408 while the body arrives; ``pause()``
+    stops its reading, ``resume()`` reads on (unless its client is not
+    taking its output). ``keep_alive``: the connection's, once the body
+    ended whole (answered before, it closes).
+    """
 
-    def when_drained(self) -> defer.Deferred:
-        """Fires True once the output queued now is sent (at once if none is), False if the connection is lost.
-
-        For a handler that streams its answer: it writes a part, then waits
-        for this before making the next, so the worker holds about one part
-        per client however slowly it reads (Twisted pauses the connection,
-        the transport's producer, past ``READ_SIZE`` queued, and resumes it
-        once all of it is sent). A client that takes nothing for the send
-        timeout is aborted (then this fires False).
-        """
-        if self._lost:
-            return defer.succeed(False)
-        if not self._output_blocked:
-            return defer.succeed(True)
-        self._arm_send_abort()
-        self._drained = defer.Deferred()
-        return self._drained
-
-    def _fire_drained(self, sent: bool) -> None:
-        drained, self._drained = self._drained, None
-        if drained is not None:
-            if sent:
-                self._disarm()
-            drained.callback(sent)
-
-    def _start_stream(self, head: RequestHead, routed: Any) -> None:
-        """Dispatch an import at its head: its body goes to the handler as it arrives (``BodyStream``).
-
-        The worker's body budget holds what the stream and the handler's
-        line splitter may hold, not the body's size, which is unbounded.
-        """
-        self._reserve_body(stream_reservation(self.limits.max_body), streamed=True)
-        self._stream_clock = StreamClock(
-            self.factory.clock.seconds(), self.limits.body_timeout, self.limits.body_min_rate
-        )
+    def __init__(
+        self,
+        head: RequestHead,
+        limits: Any,
+        clock: Any,
+        deadline: Deadline,
+        pause: Callable[[], None],
+        resume: Callable[[], None],
+    ) -> None:
+        self.keep_alive = head.keep_alive
+        self.stream = BodyStream(STREAM_HOLD, self._room)
+        self.ended = False
         self._chunks = ChunkedDecoder(sys.maxsize) if head.chunked else None
-        self._stream_left = head.content_length
-        self._stream = BodyStream(STREAM_HOLD, self._stream_room)
-        if head.expects_continue:
-            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-        self._dispatch(head, b"", routed, self._stream)
-        if self._stream is not None:
-            self._feed_stream()
+        self._left = head.content_length  # its bytes still to come, by Content-Length
+        self._clock = clock
+        self._pace = StreamClock(clock.seconds(), limits.body_timeout, limits.body_min_rate)
+        self._deadline = deadline
+        self._pause = pause
+        self._resume = resume
 
-    def _feed_stream(self) -> None:
-        """Hand the stream what the buffer holds of its body; stop reading while it is full."""
-        stream = self._stream
-        assert stream is not None and self.current_request is not None
-        try:
-            data, done = self._stream_data()
-        except ProtocolError as error:
-            self._end_stream(ApiError(error.status, error.problem, error.detail))
-            return
+    def take(self, buffer: bytearray) -> bool:
+        """Hand the handler what ``buffer`` holds of the body, taken from it; True when the body has ended whole.
+
+        Stops the connection's reading while the stream is full. Raises
+        ``ProtocolError`` for a malformed chunk.
+        """
+        data, done = self._taken(buffer)
         if data:
-            self._stream_clock.arrived(len(data))
-            self._arm_stream()  # steady progress keeps a slow upload going
-            stream.feed(data)  # the handler may answer in there, ending the stream
-        if self._stream is not stream:
-            return
+            self._pace.arrived(len(data))
+            self._arm_deadline()  # steady progress keeps a slow upload going
+            self.stream.feed(data)  # the handler may answer in there, ending the body
+        if self.ended:
+            return False
         if done:
-            self._stream = self._chunks = None
-            self.keep_alive = self._stream_keep_alive
-            self._disarm()
-            self.transport.pauseProducing()  # what follows is the next request: it waits for this answer
-            stream.finish()
-        elif not stream.has_room():
-            self._disarm()  # the handler holds the body up, not the client
-            self._stream_clock.held(self.factory.clock.seconds())
-            self.transport.pauseProducing()
+            return True
+        if not self.stream.has_room():
+            self._deadline.disarm()  # the handler holds the body up, not the client
+            self._pace.held(self._clock.seconds())
+            self._pause()
+        return False
 
-    def _arm_stream(self) -> None:
-        self._arm(self._stream_clock.seconds_left(self.factory.clock.seconds()), 408)
+    def finish(self) -> None:
+        """The body ended whole: the connection reads no more (what follows is the next request: it waits for
+        this answer), and the handler is told (it may answer in there)."""
+        self.ended = True
+        self._deadline.disarm()
+        self._pause()
+        self.stream.finish()
 
-    def _stream_data(self) -> Tuple[bytes, bool]:
-        """What the buffer holds of the streamed body, taken from it; and whether the body ended."""
+    def fail(self, error: Exception) -> None:
+        """The body will not arrive whole: its handler's next read raises ``error``."""
+        self.ended = True
+        self.stream.fail(error)
+
+    def _taken(self, buffer: bytearray) -> Tuple[bytes, bool]:
+        """What ``buffer`` holds of the body, taken from it; and whether the body ended."""
         if self._chunks is not None:
-            done = self._chunks.feed(self._buffer)
+            done = self._chunks.feed(buffer)
             return self._chunks.take(), done
-        size = min(self._stream_left, len(self._buffer))
-        data = bytes(self._buffer[:size])
-        del self._buffer[:size]
-        self._stream_left -= size
-        return data, not self._stream_left
+        size = min(self._left, len(buffer))
+        data = bytes(buffer[:size])
+        del buffer[:size]
+        self._left -= size
+        return data, not self._left
 
-    def _stream_room(self) -> None:
+    def _arm_deadline(self) -> None:
+        self._deadline.arm(self._pace.seconds_left(self._clock.seconds()), 408)
+
+    def _room(self) -> None:
         """The handler took what the stream held: read on."""
-        if self._stream is None or self._lost:
+        if self.ended:
             return
-        self._stream_clock.freed(self.factory.clock.seconds())
-        self._arm_stream()
-        if not self._output_blocked:
-            self.transport.resumeProducing()
+        self._pace.freed(self._clock.seconds())
+        self._arm_deadline()
+        self._resume()
 
-    def _end_stream(self, error: Exception) -> None:
-        """The streamed body will not arrive whole: its handler's next read raises ``error``."""
-        stream, self._stream, self._chunks = self._stream, None, None
-        if stream is not None:
-            self._buffer = bytearray()
-            stream.fail(error)
+
+class Drain:
+    """Waits for a connection's queued output to be sent, for a handler that streams its answer.
+
+    The handler writes a part, then waits for this before making the next,
+    so the worker holds about one part per client however slowly it reads
+    (Twisted pauses the connection, the transport's producer, past
+    ``READ_SIZE`` queued, and resumes it once all of it is sent). A client
+    that takes nothing for ``send_timeout`` is aborted (then the wait fires
+    False): the connection's ``deadline``, which its sent output disarms.
+    """
+
+    def __init__(self, deadline: Deadline, send_timeout: float) -> None:
+        self._deadline = deadline
+        self._send_timeout = send_timeout
+        self._waiting: Optional[defer.Deferred] = None
+
+    def wait(self, lost: bool, blocked: bool) -> defer.Deferred:
+        """Fires True once the output queued now is sent (at once if none is: not ``blocked``), False if the
+        connection is lost."""
+        if lost:
+            return defer.succeed(False)
+        if not blocked:
+            return defer.succeed(True)
+        self._deadline.arm(self._send_timeout, ABORT)
+        self._waiting = defer.Deferred()
+        return self._waiting
+
+    def fire(self, sent: bool) -> None:
+        """The queued output was sent (``sent``), or the connection was lost: the waiting handler goes on."""
+        waiting, self._waiting = self._waiting, None
+        if waiting is not None:
+            if sent:
+                self._deadline.disarm()
+            waiting.callback(sent)
