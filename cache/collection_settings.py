@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from twisted.internet import defer
 
@@ -38,7 +38,7 @@ from cache.indexes.declared import Index, IndexDeclarationError, declared_indexe
 from cache.json import codec
 from cache.redis.link import Link
 from cache.redis.script import Script
-from cache.schemas.schema import CompiledSchema, DocumentInvalid, InvalidSchema, compile_schema
+from cache.schemas.schema import Compiled, CompiledSchema, DocumentInvalid, InvalidSchema, compile_schema
 
 CHANGED_CHANNEL = b"jw:collections:changed"
 _TAG = b"jw:{collections}"
@@ -174,10 +174,6 @@ class CollectionSettings:
 
 
 NO_SETTINGS = CollectionSettings()
-
-
-# A schema compiled, or why it was refused: what ``cache.schemas.versions`` keeps per settings version.
-Compiled = Union[CompiledSchema, InvalidSchema]
 
 
 def stored_schema(body: bytes) -> Optional[Any]:

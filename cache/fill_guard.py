@@ -23,7 +23,17 @@ losses and flushes), because documents change all the time.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Dict, Optional
+
+# The bound on every such cache; beyond it the oldest entries go (dicts keep order).
+MAX_ENTRIES = 10_000
+
+
+def keep_bounded(entries: Dict[Any, Any], key: Any, value: Any, limit: int) -> None:
+    """Store ``key``; a new key beyond ``limit`` entries pushes out the oldest (dicts keep order)."""
+    if key not in entries and len(entries) >= limit:
+        entries.pop(next(iter(entries)))
+    entries[key] = value
 
 
 class FillGuard:

@@ -34,10 +34,9 @@ from cache.collection_settings import (
     parse_stored,
     stored_schema_or_none,
 )
-from cache.credentials.token_cache import MAX_ENTRIES, keep_bounded
 from cache.credentials.token_cache import _Subscriber as _TokenSubscriber
 from cache.credentials.token_cache import _SubscriberFactory as _TokenSubscriberFactory
-from cache.fill_guard import FillGuard
+from cache.fill_guard import MAX_ENTRIES, FillGuard, keep_bounded
 from cache.redis.address import RedisAddress
 from cache.redis.topology import subscriber_endpoint
 from cache.schemas.versions import SchemaVersions

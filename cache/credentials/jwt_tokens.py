@@ -46,8 +46,8 @@ from twisted.internet import defer, task
 from cache.credentials.identity import Identity
 from cache.credentials.issuers import Issuer
 from cache.credentials.jwks import Fetch, IssuerKeys, JwksError
-from cache.credentials.token_cache import keep_bounded
 from cache.credentials.tokens import SCOPE_PATTERN, TokenRecord, digest_of
+from cache.fill_guard import keep_bounded
 from cache.json.codec import JsonError, loads
 
 MAX_CACHED = 10_000

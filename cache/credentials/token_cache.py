@@ -24,19 +24,9 @@ import txredisapi
 from twisted.internet import defer
 
 from cache.credentials.tokens import CHANGED_CHANNEL, TokenRecord, TokenStore
-from cache.fill_guard import FillGuard
+from cache.fill_guard import MAX_ENTRIES, FillGuard, keep_bounded
 from cache.redis.address import RedisAddress
 from cache.redis.topology import subscriber_endpoint
-
-# Bound on the cache; beyond it the oldest entries go (dicts keep order).
-MAX_ENTRIES = 10_000
-
-
-def keep_bounded(entries: Dict[Any, Any], key: Any, value: Any, limit: int) -> None:
-    """Store ``key``; a new key beyond ``limit`` entries pushes out the oldest (dicts keep order)."""
-    if key not in entries and len(entries) >= limit:
-        entries.pop(next(iter(entries)))
-    entries[key] = value
 
 
 class _Subscriber(txredisapi.SubscriberProtocol):

@@ -36,11 +36,11 @@ from typing import Any, List, Optional, Sequence, Tuple
 from twisted.internet import defer
 
 from cache import keys
-from cache.documents.scripts import Script
 from cache.feed.position import ZERO, Position, StreamId, advanced, format_id, parse_id
 from cache.indexes.declared import MAX_FIELDS, MAX_INDEXES
 from cache.indexes.values import MAX_STRING_BYTES
 from cache.redis.link import Link
+from cache.redis.script import Script
 
 CHANNEL_PREFIX = b"jw:feed:"
 OPS = (b"put", b"create", b"patch", b"delete")

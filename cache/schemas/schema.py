@@ -25,7 +25,7 @@ JSON-Schema-Test-Suite cases through both.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Dict, List
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Union
 
 from cache.errors import StoreError
 from cache.schemas.bounds import SchemaRefused, check_cost, check_shape, json_depth
@@ -179,6 +179,10 @@ class CompiledSchema:
             found.append(Violation("", "validation-budget", "more violations were not looked for: budget spent"))
         # The two validators agree on the suite; should they ever not, refusing is the safe side.
         return found or [Violation("", "", "the document does not match the collection's schema")]
+
+
+# A schema compiled, or why it was refused: what ``cache.schemas.versions`` keeps per settings version.
+Compiled = Union[CompiledSchema, InvalidSchema]
 
 
 def compile_schema(schema: Any) -> CompiledSchema:

@@ -31,9 +31,8 @@ from twisted.internet import defer, threads
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from cache.collection_settings import Compiled
-from cache.credentials.token_cache import MAX_ENTRIES, keep_bounded
-from cache.schemas.schema import CompiledSchema, InvalidSchema, compile_schema
+from cache.fill_guard import MAX_ENTRIES, keep_bounded
+from cache.schemas.schema import Compiled, CompiledSchema, InvalidSchema, compile_schema
 
 MAX_COMPILING = 1
 _log = Logger()

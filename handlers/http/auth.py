@@ -22,9 +22,10 @@ from twisted.internet import defer
 
 from cache.credentials.jwt_tokens import IssuerUnavailable, JwtRefused, JwtVerifier, looks_like_jwt
 from cache.credentials.ratelimit import GCRA, RateDecision, decision, gcra_command
-from cache.credentials.token_cache import TokenCache, keep_bounded
+from cache.credentials.token_cache import TokenCache
 from cache.credentials.tokens import TokenRecord, digest_of
 from cache.credentials.watch import CredentialWatch, Hold
+from cache.fill_guard import keep_bounded
 from cache.redis.link import Link
 from handlers.http.deferreds import is_deferred
 from handlers.http.errors import ApiError

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Dict, Optional, Sequence, Tuple
 
-from cache.credentials.token_cache import keep_bounded
 from cache.documents.variants import CODINGS
+from cache.fill_guard import keep_bounded
 
 IDENTITY = "identity"
 # The codings a request accepts, best first, "identity" among them where it
