@@ -1,7 +1,8 @@
 """Reads of many documents: a page of a collection in id order, a multi-get (both within a byte budget), a count.
 
-Part of ``cache.documents.store.DocumentStore``. The budget is kept by
-``cache.documents.bounded_reads``, which reads every body at most once.
+One of the parts ``cache.documents.store.DocumentStore`` is made of, given
+the link it reads. The budget is kept by ``cache.documents.bounded_reads``,
+which reads every body at most once.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from cache.redis.link import Link
 class DocumentPages:
     """The reads of many documents of ``DocumentStore``: ``page`` and ``get_many``."""
 
-    _link: Link
+    def __init__(self, link: Link) -> None:
+        self._link = link
 
     def page(
         self, collection: bytes, limit: int, after: Optional[bytes], budget: int = bounded_reads.DEFAULT_BUDGET

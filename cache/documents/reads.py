@@ -1,7 +1,8 @@
 """A document read: from the hot cache when it holds the document, else one ``HMGET``, filling it.
 
-Part of ``cache.documents.store.DocumentStore``. The hot cache's rules (when a read
-may fill it, when an entry goes) are stated in ``cache.hot.cache``.
+One of the parts ``cache.documents.store.DocumentStore`` is made of, given
+the link and the hot cache it reads. The hot cache's rules (when a read may
+fill it, when an entry goes) are stated in ``cache.hot.cache``.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from cache.redis.link import Link
 class DocumentReads:
     """The document reads of ``DocumentStore``: one document, with or without a command along."""
 
-    _link: Link
-    _hot: Optional[HotCache]
+    def __init__(self, link: Link, hot: Optional[HotCache]) -> None:
+        self._link = link
+        self._hot = hot
 
     # The two reads are the hot path: a plain callback costs less than an
     # inlineCallbacks generator (a Deferred, a context copy and a generator

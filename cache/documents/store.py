@@ -5,16 +5,18 @@ Lua script (``cache.documents.scripts``) so a body, its ETag, its modification t
 its index entry change together. Nothing here parses a stored body except a
 merge patch, which has to.
 
-``DocumentStore`` is assembled from its parts: the reads of one document
-(``cache.documents.reads``), of many (``cache.documents.pages``) and the
-writes (``cache.documents.writes``); the values they take and give are in
-``cache.documents.document`` and are named here too, for the store's callers.
+``DocumentStore`` is made of three parts, each an object given what it
+needs (the link, the hot cache, the write concern...) and holding its own
+state: the reads of one document (``cache.documents.reads``), of many
+(``cache.documents.pages``) and the writes (``cache.documents.writes``).
+The values they take and give are in ``cache.documents.document`` and are
+named here too, for the store's callers.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Callable, Optional, Tuple
+from typing import Callable, Optional
 
 from twisted.internet import defer
 
@@ -31,7 +33,6 @@ from cache.documents.document import (
     read_command,
     stored_document,
 )
-from cache.documents.ids import EtagFactory, UlidFactory
 from cache.documents.pages import DocumentPages
 from cache.documents.reads import DocumentReads
 from cache.documents.variants import DEFAULT_VARIANTS, Variants
@@ -59,7 +60,7 @@ __all__ = [
 ]
 
 
-class DocumentStore(DocumentReads, DocumentPages, DocumentWrites):
+class DocumentStore:
     """The document operations of the API, on a ``Link`` (one Redis, Sentinel or Cluster).
 
     With a ``write_concern`` that waits for replicas, writes go through
@@ -82,20 +83,32 @@ class DocumentStore(DocumentReads, DocumentPages, DocumentWrites):
         variants: Variants = DEFAULT_VARIANTS,
         feed: FeedLog = NO_FEED,
     ) -> None:
-        if write_concern.waits and write_link is None:
-            raise ValueError("a write concern that waits for replicas needs a write link")
         self._link = link
-        self._write_link = write_link
-        self._write_concern = write_concern
-        self._clock = clock
-        self._ids = UlidFactory(clock)
-        self._etags = EtagFactory()
-        self._last_modified: Tuple[int, bytes] = (-1, b"")
-        self._patch_attempts = patch_attempts
-        self._hot = hot
-        self._variants = variants
-        self._feed = feed
+        self.writes = DocumentWrites(link, write_link, write_concern, clock, patch_attempts, hot, variants, feed)
+        self.reads = DocumentReads(link, hot)
+        self.pages = DocumentPages(link)
         self.index_builds = IndexBuilds(link)  # cache.indexes.builds: resumed by the queries that meet one
+        # The store's operations are its parts' bound methods, not methods of
+        # its own that call them: a read, the hot path, pays no call more.
+        reads, pages, writes = self.reads, self.pages, self.writes
+        self.get = reads.get
+        self.get_or_wait = reads.get_or_wait
+        self.get_along = reads.get_along
+        self.cached = reads.cached
+        self.forget = reads.forget
+        self.forgetting = reads.forgetting
+        self.page = pages.page
+        self.scan_page = pages.scan_page
+        self.count = pages.count
+        self.get_many = pages.get_many
+        self.put = writes.put
+        self.create = writes.create
+        self.patch = writes.patch
+        self.delete = writes.delete
+        self.new_id = writes.new_id
+        self.new_etag = writes.new_etag
+        self.prepare_put = writes.prepare_put
+        self.prepare_delete = writes.prepare_delete
 
     def query(self, collection: bytes, query: index_queries.Query, budget: int) -> defer.Deferred:
         """A page of a query over a declared index (``cache.indexes.queries``)."""

@@ -1,9 +1,11 @@
 """Document writes: create, replace, merge patch and delete, each one Lua script (``cache.documents.scripts``).
 
-Part of ``cache.documents.store.DocumentStore``. Every write drops its document's
-hot-cache entry before it is answered, logs its change in the feed when
-there is one (``cache.feed.streams``), and with a write concern that waits
-for replicas goes through a pool of its own (``cache.documents.write_concern``).
+One of the parts ``cache.documents.store.DocumentStore`` is made of, given
+what it writes with; it makes its documents' ids and ETags. Every write
+drops its document's hot-cache entry before it is answered, logs its change
+in the feed when there is one (``cache.feed.streams``), and with a write
+concern that waits for replicas goes through a pool of its own
+(``cache.documents.write_concern``).
 """
 
 from __future__ import annotations
@@ -43,19 +45,36 @@ from cache.redis.script import Script
 
 
 class DocumentWrites:
-    """The writes of ``DocumentStore``, and the script calls they are made of (a batch sends those itself)."""
+    """The writes of ``DocumentStore``, and the script calls they are made of (a batch sends those itself).
 
-    _link: Link
-    _write_link: Optional[Link]
-    _write_concern: WriteConcern
-    _clock: Callable[[], float]
-    _ids: UlidFactory
-    _etags: EtagFactory
-    _last_modified: Tuple[int, bytes]
-    _patch_attempts: int
-    _hot: Optional[HotCache]
-    _variants: Variants
-    _feed: FeedLog
+    With a ``write_concern`` that waits for replicas, writes go through
+    ``write_link`` (a pool of their own: ``WAIT`` blocks its connection).
+    """
+
+    def __init__(
+        self,
+        link: Link,
+        write_link: Optional[Link],
+        write_concern: WriteConcern,
+        clock: Callable[[], float],
+        patch_attempts: int,
+        hot: Optional[HotCache],
+        variants: Variants,
+        feed: FeedLog,
+    ) -> None:
+        if write_concern.waits and write_link is None:
+            raise ValueError("a write concern that waits for replicas needs a write link")
+        self._link = link
+        self._write_link = write_link
+        self._write_concern = write_concern
+        self._clock = clock
+        self._ids = UlidFactory(clock)
+        self._etags = EtagFactory()
+        self._last_modified: Tuple[int, bytes] = (-1, b"")
+        self._patch_attempts = patch_attempts
+        self._hot = hot
+        self._variants = variants
+        self._feed = feed
 
     def put(
         self,

@@ -51,6 +51,11 @@ MODIFIED = b"Mon, 23 Nov 2026 10:00:00 GMT"
 
 def live_store(*documents: Tuple[bytes, bytes, Document]) -> DocumentStore:
     """A store whose hot cache holds ``documents`` (collection, id, document); no Redis behind it."""
+    return DocumentStore(None, hot=holding(*documents))  # type: ignore[arg-type]
+
+
+def holding(*documents: Tuple[bytes, bytes, Document]) -> HotCache:
+    """A hot cache that holds ``documents`` (collection, id, document)."""
     hot = HotCache(64 << 20)
     hot.up()
     for collection, doc_id, document in documents:
@@ -59,7 +64,7 @@ def live_store(*documents: Tuple[bytes, bytes, Document]) -> DocumentStore:
             assert hot.get(key) is None
             ticket = hot.reserve(key)
         hot.fill(key, ticket, document, -1)
-    return DocumentStore(None, hot=hot)  # type: ignore[arg-type]
+    return hot
 
 
 class Reader:
@@ -201,16 +206,15 @@ def test_a_failed_read_is_answered_with_the_failures_problem(from_redis, link):
 
 
 def test_a_fresh_copy_is_read_from_redis_though_the_document_is_held(link):
-    store = live_store((b"people", b"ada", Document(SMALL, b'"e1"', MODIFIED)))
-    store._link = link
+    hot = holding((b"people", b"ada", Document(SMALL, b'"e1"', MODIFIED)))
+    store = DocumentStore(link, hot=hot)
     assert is_deferred(Reader(store).answer("GET", "/v1/people/ada", {"Cache-Control": "no-cache"}))
-    assert len(link.sent) == 1 and store._hot.hits == 0
+    assert len(link.sent) == 1 and hot.hits == 0
 
 
 def test_a_read_from_redis_counts_one_miss_and_a_hot_read_one_hit(link):
-    store = live_store((b"people", b"ada", Document(SMALL, b'"e1"', MODIFIED)))
-    store._link = link
-    hot = store._hot
+    hot = holding((b"people", b"ada", Document(SMALL, b'"e1"', MODIFIED)))
+    store = DocumentStore(link, hot=hot)
     hits, misses = hot.hits, hot.misses
     reader = Reader(store)
     assert isinstance(reader.answer("GET", "/v1/people/ada", {}), Reply)
