@@ -12,7 +12,7 @@ list is the whole collection, streamed (``handlers.exports``).
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, NoReturn, Optional
 from urllib.parse import parse_qs
 
 from twisted.internet import defer
@@ -26,14 +26,14 @@ from cache.errors import NotReplicated, PreconditionFailed
 from cache.indexes import queries as index_queries
 from cache.memory_return import MemoryReturn
 from handlers.base import ResourceHandler, as_api_error, document_response
-from handlers.exports import NdjsonExport, wants_ndjson
+from handlers.exports import PAGE_DOCUMENTS, NdjsonExport, OwnedExport, wants_ndjson
 from handlers.http import validation
 from handlers.http.cache_policy import policy_for
 from handlers.http.deferreds import is_deferred
 from handlers.http.errors import ApiError, bad_request
 from handlers.http.problems import RETRY_AFTER_SECONDS
 from handlers.idempotency import respond_once
-from handlers.ownership import bound_owner, only_owned, owned_document, refuse_bound
+from handlers.ownership import bound_owner, only_owned, owned_document
 from handlers.paths import DOCUMENT
 
 _log = Logger()
@@ -87,8 +87,8 @@ class CollectionHandler(ComposedHandler):
         filters = index_queries.filters_of(parse_qs(self.request.query, keep_blank_values=True))
         owner = bound_owner(self.grant, settings)
         if owner is not None:
-            if wants_ndjson(self.request.headers.get("Accept")) and not ids:
-                refuse_bound(self.grant, settings, "an NDJSON export")
+            if wants_ndjson(self.request.headers.get("Accept")) and not ids and not filters:
+                return self._owned_export(name, settings, owner)
             if not ids:  # a page of the caller's documents is a query on the owner rule's index
                 filters = {**filters, OWNER_FIELD: [*filters.get(OWNER_FIELD, ()), "eq." + owner]}
         if filters:
@@ -121,12 +121,26 @@ class CollectionHandler(ComposedHandler):
             query = yield self.planned_query(name, settings.indexes, filters, limit, self.query_argument("cursor"))
             found = yield self.store.query(name, query, self.response_budget)
         except index_queries.IndexNotReady as error:
-            builds = self.store.index_builds
-            if not builds.building(name, query.index) and builds.resume_due(name):
-                self._resume_builds(name)
-            raise ApiError(409, "index-building", str(error), {"Retry-After": RETRY_AFTER_SECONDS}) from None
+            self._index_building(name, query, error)
         cursor = validation.encode_cursor(found.last) if found.last is not None else None
         self.send_items(found.bodies, cursor, with_next=True)
+
+    @defer.inlineCallbacks
+    def _owned_export(self, name: bytes, settings: CollectionSettings, owner: str) -> Any:
+        """A bound caller's NDJSON export: its documents, the owner rule's index paged through (``OwnedExport``)."""
+        self.cache_control = policy_for(settings.cache_control, self.cache_control)
+        query = yield self.planned_query(name, settings.indexes, {OWNER_FIELD: ["eq." + owner]}, PAGE_DOCUMENTS)
+        try:
+            yield OwnedExport(self, name, query).run()
+        except index_queries.IndexNotReady as error:  # only the first page's read: the head is not sent yet
+            self._index_building(name, query, error)
+
+    def _index_building(self, name: bytes, query: index_queries.Query, error: Exception) -> NoReturn:
+        """The 409 of a query on an index being built, its build resumed here if it stalled."""
+        builds = self.store.index_builds
+        if not builds.building(name, query.index) and builds.resume_due(name):
+            self._resume_builds(name)
+        raise ApiError(409, "index-building", str(error), {"Retry-After": RETRY_AFTER_SECONDS}) from None
 
     def _resume_builds(self, name: bytes) -> None:
         """The stored settings' indexes to every shard again, and their builds started (or resumed) here.

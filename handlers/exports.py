@@ -17,10 +17,18 @@ pages per export however slowly its client reads, and a client that stops readin
 timeout is cut off. A body cut short (the token revoked meanwhile, Redis
 failing) ends without its last chunk and closes the connection, so a
 client can tell it from a whole one; it resumes from the last id it has.
+
+A caller bound by the collection's owner rule (``handlers.ownership``)
+exports its own documents only (``OwnedExport``): the pages are a query
+``_owner=eq.<owner>`` on the rule's index, paged through as its list pages
+are (never a scan of everyone's, filtered), still in id order (an entry is
+the owner's bytes, then the id), and its head tells no count (the
+collection's is not the caller's to know).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, List, Optional
 
 from twisted.internet import defer
@@ -28,6 +36,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from cache.documents.store import Page
+from cache.indexes.queries import Found, Query
 from handlers.http import validation
 from handlers.http.auth import unauthorized
 from handlers.http.problems import problem_of
@@ -89,7 +98,7 @@ class NdjsonExport:
         """Reads the first page before the head (so a Redis failure is still a problem), then streams."""
         handler = self.handler
         reading = handler.with_collection_policy(self.name, self._read())
-        page, count = yield both(reading, handler.store.count(self.name), lambda page, count: (page, count))
+        page, count = yield both(reading, self._count(), lambda page, count: (page, count))
         hold = handler.gate.hold(handler.grant, self._credential_died)
         try:
             self._write_head(count)
@@ -103,11 +112,15 @@ class NdjsonExport:
     def _read(self) -> defer.Deferred:
         return self.handler.store.scan_page(self.name, PAGE_DOCUMENTS, self.after, self.budget)
 
-    def _write_head(self, count: int) -> None:
+    def _count(self) -> defer.Deferred:
+        return self.handler.store.count(self.name)
+
+    def _write_head(self, count: Optional[int]) -> None:
         handler = self.handler
         handler.set_status(200)
         handler.set_header("Content-Type", NDJSON)
-        handler.set_header(COUNT_HEADER, str(count))
+        if count is not None:
+            handler.set_header(COUNT_HEADER, str(count))
         handler.set_header("Vary", "Accept")
         handler.set_header("Cache-Control", handler.cache_control)
         handler.set_header("X-Accel-Buffering", "no")  # a proxy should pass pages on as they come
@@ -151,3 +164,26 @@ class NdjsonExport:
 
     def _credential_died(self, reason: str) -> None:
         self.credential_ended = reason
+
+
+class OwnedExport(NdjsonExport):
+    """A bound caller's export: ``query`` (``_owner=eq.<owner>`` on the owner rule's index) paged through."""
+
+    def __init__(self, handler: Any, name: bytes, query: Query) -> None:
+        super().__init__(handler, name)
+        self.query = query
+        # The owner's encoded value, which every entry of the query starts with (the id follows it).
+        self.prefix = query.low[1:]
+
+    def _read(self) -> defer.Deferred:
+        after = None if self.after is None else self.prefix + self.after
+        query = replace(self.query, limit=PAGE_DOCUMENTS, after=after)
+        return self.handler.store.query(self.name, query, self.budget).addCallback(self._page)
+
+    def _page(self, found: Found) -> Page:
+        cut = len(self.prefix)
+        last = found.last[cut:] if found.last is not None else None
+        return Page(found.bodies, last, [entry[cut:] for entry in found.entries])
+
+    def _count(self) -> defer.Deferred:
+        return defer.succeed(None)

@@ -34,7 +34,7 @@ import binascii
 import heapq
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from twisted.internet import defer
@@ -291,6 +291,7 @@ class Found:
     bodies: List[bytes]
     last: Optional[bytes]
     oversize: Optional[bytes] = None
+    entries: List[bytes] = field(default_factory=list)  # each body's entry (the id at its end: ``id_of``)
 
 
 # Pages read again when their first document was too large for a shard's share and changed before it was read.
@@ -311,7 +312,7 @@ def run(link: Link, collection: bytes, query: Query, budget: int) -> Any:
         shard = keys.shard_of(id_of(entry, query.index.kinds()))
         alone = yield _read(link, collection, query, single, single, 1, budget, budget, [shard])
         if alone.bodies:
-            return Found(alone.bodies, entry)
+            return Found(alone.bodies, entry, None, alone.entries)
     raise WriteConflict()
 
 
@@ -377,6 +378,7 @@ def _merged(outcomes: List[Tuple[bool, Any]], query: Query, limit: int, budget: 
     # Each shard's entries come in the page's order: merged, as a list page's ids are (cache.documents.pages).
     found = heapq.merge(*shards, key=lambda pair: pair[0], reverse=descending)
     bodies: List[bytes] = []
+    entries: List[bytes] = []
     last: Optional[bytes] = None
     spent = 0
     for entry, body in found:
@@ -387,16 +389,17 @@ def _merged(outcomes: List[Tuple[bool, Any]], query: Query, limit: int, budget: 
                 return Found([], None, entry)
             break
         bodies.append(body)
+        entries.append(entry)
         spent += len(body)
         last = entry
         if len(bodies) == limit:
-            return Found(bodies, last)
+            return Found(bodies, last, None, entries)
     else:
         # Everything up to the stop is here: the next page starts after the stop (a shard may have looked
         # past stale entries only), or there is none.
-        return Found(bodies, stop)
+        return Found(bodies, stop, None, entries)
     if last is None and stop is not None:
         # Nothing before the stop: its entry comes alone (over a shard's share), or a shard looked past
         # stale entries only and the next page starts after where it stopped.
         return Found([], None, stop) if not stop_inclusive else Found([], stop)
-    return Found(bodies, last)
+    return Found(bodies, last, None, entries)
