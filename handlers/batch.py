@@ -24,6 +24,11 @@ atomic across documents). A document written by a put or create is stored
 as its own bytes in the batch's body, verbatim (``cache.json.spans`` finds
 them once the whole body has passed the strict reader), as a single PUT
 stores its body: its whitespace and escapes are the client's.
+
+A caller bound by a collection's owner rule (``handlers.ownership``) has
+each of its operations on that collection answered as that operation's
+single request would be (``handlers.batch_ownership``): another's document
+is a missing one's result, its writes are its own and pinned.
 """
 
 from __future__ import annotations
@@ -46,11 +51,11 @@ from cache.json.spans import Span, element_member_spans
 from cache.memory_return import MemoryReturn
 from cache.turns import in_turns
 from handlers.base import JSON_TYPE, ResourceHandler, as_api_error, too_large
+from handlers.batch_ownership import judged, owned_write, owners_of, pin_writes
 from handlers.http import validation
 from handlers.http.auth import may
 from handlers.http.errors import ApiError, bad_request
 from handlers.idempotency import respond_once
-from handlers.ownership import refuse_bound
 
 _FIELDS: Dict[str, Tuple[str, ...]] = {
     GET: ("op", "collection", "id"),
@@ -138,15 +143,20 @@ class BatchHandler(ResourceHandler):
         # Inside the Idempotency-Key's claim: an operation's 422 or 413 from
         # its collection's settings is part of the answer a retry gets again.
         rules = yield self._settings_of({item.collection for item in checked if isinstance(item, Operation)})
-        for settings in rules.values():
-            refuse_bound(self.grant, settings, "a batch")
+        owners = owners_of(self.grant, rules)  # where an owner rule binds the caller (handlers.batch_ownership)
         clock = self.application.clock
         # A put's document is checked against its collection's schema here: in slices too.
-        ready = yield in_turns(clock, zip(checked, values, json.loads(plan)), lambda each: _ready(rules, *each))
+        ready = yield in_turns(
+            clock,
+            zip(checked, values, json.loads(plan)),
+            lambda each: _ready(rules, *(owned_write(owners, *each) if owners else each)),
+        )
         # Checked against their schemas: the parsed documents can go before the writes' round trip (a
         # retry under an Idempotency-Key runs this once at most, and its claim holds the plan, not these).
         values.clear()
         checked.clear()
+        if owners:  # each bound write judged against its document as stored (one multi-read), and pinned to it
+            ready = yield pin_writes(self.batches, ready, owners, self.max_body, self.response_budget)
         operations = [item for item in ready if isinstance(item, Operation)]
         fresh = validation.wants_fresh(self.request.headers.get("Cache-Control"))
         minimal = "return=minimal" in self.request.headers.get("Prefer", "").replace(" ", "")
@@ -154,6 +164,8 @@ class BatchHandler(ResourceHandler):
             self.batches.run(operations, fresh, self.response_budget, minimal) if operations else defer.succeed([])
         )
         answers = iter((yield results))
+        if owners:
+            answers = judged(answers, owners)
         parts = yield in_turns(clock, ready, lambda item: _rendered(item, answers, minimal))
         # One join of every piece, the documents among them as Redis gave them: no copy of each result first.
         body = b"".join(_framed(parts, b'{"results":[', b",", b"]}"))

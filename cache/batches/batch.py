@@ -54,6 +54,7 @@ from cache.batches.budget import AnswerBudget, admitted_gets
 from cache.batches.groups import SegmentPlan
 from cache.batches.operations import CREATE, DELETE, GET, PATCH, PUT, WRITES, Operation, OperationResult
 from cache.batches.segments import PatchReads, segment_bytes, segments
+from cache.batches.versions import Judge, Target, read_versions
 from cache.documents import scripts
 from cache.documents.bounded_reads import DEFAULT_BUDGET, OverBudget
 from cache.documents.document import (
@@ -129,6 +130,10 @@ class BatchRunner:
                 answer.spend(results[start:done])
                 start = done
         return results
+
+    def versions(self, targets: Sequence[Target], max_size: int, budget: int, judge: Judge) -> defer.Deferred:
+        """The stored versions of ``targets``, read on this runner's link (``cache.batches.versions``)."""
+        return read_versions(self._link, self._clock, targets, max_size, budget, judge)
 
     def _budget_gets(self, results: List[OperationResult], budget: int, minimal: bool) -> defer.Deferred:
         """Each admitted get's cap on the bytes it may read, by ``id`` of its result (none: no cap needed).

@@ -169,14 +169,91 @@ def test_the_feed_of_a_user_carries_only_its_documents_and_tells_when_one_leaves
 def test_operations_not_yet_under_the_rule_refuse_a_bound_caller(people):
     alice = people["alice"]
     assert alice.send("PUT", "/v1/notes/a", {"v": 1}).status_code == 201
-    batch = {"operations": [{"op": "get", "collection": "notes", "id": "a"}]}
-    assert alice.send("POST", "/v1/_batch", batch).status_code == 403
     imported = alice.send(
         "POST", "/v1/_import/notes", b'{"_id":"x","v":1}\n', **{"Content-Type": "application/x-ndjson"}
     )
     assert imported.status_code == 403
     assert alice.send("POST", "/v1/_changes/notes/tickets").status_code == 403
-    assert people["service"].send("POST", "/v1/_batch", batch).status_code == 200
+
+
+def _batch(caller: Caller, *operations: dict) -> list:
+    response = caller.send("POST", "/v1/_batch", {"operations": list(operations)})
+    assert response.status_code == 200, response.text
+    return response.json()["results"]
+
+
+def _statuses(results: list) -> list:
+    return [result["status"] for result in results]
+
+
+def test_a_batch_applies_the_rule_to_each_of_its_operations(people):
+    """alice's and bob's batches mix gets, puts, patches, deletes and creates on their own and each other's
+    documents: each operation is answered as its single request would be, and nothing of the other's is
+    read or written (the service sees the other's documents as they were)."""
+    alice, bob, service = people["alice"], people["bob"], people["service"]
+    for name in ("a1", "a2", "a3", "a4"):
+        assert alice.send("PUT", f"/v1/notes/{name}", {"n": name}).status_code == 201
+    for name in ("b1", "b2", "b3"):
+        assert bob.send("PUT", f"/v1/notes/{name}", {"n": name}).status_code == 201
+    bobs = {name: service.send("GET", f"/v1/notes/{name}") for name in ("b1", "b2", "b3")}
+    note = {"collection": "notes"}
+    answered = _batch(
+        alice,
+        {"op": "get", **note, "id": "a1"},
+        {"op": "get", **note, "id": "b1"},  # bob's: as a missing one
+        {"op": "get", **note, "id": "zz"},
+        {"op": "put", **note, "id": "a2", "document": {"n": "a2+"}},  # her own: owner filled in
+        {"op": "put", **note, "id": "b2", "document": {"n": "666"}},  # bob's: 403
+        {"op": "put", **note, "id": "b2", "document": {"n": "666", "owner": "alice"}},  # taken over: 403
+        {"op": "put", **note, "id": "new", "document": {"n": "new"}},
+        {"op": "put", **note, "id": "given", "document": {"n": "x", "owner": "bob"}},  # given away: 403
+        {"op": "patch", **note, "id": "a3", "patch": {"m": 1}},
+        {"op": "patch", **note, "id": "b3", "patch": {"n": "666"}},  # bob's: 404
+        {"op": "patch", **note, "id": "a4", "patch": {"owner": "bob"}},  # the owner changed: 403
+        {"op": "delete", **note, "id": "a4"},  # still hers, as it was: deleted
+        {"op": "delete", **note, "id": "b1"},  # bob's: 404
+        {"op": "put", **note, "id": "a1", "document": {"n": "a1"}, "if_match": '"stale"'},  # her own condition
+        {"op": "put", **note, "id": "a1", "document": {"n": "a1+"}},
+        {"op": "patch", **note, "id": "a1", "patch": {"m": 2}},  # what the put above left
+        {"op": "create", **note, "document": {"n": "made"}},
+        {"op": "create", **note, "document": {"n": "made", "owner": "bob"}},  # 403
+    )
+    assert _statuses(answered[:9]) == [200, 404, 404, 200, 403, 403, 201, 403, 200]
+    assert _statuses(answered[9:]) == [404, 403, 204, 404, 412, 200, 200, 201, 403]
+    assert answered[0]["document"] == {"n": "a1", "owner": "alice"}
+    assert answered[1]["problem"] == answered[2]["problem"]  # bob's document told as a missing one
+    assert answered[3]["document"] == {"n": "a2+", "owner": "alice"}
+    assert answered[6]["document"] == {"n": "new", "owner": "alice"}
+    assert answered[8]["document"] == {"n": "a3", "owner": "alice", "m": 1}
+    assert answered[9]["problem"]["type"] == answered[2]["problem"]["type"]
+    assert answered[15]["document"] == {"n": "a1+", "owner": "alice", "m": 2}
+    assert answered[16]["document"] == {"n": "made", "owner": "alice"}
+    assert "document" not in answered[1] and answered[12] == answered[2]  # nothing of bob's documents told
+    for name, before in bobs.items():  # bob's documents as they were
+        now = service.send("GET", f"/v1/notes/{name}")
+        assert (now.json(), now.headers["ETag"]) == (before.json(), before.headers["ETag"])
+    assert service.send("GET", "/v1/notes/given").status_code == 404
+    assert service.send("GET", "/v1/notes/a4").status_code == 404
+
+    seen_by_bob = _batch(
+        bob,
+        {"op": "get", **note, "id": "a1"},
+        {"op": "get", **note, "id": "b1"},
+        {"op": "put", **note, "id": "a2", "document": {"n": "666"}},
+        {"op": "patch", **note, "id": "a3", "patch": {"n": "666"}},
+        {"op": "delete", **note, "id": "new"},
+        {"op": "delete", **note, "id": "b2"},
+        {"op": "create", **note, "document": {"n": "his"}},
+    )
+    assert _statuses(seen_by_bob) == [404, 200, 403, 404, 404, 204, 201]
+    assert seen_by_bob[1]["document"] == {"n": "b1", "owner": "bob"}
+    assert seen_by_bob[6]["document"] == {"n": "his", "owner": "bob"}
+    assert alice.send("GET", "/v1/notes/a2").json() == {"n": "a2+", "owner": "alice"}
+    assert alice.send("GET", "/v1/notes/a3").json() == {"n": "a3", "owner": "alice", "m": 1}
+    assert alice.send("GET", "/v1/notes/new").json() == {"n": "new", "owner": "alice"}
+    # A service's batch is not bound: it reads and writes anyone's.
+    by_service = _batch(service, {"op": "get", **note, "id": "a1"}, {"op": "get", **note, "id": "b1"})
+    assert _statuses(by_service) == [200, 200]
 
 
 # Every operation of the table, and the test that shows what the owner rule does to it.
@@ -188,7 +265,7 @@ COVERED = {
     "createDocument": test_a_create_by_post_is_its_writers,
     "listDocuments": test_pages_queries_and_multi_gets_hold_only_the_callers_documents,
     "getDocuments": test_pages_queries_and_multi_gets_hold_only_the_callers_documents,
-    "runBatch": test_operations_not_yet_under_the_rule_refuse_a_bound_caller,
+    "runBatch": test_a_batch_applies_the_rule_to_each_of_its_operations,
     "importDocuments": test_operations_not_yet_under_the_rule_refuse_a_bound_caller,
     "getChanges": test_the_feed_of_a_user_carries_only_its_documents_and_tells_when_one_leaves,
     "createChangesTicket": test_operations_not_yet_under_the_rule_refuse_a_bound_caller,
