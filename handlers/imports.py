@@ -32,6 +32,17 @@ deadline, Redis failing, its lease lost), answers its error with what it
 did: the report's members (``complete: false``, ``written``,
 ``last_line``) and ``resume_from_line``, after the group in flight has
 settled, so the answer says exactly which lines are written.
+
+A caller bound by the collection's owner rule (``handlers.ownership``)
+imports each line as its single PUT would be written: the owner member
+filled in or checked (a line naming another owner is that line's 403), the
+group's existing documents read at once before it is written (one round
+trip, ``handlers.batch_ownership.pin_writes``, as a batch's are), a line
+over another's document refused (403), and each line's write pinned to the
+version read, so a write by someone else in between makes that line a 412,
+never an overwrite. A bound group is read and written once the group
+before it is written (no overlap). Unbound callers' imports take none of
+these steps.
 """
 
 from __future__ import annotations
@@ -44,11 +55,13 @@ from typing import Any, Callable, List, Optional, Tuple
 from twisted.internet import defer
 
 from cache.batches.batch import CREATE, PUT, BatchRunner, Operation
+from cache.batches.segments import SEGMENT_BYTES
 from cache.collection_settings import CollectionSettings
 from cache.documents.import_progress import Lease, LeaseLost, Plan
 from cache.documents.write_plan import plan_write
 from cache.json import codec
 from handlers.base import ResourceHandler
+from handlers.batch_ownership import Owners, owners_of, pin_writes
 from handlers.http import validation
 from handlers.http.body_stream import BodyLost, BodyStream
 from handlers.http.errors import ApiError, bad_request
@@ -56,7 +69,7 @@ from handlers.http.problems import as_api_error, problem_of
 from handlers.idempotency import HEADER as IDEMPOTENCY_HEADER
 from handlers.idempotency import idempotency_key
 from handlers.ndjson_lines import ImportReport, Line, LineReader
-from handlers.ownership import refuse_bound
+from handlers.ownership import owned_document
 
 NDJSON = "application/x-ndjson"
 GROUP = 100
@@ -178,7 +191,7 @@ class ImportHandler(ResourceHandler):
     @defer.inlineCallbacks
     def _run(self, group: Group, report: ImportReport) -> Any:
         rules = yield self.collection_settings(group.collection)
-        refuse_bound(self.grant, rules, "an import")
+        owners = owners_of(self.grant, {group.collection: rules})  # empty unless the owner rule binds the caller
         reader = LineReader(
             getattr(self.request, "body_stream", None) or BodyStream.of(self.request.body),
             self.max_body + WRAPPER_BYTES * self.with_ids,
@@ -194,7 +207,13 @@ class ImportHandler(ResourceHandler):
                     continue
                 if group.lease is not None:
                     group.lease.check()  # never a group sent on a lease that may be another's
-                writing = self._write_group(group, lines, rules, report)
+                if owners and in_flight is not None:
+                    # A bound group reads its documents' versions once the group before is written: read
+                    # before, a document both name would be pinned to the version that group replaces.
+                    recording = True
+                    yield self._written(*in_flight, report, group)
+                    recording, in_flight = False, None
+                writing = self._write_group(group, lines, rules, report, owners)
                 if in_flight is not None:
                     recording = True
                     yield self._written(*in_flight, report, group)
@@ -226,7 +245,9 @@ class ImportHandler(ResourceHandler):
         return ApiError(problem.status_code, problem.problem, problem.detail, problem.headers, extensions)
 
     @defer.inlineCallbacks
-    def _write_group(self, group: Group, lines: List[Line], rules: CollectionSettings, report: ImportReport) -> Any:
+    def _write_group(
+        self, group: Group, lines: List[Line], rules: CollectionSettings, report: ImportReport, owners: Owners
+    ) -> Any:
         numbers: List[int] = []
         operations: List[Operation] = []
         keyed = group.plan
@@ -237,6 +258,9 @@ class ImportHandler(ResourceHandler):
             try:
                 doc_id, document, value = self._checked(body, group.path)
                 new_id = doc_id or (keyed.new_id(number) if keyed is not None else self.store.new_id())
+                if owners:  # the line as its writer's: its owner member filled in or checked, as a PUT's
+                    settings, owner = owners[group.collection]
+                    value, document = owned_document(settings.owner, owner, value, document)  # type: ignore[arg-type]
                 plan = plan_write(rules, value, len(document), new_id, group.ttl)
             except Exception as error:  # an ApiError, or the schema's violation (mapped as a PUT's is)
                 refusal = as_api_error(error)
@@ -246,6 +270,8 @@ class ImportHandler(ResourceHandler):
                 continue
             op = PUT if doc_id is not None else CREATE
             etag = keyed.etag(number) if keyed is not None else None
+            if owners and etag is None:
+                etag = self.store.new_etag()  # a pinned write's ETag is chosen first (handlers.batch_ownership)
             operations.append(
                 Operation(
                     op,
@@ -259,6 +285,8 @@ class ImportHandler(ResourceHandler):
                 )
             )
             numbers.append(number)
+        if owners and operations:
+            numbers, operations = yield self._pinned(owners, numbers, operations, report)
         # The group's writes as a batch's: one script call per slot group, not one each (cache.batches.groups).
         results = (yield self.batches.run(operations, minimal=True)) if operations else []
         for number, result in zip(numbers, results):
@@ -269,6 +297,20 @@ class ImportHandler(ResourceHandler):
             if error is None or (error.status_code >= 500 and error.problem != "not-replicated"):
                 raise result.error
             report.refuse(number, error)
+
+    @defer.inlineCallbacks
+    def _pinned(self, owners: Owners, numbers: List[int], operations: List[Operation], report: ImportReport) -> Any:
+        """A bound group's lines judged against their documents, read in one round trip, and pinned to them;
+        each refused (another's document, the line's own conditions) is reported by its number."""
+        ready = yield pin_writes(self.batches, operations, owners, self.max_body, SEGMENT_BYTES)
+        kept: Tuple[List[int], List[Operation]] = ([], [])
+        for number, item in zip(numbers, ready):
+            if isinstance(item, ApiError):
+                report.refuse(number, item)
+            else:
+                kept[0].append(number)
+                kept[1].append(item)
+        return kept
 
     @defer.inlineCallbacks
     def _written(self, writing: defer.Deferred, last_line: int, report: ImportReport, group: Group) -> Any:

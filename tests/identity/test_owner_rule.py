@@ -11,58 +11,12 @@ rule does to it, so an operation added without one fails
 
 from __future__ import annotations
 
-import json
-import time
-from typing import Dict, Iterator, Optional
-
-import pytest
-import requests
-
 from handlers.operations import OPERATIONS
-from tests.identity.test_bearer_jwt import issuers_file, serve
-from tests.support import JetwayServer
+from tests.identity import owner_people
+from tests.identity import test_owner_rule_bulk as bulk
+from tests.identity.owner_people import Caller
 
-SETTINGS = {"owner": {"pointer": "/owner"}}
-
-
-@pytest.fixture(scope="module")
-def server(redis_server, oidc_provider, tmp_path_factory) -> Iterator[JetwayServer]:
-    directory = tmp_path_factory.mktemp("owner-rule")
-    jetway = serve(redis_server.url, directory, issuers_file(directory, oidc_provider.issuer))
-    try:
-        yield jetway
-    finally:
-        jetway.stop()
-
-
-class Caller:
-    """One caller's requests, with its bearer token."""
-
-    def __init__(self, server: JetwayServer, token: str) -> None:
-        self.server = server
-        self.session = requests.Session()
-        self.session.headers["Authorization"] = f"Bearer {token}"
-
-    def send(self, method: str, path: str, body: Optional[object] = None, **headers: str) -> requests.Response:
-        data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
-        if data is not None:
-            headers.setdefault("Content-Type", "application/json")
-        return self.session.request(method, self.server.url(path), data=data, headers=headers, timeout=10)
-
-
-@pytest.fixture
-def people(server, redis_client, oidc_provider) -> Dict[str, Caller]:
-    """alice, bob, a user holding admin, and the service (Jetway's own admin token); notes under the rule."""
-    service = Caller(server, server.make_token("service", "admin"))
-    assert service.send("PUT", "/v1/_collections/notes", SETTINGS).status_code in (200, 201)
-    time.sleep(0.2)  # the settings change reaches the worker's settings cache (a message)
-    scope = "read:notes write:notes"
-    return {
-        "alice": Caller(server, oidc_provider.token("alice", scope)),
-        "bob": Caller(server, oidc_provider.token("bob", scope)),
-        "root": Caller(server, oidc_provider.token("bob", f"{scope} admin")),
-        "service": service,
-    }
+server, people = owner_people.server, owner_people.people  # the fixtures
 
 
 def test_a_users_document_is_theirs_and_another_user_sees_it_as_missing(people):
@@ -169,10 +123,6 @@ def test_the_feed_of_a_user_carries_only_its_documents_and_tells_when_one_leaves
 def test_operations_not_yet_under_the_rule_refuse_a_bound_caller(people):
     alice = people["alice"]
     assert alice.send("PUT", "/v1/notes/a", {"v": 1}).status_code == 201
-    imported = alice.send(
-        "POST", "/v1/_import/notes", b'{"_id":"x","v":1}\n', **{"Content-Type": "application/x-ndjson"}
-    )
-    assert imported.status_code == 403
     assert alice.send("POST", "/v1/_changes/notes/tickets").status_code == 403
 
 
@@ -266,7 +216,7 @@ COVERED = {
     "listDocuments": test_pages_queries_and_multi_gets_hold_only_the_callers_documents,
     "getDocuments": test_pages_queries_and_multi_gets_hold_only_the_callers_documents,
     "runBatch": test_a_batch_applies_the_rule_to_each_of_its_operations,
-    "importDocuments": test_operations_not_yet_under_the_rule_refuse_a_bound_caller,
+    "importDocuments": bulk.test_an_import_writes_each_line_as_the_callers_put_would_be,
     "getChanges": test_the_feed_of_a_user_carries_only_its_documents_and_tells_when_one_leaves,
     "createChangesTicket": test_operations_not_yet_under_the_rule_refuse_a_bound_caller,
     # Admin scope only (which the rule never binds), or no document at all.
