@@ -31,11 +31,11 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from twisted.internet import defer
 
-from cache.documents.ownership import OwnerRule, OwnerRuleError, owner_rule
 from cache.errors import StoreError
 from cache.indexes.builds import apply_specs
 from cache.indexes.declared import Index, IndexDeclarationError, declared_indexes
 from cache.json import codec
+from cache.ownership import OwnerRule, OwnerRuleError, owner_rule
 from cache.redis.link import Link
 from cache.redis.script import Script
 from cache.schemas.schema import Compiled, CompiledSchema, DocumentInvalid, InvalidSchema, compile_schema
@@ -149,7 +149,7 @@ class CollectionSettings:
     cache_control: Optional[str] = None
     write_replicas: Optional[int] = None
     indexes: Tuple[Index, ...] = ()  # cache.indexes.declared, the owner rule's among them
-    owner: Optional[OwnerRule] = None  # cache.documents.ownership
+    owner: Optional[OwnerRule] = None  # cache.ownership
     schema_refused: Optional[str] = None  # why this version refuses the stored schema: no write is taken
     settings_refused: Optional[str] = None  # why this version refuses the other stored settings: no write either
 

@@ -32,12 +32,12 @@ from twisted.internet import defer
 
 from cache.collection_settings import CollectionSettings
 from cache.credentials.watch import TICKET_EXPIRED, TOKEN_EXPIRED, TOKEN_REVOKED, Hold
-from cache.documents.ownership import OWNER_FIELD
 from cache.feed import position as feed_position
 from cache.feed.live_queries import LiveQuery
 from cache.feed.position import Position, PositionError, advanced
 from cache.feed.streams import Event, Page
 from cache.indexes import queries as index_queries
+from cache.ownership import OWNER_FIELD
 from handlers.base import ResourceHandler
 from handlers.feed.event_stream import LOST_DETAIL, EventStream, ready_event
 from handlers.feed.feed import Feed

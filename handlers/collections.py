@@ -19,12 +19,12 @@ from twisted.internet import defer
 from twisted.logger import Logger
 
 from cache.collection_settings import CollectionSettings
-from cache.documents.ownership import OWNER_FIELD
 from cache.documents.store import Page
 from cache.documents.write_plan import plan_write
 from cache.errors import NotReplicated, PreconditionFailed
 from cache.indexes import queries as index_queries
 from cache.memory_return import MemoryReturn
+from cache.ownership import OWNER_FIELD
 from handlers.base import ResourceHandler, as_api_error, document_response
 from handlers.exports import PAGE_DOCUMENTS, NdjsonExport, OwnedExport, wants_ndjson
 from handlers.http import validation

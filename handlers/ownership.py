@@ -1,6 +1,6 @@
 """Per-document rules at work: whom a request acts as, what it may see, and how its writes are pinned.
 
-A collection's ``owner`` setting (``cache.documents.ownership``) binds every
+A collection's ``owner`` setting (``cache.ownership``) binds every
 caller with an identity (an OpenID Connect token) that no bypassing grant
 lets by. Such a caller:
 
@@ -30,10 +30,10 @@ from typing import Any, List, Optional, Tuple
 
 from cache.collection_settings import CollectionSettings
 from cache.documents.document import Conditions, Document, PreconditionFailed, epoch_of
-from cache.documents.ownership import NOBODY, OwnerRule
 from cache.documents.write_plan import Planner, WritePlan
 from cache.indexes.values import MISSING, member
 from cache.json import codec
+from cache.ownership import NOBODY, OwnerRule
 from handlers.http.auth import Grant
 from handlers.http.errors import ApiError
 
