@@ -20,7 +20,7 @@ from typing import Any, Callable, Optional
 from twisted.internet import defer
 
 from cache.credentials.ratelimit import decision, gcra_command
-from cache.credentials.tickets import TicketRecord, TicketStore
+from cache.credentials.tickets import TicketRecord, TicketStore, record_of
 from cache.credentials.tokens import TokenRecord
 from cache.json import codec
 from handlers.base import ResourceHandler
@@ -57,6 +57,12 @@ class TicketGate:
             raise unauthorized("the ticket is not valid")
         if ticket.collection != collection.encode():
             raise ApiError(403, "forbidden", f"the ticket is for another collection's feed, not {collection}'s")
+        if ticket.jwt is not None:  # a JWT's: admitted as the snapshot its issue verified (nothing to look up)
+            try:
+                record = record_of(ticket.jwt, ticket.token_digest)
+            except (ValueError, KeyError, TypeError):
+                raise unauthorized("the ticket is not valid") from None
+            return self._token_found(record, ticket, collection)
         assert self.gate.tokens is not None
         return self.gate.tokens.lookup(ticket.token_digest).addCallback(self._token_found, ticket, collection)
 
@@ -88,16 +94,10 @@ class TicketHandler(ResourceHandler):
         name = validation.collection_name(collection)
         if self.tickets is None:
             raise feed_off()
-        if self.grant.record is not None and self.grant.record.identity is not None:
-            # A ticket is checked against its token's record in Redis, and a JWT has none there: refused
-            # here, rather than a ticket that every later request would refuse.
-            raise ApiError(
-                403,
-                "forbidden",
-                "a ticket stands for one of Jetway's own tokens; an OpenID Connect token cannot have one yet",
-            )
-        digest = self.grant.record.digest if self.grant.record is not None else b""
-        return self.tickets.issue(digest, name).addCallback(self._issued)
+        record = self.grant.record
+        digest = record.digest if record is not None else b""
+        jwt = record if record is not None and record.identity is not None else None
+        return self.tickets.issue(digest, name, jwt).addCallback(self._issued)
 
     def _issued(self, issued: Any) -> None:
         ticket, expires = issued

@@ -16,6 +16,7 @@ import hmac
 import json
 import threading
 import time
+from datetime import datetime
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any, Dict, Iterator, List
@@ -231,10 +232,27 @@ def test_a_stream_opened_with_a_jwt_ends_when_it_expires(fresh, oidc_provider):
         stream.close()
 
 
-def test_a_ticket_is_refused_to_a_jwt_rather_than_made_useless(fresh, oidc_provider):
-    alice = oidc_provider.token("alice", "read:notes")
-    answer = requests.post(fresh.url("/v1/_changes/notes/tickets"), headers=bearer(alice), timeout=10)
-    assert answer.status_code == 403
+def test_a_jwts_ticket_outlives_neither_the_token_nor_its_own_lifetime(fresh, oidc_provider):
+    """A ticket for a JWT of 3 s expires with the token (the server's ticket lifetime is an hour), and the
+    stream it opened ends then; a ticket is read-only: no write through it."""
+    alice = oidc_provider.token("alice", "read:notes write:notes", lifetime=3)
+    exp = json.loads(base64.urlsafe_b64decode(alice.split(".")[1] + "==="))["exp"]
+    issued = requests.post(fresh.url("/v1/_changes/notes/tickets"), headers=bearer(alice), timeout=10)
+    assert issued.status_code == 201, issued.text
+    body = issued.json()
+    expires = datetime.strptime(body["expires_at"] + "+0000", "%Y-%m-%dT%H:%M:%SZ%z").timestamp()
+    assert expires <= exp
+    stream = SseClient(fresh.port, f"/v1/_changes/notes?ticket={body['ticket']}", {})
+    try:
+        assert stream.response.status == 200
+        assert stream.next_event().name == "ready"
+        event = stream.next_event(timeout=10)
+        assert event is not None and event.name == "unauthorized", event
+        assert time.time() - exp < 1.5
+    finally:
+        stream.close()
+    again = requests.get(fresh.url(f"/v1/_changes/notes?ticket={body['ticket']}"), timeout=10)
+    assert again.status_code == 401
 
 
 def test_keys_rotate_a_removed_key_stops_its_tokens_and_an_issuer_down_at_start_is_503(redis_server, tmp_path):

@@ -11,6 +11,8 @@ rule does to it, so an operation added without one fails
 
 from __future__ import annotations
 
+import requests
+
 from handlers.operations import OPERATIONS
 from tests.identity import owner_people
 from tests.identity import test_owner_rule_bulk as bulk
@@ -120,10 +122,20 @@ def test_the_feed_of_a_user_carries_only_its_documents_and_tells_when_one_leaves
     assert [(event["id"], event["matches"]) for event in seen_by_bob] == [("his", True), ("mine", True), ("mine", True)]
 
 
-def test_operations_not_yet_under_the_rule_refuse_a_bound_caller(people):
-    alice = people["alice"]
-    assert alice.send("PUT", "/v1/notes/a", {"v": 1}).status_code == 201
-    assert alice.send("POST", "/v1/_changes/notes/tickets").status_code == 403
+def test_a_users_ticket_follows_only_its_documents(people):
+    """A browser's ticket (its EventSource sends no Authorization) stands for the user's verified token:
+    the feed it opens is the user's own, as the token's would be."""
+    alice, bob = people["alice"], people["bob"]
+    since = alice.send("GET", "/v1/_changes/notes").json()["next"]
+    issued = alice.send("POST", "/v1/_changes/notes/tickets")
+    assert issued.status_code == 201, issued.text
+    ticket = issued.json()["ticket"]
+    assert alice.send("PUT", "/v1/notes/mine", {"v": 1}).status_code == 201
+    assert bob.send("PUT", "/v1/notes/his", {"v": 1}).status_code == 201
+    by_ticket = requests.get(alice.server.url(f"/v1/_changes/notes?since={since}&ticket={ticket}"), timeout=10)
+    assert by_ticket.status_code == 200, by_ticket.text
+    assert [event["id"] for event in by_ticket.json()["events"]] == ["mine"]
+    assert requests.get(alice.server.url(f"/v1/notes/mine?ticket={ticket}"), timeout=10).status_code == 401
 
 
 def _batch(caller: Caller, *operations: dict) -> list:
@@ -218,7 +230,7 @@ COVERED = {
     "runBatch": test_a_batch_applies_the_rule_to_each_of_its_operations,
     "importDocuments": bulk.test_an_import_writes_each_line_as_the_callers_put_would_be,
     "getChanges": test_the_feed_of_a_user_carries_only_its_documents_and_tells_when_one_leaves,
-    "createChangesTicket": test_operations_not_yet_under_the_rule_refuse_a_bound_caller,
+    "createChangesTicket": test_a_users_ticket_follows_only_its_documents,
     # Admin scope only (which the rule never binds), or no document at all.
     "getCollectionSettings": None,
     "putCollectionSettings": None,
