@@ -37,7 +37,7 @@ from cache.feed.live_queries import LiveQuery
 from cache.feed.position import Position, PositionError, advanced
 from cache.feed.streams import Event, Page
 from cache.indexes import queries as index_queries
-from cache.ownership import OWNER_FIELD
+from cache.ownership import OWNER_FIELD, OwnerRule
 from handlers.base import ResourceHandler
 from handlers.feed.event_stream import LOST_DETAIL, EventStream, ready_event
 from handlers.feed.feed import Feed
@@ -45,7 +45,7 @@ from handlers.feed.subscriber import Subscription
 from handlers.http import validation
 from handlers.http.auth import unauthorized
 from handlers.http.errors import ApiError, bad_request
-from handlers.ownership import bound_owner, refuse_bound
+from handlers.ownership import bound_owner
 from handlers.pipeline import then
 from handlers.tickets import TicketGate, feed_off
 
@@ -112,6 +112,8 @@ class ChangesHandler(ResourceHandler):
         self._hold: Optional[Hold] = None
         self._credential_ended: Optional[str] = None
         self._stop_poll: Optional[defer.Deferred] = None
+        # Under a collection's owner rule: the rule and the owner the caller is bound to (its feed's live query).
+        self.owned_by: Optional[Tuple[OwnerRule, str]] = None
 
     def prepare(self) -> Optional[defer.Deferred]:
         if self.request.method != "OPTIONS" and self.feed is None:
@@ -131,10 +133,8 @@ class ChangesHandler(ResourceHandler):
             # A user bound by the owner rule follows a live query of its own documents: their events only, and
             # a document that left its ownership is told once, as one that no longer matches (cache.feed).
             filters = {**filters, OWNER_FIELD: [*filters.get(OWNER_FIELD, ()), "eq." + owner]}
-            if with_docs:
-                # A docs lane attaches each document as it is when the event is sent, which may be another's by
-                # then: refused rather than shown, until the lane checks the owner of what it attaches.
-                refuse_bound(self.grant, settings, "include_docs on the feed")
+            # The docs lane attaches a document as it is when the event is sent: only if it is still the user's.
+            self.owned_by = (settings.owner, owner)
         if wants_events(self.request.headers.get("Accept")):
             return self._stream(name, with_docs, filters)
         return self._poll(name, with_docs, filters)
@@ -146,7 +146,7 @@ class ChangesHandler(ResourceHandler):
             raise bad_request("a live query has the feed's order: no order", "invalid-query")
         settings = yield self.collection_settings(name)
         query = yield self.planned_query(name, settings.indexes, filters, 1)
-        return LiveQuery.of(query)
+        return LiveQuery.of(query, self.owned_by)
 
     def _position(self, name: bytes, resuming: bool) -> Optional[Position]:
         """Where to start: ``Last-Event-ID`` (a stream resuming), else ``since``; None for now."""
@@ -212,7 +212,8 @@ class ChangesHandler(ResourceHandler):
         if with_docs and judged:
             ids = list(dict.fromkeys(event.doc_id for event, _ in judged))
             bodies = yield self.feed.reader.documents(name, ids)
-            docs = dict(zip(ids, bodies))
+            # Under an owner rule, a document is attached only while it is the user's (``LiveQuery.shows``).
+            docs = dict(zip(ids, bodies if live is None else [live.shows(body) for body in bodies]))
         if self._credential_ended is not None:
             raise self._refused()
         events = b",".join([event.json(with_docs, docs.get(event.doc_id), matches) for event, matches in judged])

@@ -36,6 +36,8 @@ from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from cache.feed.streams import Event
 from cache.indexes.queries import Query, within
+from cache.json.codec import JsonError, loads
+from cache.ownership import OwnerRule
 
 
 @dataclass(frozen=True)
@@ -46,12 +48,26 @@ class LiveQuery:
     before_mark: bytes  # w:<name>:<version>
     low: bytes  # ZRANGEBYLEX bounds, as the query reads them
     high: bytes
+    # A user's under an owner rule (cache.ownership): the rule and the owner a document attached to an event must
+    # have (``shows``). Part of the query's identity, so its frames are never shared with another's.
+    owner: Optional[Tuple[OwnerRule, str]] = None
 
     @classmethod
-    def of(cls, query: Query) -> LiveQuery:
+    def of(cls, query: Query, owner: Optional[Tuple[OwnerRule, str]] = None) -> LiveQuery:
         index = query.index
         named = b"%s:%s" % (index.name.encode(), index.version.encode())
-        return cls(b"x:" + named, b"w:" + named, query.low, query.high)
+        return cls(b"x:" + named, b"w:" + named, query.low, query.high, owner)
+
+    def shows(self, doc: Optional[bytes]) -> Optional[bytes]:
+        """The document an event may carry: as stored, or None when an owner rule's user does not own it (now)."""
+        if doc is None or self.owner is None:
+            return doc
+        rule, owner = self.owner
+        try:
+            value = loads(doc if isinstance(doc, bytes) else bytes(doc))
+        except JsonError:
+            return None
+        return doc if rule.owner_in(value) == owner else None
 
     def judge(self, event: Event) -> Optional[bool]:
         """None when ``event`` is not the query's; else whether its document matches after the write."""

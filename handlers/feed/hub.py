@@ -102,7 +102,7 @@ class Chunk:
         made = self._judged.get(live)
         if made is None:  # a query that joined the lane after the chunk was made: judged on its own
             own = [(n, live.judge(event)) for n, (event, _, _) in enumerate(self.events)]
-            made = self._judged[live] = self._framed([(n, m) for n, m in own if m is not None], with_docs)
+            made = self._judged[live] = self._framed([(n, m) for n, m in own if m is not None], with_docs, live)
         return made
 
     def _judge_all(self, with_docs: bool) -> Dict[LiveQuery, Judged]:
@@ -112,13 +112,13 @@ class Chunk:
         for n, (event, _, _) in enumerate(self.events):
             for query, matches in self._index.judge(event).items():
                 own[query].append((n, matches))
-        return {query: self._framed(events, with_docs) for query, events in own.items()}
+        return {query: self._framed(events, with_docs, query) for query, events in own.items()}
 
-    def _framed(self, own: List[Tuple[int, bool]], with_docs: bool) -> Judged:
+    def _framed(self, own: List[Tuple[int, bool]], with_docs: bool, live: LiveQuery) -> Judged:
         frames = []
         for n, matches in own:
             event, token, doc = self.events[n]
-            frames.append(sse_frame(token, event.json(with_docs, doc, matches)))
+            frames.append(sse_frame(token, event.json(with_docs, live.shows(doc), matches)))
         after = len(self.events) - 1 - own[-1][0] if own else len(self.events)
         return b"".join(frames), len(frames), after
 

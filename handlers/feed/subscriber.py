@@ -245,7 +245,10 @@ class Subscription:
                 if passed:
                     continue  # not the live query's: its position goes with the next one's, or the page's id
                 token = encode(collection, position).encode("ascii")
-                frames.append(sse_frame(token, event.json(self.with_docs, docs.get(event.doc_id), matches)))
+                doc = docs.get(event.doc_id)
+                frames.append(
+                    sse_frame(token, event.json(self.with_docs, self.live.shows(doc) if self.live else doc, matches))
+                )
             if passed:
                 frames.append(b"id: " + encode(collection, position).encode("ascii") + b"\n\n")
             self.position = position

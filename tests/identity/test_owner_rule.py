@@ -116,8 +116,13 @@ def test_the_feed_of_a_user_carries_only_its_documents_and_tells_when_one_leaves
     assert page.status_code == 200, page.text
     events = page.json()["events"]
     assert [(event["id"], event["matches"]) for event in events] == [("mine", True), ("mine", False)]
-    # The docs lane attaches a document as it is when sent (bob's by now): refused to a bound user.
-    assert alice.send("GET", f"/v1/_changes/notes?since={since}&include_docs=true").status_code == 403
+    # The docs lane attaches a document as it is when sent: bob's by now, so none to alice, in either event.
+    with_docs = alice.send("GET", f"/v1/_changes/notes?since={since}&include_docs=true")
+    assert with_docs.status_code == 200, with_docs.text
+    assert [event.get("doc") for event in with_docs.json()["events"]] == [None, None]
+    assert service.send("PUT", "/v1/notes/back", {"v": 1, "owner": "alice"}).status_code == 201
+    live = alice.send("GET", f"/v1/_changes/notes?since={with_docs.json()['next']}&include_docs=true").json()
+    assert [(event["id"], event["doc"]) for event in live["events"]] == [("back", {"v": 1, "owner": "alice"})]
     seen_by_bob = bob.send("GET", f"/v1/_changes/notes?since={since}").json()["events"]
     assert [(event["id"], event["matches"]) for event in seen_by_bob] == [("his", True), ("mine", True), ("mine", True)]
 
