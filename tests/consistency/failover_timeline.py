@@ -50,7 +50,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import redis
 
 from tests.consistency import run as harness
-from tests.consistency.faults import SCENARIOS, Fault, _replica_synced, _role, _wait
+from tests.consistency.faults import SCENARIOS, Fault, _replica_synced, _wait
 from tests.consistency.feed import DONE
 from tests.consistency.stack import Stack
 from tests.multinode import SERVICE
@@ -214,14 +214,7 @@ class EarlyEndFault(Fault):
     def _failover(self) -> None:
         sentinels = self.stack.sentinel
         assert sentinels is not None
-        self.wait_for(0.3)
-        before = sentinels.master_address()
-        at = time.monotonic_ns()
-        with sentinels.sentinels[0].client() as client:
-            client.execute_command("SENTINEL", "FAILOVER", SERVICE)
-        _wait(lambda: sentinels.master_address() != before, 30)
-        switched = time.monotonic_ns()
-        _wait(lambda: _role(before[1]) == "slave", 30)
+        before, at, switched, _ = self.sentinel_failover()
         self.note("SENTINEL FAILOVER", at, switched=switched, old=before, new=sentinels.master_address())
 
 

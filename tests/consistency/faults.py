@@ -167,7 +167,9 @@ class Fault(threading.Thread):
         server.start()
         self.note("SIGKILL redis, restarted on its AOF", at, killed=down, restarted=time.monotonic_ns())
 
-    def _failover(self) -> None:
+    def sentinel_failover(self) -> Tuple[Any, int, int, int]:
+        """``SENTINEL FAILOVER``, waited for until the sentinels name the new master and the old one says it
+        is a replica: the old master's address, and when it was sent, switched and demoted."""
         sentinels = self.stack.sentinel
         assert sentinels is not None
         self.wait_for(0.3)
@@ -178,7 +180,12 @@ class Fault(threading.Thread):
         _wait(lambda: sentinels.master_address() != before, 30)
         switched = time.monotonic_ns()
         _wait(lambda: _role(before[1]) == "slave", 30)
-        demoted = time.monotonic_ns()
+        return before, at, switched, time.monotonic_ns()
+
+    def _failover(self) -> None:
+        sentinels = self.stack.sentinel
+        assert sentinels is not None
+        before, at, switched, demoted = self.sentinel_failover()
         # Over only once the demoted primary has its new master's data: until then it is a replica in name only
         # (its PSYNC is refused, its offset having run on after the promotion, if only by the sentinels' hellos, and
         # Redis holds a diskless full sync back by repl-diskless-sync-delay, 5 s), and the next history's failover
