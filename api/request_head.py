@@ -14,6 +14,8 @@ from typing import Dict, List, Optional, Tuple
 
 from cyclone.httputil import HTTPHeaders
 
+from handlers.framework import RequestHeaders
+
 MAX_REQUEST_LINE = 8192
 MAX_HEADER_LINES = 100
 MAX_HEADER_BYTES = 65536
@@ -157,29 +159,6 @@ def known_line(line: bytes) -> Tuple[str, str]:
             _KNOWN_LINES.clear()
         _KNOWN_LINES[line] = parsed
     return parsed
-
-
-class RequestHeaders(HTTPHeaders):
-    """Cyclone's headers, filled without growing Cyclone's cache of header names.
-
-    ``HTTPHeaders.add`` puts every name it is given, normalized, into a
-    dictionary of its class, and keeps it for good: a client that made up
-    names would grow every worker's memory without end (100 names of 16
-    characters per request: 100,000 entries after 1,000 requests). Names a
-    client sent are normalized here, into a cache that holds at most
-    ``MAX_KNOWN_NAMES`` short names; lookups by the server's own names go
-    through Cyclone's as before.
-    """
-
-    def add_normal(self, key: str, value: str) -> None:
-        """``add`` for a name already in Http-Header-Case (``normal_name``)."""
-        self._last_key = key
-        if dict.__contains__(self, key):
-            dict.__setitem__(self, key, dict.__getitem__(self, key) + "," + value)
-            self._as_list[key].append(value)
-        else:
-            dict.__setitem__(self, key, value)
-            self._as_list[key] = [value]
 
 
 # The names clients send are a few dozen; longer or more are normalized each time.

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import List
 
 import cyclone.httpserver
+import cyclone.httputil
 import cyclone.web
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,6 +35,8 @@ CYCLONE_PRIVATES = (
     "_request",
     "_request_finished",
     "_finish_callback",
+    "_as_list",
+    "_last_key",
 )
 USED = re.compile(r"\.(" + "|".join(CYCLONE_PRIVATES) + r")\b")
 
@@ -56,6 +59,7 @@ def test_cyclone_privates_are_touched_only_in_handlers_framework() -> None:
 
 def test_each_cyclone_private_the_framework_relies_on_is_in_the_installed_cyclone() -> None:
     source = inspect.getsource(cyclone.web) + inspect.getsource(cyclone.httpserver)
+    source += inspect.getsource(cyclone.httputil)
     missing = [name for name in CYCLONE_PRIVATES if not re.search(r"(\.|def )" + name + r"\b", source)]
     assert missing == []
     framework = FRAMEWORK.read_text()
