@@ -212,7 +212,7 @@ class JwtVerifier:
 
     def _unknown_kid(self, read: _Read) -> Exception:
         keys, issuer = read.trusted.keys, read.trusted.issuer
-        if not keys.fetched or not keys.healthy:
+        if not keys.fetched:  # no key ever: nothing can be judged yet (a 503); else an unknown key is a 401
             detail = keys.last_error or "not fetched yet"
             return IssuerUnavailable(issuer.issuer, issuer.refresh_seconds, detail)
         return JwtRefused(f"no key {read.kid[:64]!r} in the JWKS of {issuer.issuer}")

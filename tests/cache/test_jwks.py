@@ -139,7 +139,7 @@ async def scenario_huge_declared_jwks_is_not_read(reactor):
 
 
 async def scenario_down_issuer_keeps_known_keys(reactor):
-    """Fetched once, then connection refused: known keys still verify; an unknown kid is a 503."""
+    """Fetched once, then connection refused: known keys still verify; an unknown kid is a 401 (refused)."""
     key = rsa_key("k1")
     provider = await Provider.start(reactor, key)
     clock = task.Clock()
@@ -348,7 +348,8 @@ def test_known_keys_still_verify_while_the_issuer_is_down(scenarios):
     figures = played(scenarios, "down_issuer_keeps_known_keys")
     assert figures["healthy"] is False and "Connection" in figures["error"]
     assert figures["known"].startswith("ok:oidc:127.0.0.1")
-    assert figures["unknown"] == "unavailable"
+    # Issue #58: "others get 401 (or 503 if no key was ever fetched)": keys were fetched once, so a 401.
+    assert figures["unknown"].startswith("refused:no key")
 
 
 def test_an_issuer_never_fetched_is_unavailable_and_its_tokens_do_not_start_fetches(scenarios):
