@@ -48,11 +48,9 @@ MEASURED_FIGURE = re.compile(
 )
 # The comment lines with a measured figure the app keeps (issue #57): the doorkeeper's false-positive
 # rates in cache/hot/admission.py (three lines: computed from the formula beside them, the reason for the
-# design), and five in modules being rewritten when the check came (handlers/base.py, handlers/http/auth.py,
-# cache/documents/writes.py), to go as they are next edited. A new figure goes to the doc that has its
-# command (docs/performance.md and its history, docs/limits.md, docs/schemas.md …) and the comment keeps
-# the reason, with a pointer to that doc's section.
-MAX_MEASURED_LINES = 8
+# design). A new figure goes to the doc that has its command (docs/performance.md and its history,
+# docs/limits.md, docs/schemas.md …) and the comment keeps the reason, with a pointer to that doc's section.
+MAX_MEASURED_LINES = 3
 
 
 def module_name(path: Path) -> str:
