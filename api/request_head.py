@@ -137,7 +137,9 @@ def request_line_by_pattern(line: bytes) -> Tuple[str, str, str]:
 # (docs/history/performance.md, "The changes, in the order done"). Bounded:
 # emptied when full, so made-up lines cost memory no longer than the next clear.
 MAX_KNOWN_LINES = 1024
-MAX_KNOWN_LINE_LENGTH = 512
+# Long enough for a provider's JWT in an Authorization line (a few KB at most, docs/identity.md): 1,024 lines of
+# it are a few MB at worst, until the next clear.
+MAX_KNOWN_LINE_LENGTH = 4096
 _KNOWN_LINES: Dict[bytes, Tuple[str, str]] = {}
 
 

@@ -38,6 +38,10 @@ MAX_REMEMBERED_DIGESTS = 10_000
 # A longer value is not remembered: the pattern lets a valid token carry any
 # number of spaces, and 10,000 spellings of one token must not hold 64 KiB each.
 MAX_REMEMBERED_LENGTH = 256
+# Up to this length, a value spelled the one way (``Bearer <token>``, one space, nothing after) is remembered
+# too: a provider's JWT is several hundred bytes to a few KB, and each token has one such spelling, so what is
+# kept is bounded by the valid tokens seen, not by a client's padding.
+MAX_REMEMBERED_TOKEN_LENGTH = 4096
 
 
 def unauthorized(detail: str) -> ApiError:
@@ -263,9 +267,18 @@ class Gate:
         """
         if self._digests.get(authorization) is digest:
             return  # the usual request: kept already
-        if len(authorization) <= MAX_REMEMBERED_LENGTH:
+        if len(authorization) <= MAX_REMEMBERED_LENGTH or _plainly_spelled(authorization):
             # A kept key is replaced in place: the same bytes, perhaps another object (the record's).
             keep_bounded(self._digests, authorization, digest, MAX_REMEMBERED_DIGESTS)
+
+
+def _plainly_spelled(authorization: str) -> bool:
+    """``Bearer <token>`` exactly, within ``MAX_REMEMBERED_TOKEN_LENGTH``: a long token's one spelling kept."""
+    return (
+        len(authorization) <= MAX_REMEMBERED_TOKEN_LENGTH
+        and authorization.startswith("Bearer ")
+        and " " not in authorization[7:]
+    )
 
 
 def may(scopes: Sequence[str], collection: str, write: bool) -> bool:

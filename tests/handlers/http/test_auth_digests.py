@@ -137,3 +137,19 @@ def test_a_long_spelling_of_a_valid_header_is_admitted_but_not_remembered(hashed
     assert hashed == ["jw_good", "jw_good"]
     assert padded not in gate._digests
     assert all(len(key) <= auth.MAX_REMEMBERED_LENGTH for key in gate._digests)
+
+
+def test_a_long_token_spelled_plainly_is_remembered_and_its_padded_spellings_are_not(hashed):
+    """A provider's JWT is longer than the short values kept; its one plain spelling (``Bearer <token>``) is
+    kept all the same, so its requests after the first pay no hash, while padded spellings still are not."""
+    long_token = "eyJ" + "a" * 900 + ".b.c"
+    gate = auth.Gate(RecordTable({record_for(long_token).digest: record_for(long_token)}), None, enabled=True)
+    plain, padded = "Bearer " + long_token, "Bearer  " + long_token + "  "
+    for spelling in (plain, plain, plain, padded, padded):
+        outcome: List[object] = []
+        gate.admit(spelling, "users", False, False).addBoth(outcome.append)
+        assert not hasattr(outcome[0], "value")
+    assert hashed == [long_token, long_token, long_token]  # the plain one once, each padded one each time
+    assert plain in gate._digests and padded not in gate._digests
+    too_long = "Bearer " + "x" * auth.MAX_REMEMBERED_TOKEN_LENGTH
+    assert not auth._plainly_spelled(too_long)
