@@ -21,6 +21,8 @@ start with ``_``:
   bench's schema and document.
 - ``bench/``: ``make bench``, the side-by-side wrk bench and its report.
 - ``ab_cpu.sh``: worker CPU per request, two revisions in interleaved pairs.
+- ``_jwt_issuer``: a local OpenID Connect issuer and its tokens, for ``ab_cpu.sh``
+  (``AUTH_*=jwt``) and the studies.
 - ``studies/``: the one-off studies, each with its command, in its README.
 
 Nothing here is imported by the app, and the modules run by the tests

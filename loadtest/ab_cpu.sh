@@ -10,19 +10,28 @@
 # request (its workers' and its master's, which passes the workers' log
 # lines on) is read from /proc: on a shared, noisy machine it moves far less
 # than requests per second, which are printed too, with the worker's
-# resident memory at the end. The server's output goes to a file. Env: AUTH_A / AUTH_B=on (authorization on,
-# with a token; default off), ENV_A / ENV_B ("NAME=value ..." more
-# environment for that server, e.g. PYPY_GC_NURSERY=16MB or
-# JETWAY_ACCESS_LOG=on; the access log is off otherwise), HEADER_A /
-# HEADER_B (one more request header for that side's load, e.g.
-# "Origin: https://app.example" with ENV_*=JETWAY_CORS_ORIGINS=...), DUR, WARM, and
-# CASE: get (the ~200 B read, default), get10k (a ~10 KB read), put (a
-# ~200 B PUT, repeated on one document), miss (~200 B reads of MISS_DOCS
-# documents, default 200,000, in turn, the measured run from the middle:
-# more than the hot cache holds, read again and again; with MISS_DOCS=2000000,
-# more than the warm-up and the run read, so that every measured read is its
-# document's first) or putmany (~200 B PUTs over MISS_DOCS ids in turn), and WORKERS
-# (default 1; with more, the resident memory is the largest worker's).
+# resident memory at the end. The server's output goes to a file.
+#
+# Env: AUTH_A / AUTH_B=on (authorization on, with a token; default off) or
+# jwt (authorization on, and the load's token a JWT of a local issuer served
+# for the run by loadtest/_jwt_issuer.py: RS256, sub bench-user, scope
+# "read:bench write:bench"), RULE_A / RULE_B=owner (the owner rule
+# {"owner":{"pointer":"/owner"}} put on the collection before its documents
+# are written; with either set, both sides' documents carry
+# "owner":"bench-user", so the JWT's user owns them; with CASE=put the
+# rule's pinned writes race and most PUTs are 412s), ENV_A / ENV_B
+# ("NAME=value ..." more environment for that server, e.g.
+# PYPY_GC_NURSERY=16MB or JETWAY_ACCESS_LOG=on; the access log is off
+# otherwise), HEADER_A / HEADER_B (one more request header for that side's
+# load, e.g. "Origin: https://app.example" with
+# ENV_*=JETWAY_CORS_ORIGINS=...), DUR, WARM, and CASE: get (the ~200 B read,
+# default), get10k (a ~10 KB read), put (a ~200 B PUT, repeated on one
+# document), miss (~200 B reads of MISS_DOCS documents, default 200,000, in
+# turn, the measured run from the middle: more than the hot cache holds, read
+# again and again; with MISS_DOCS=2000000, more than the warm-up and the run
+# read, so that every measured read is its document's first) or putmany
+# (~200 B PUTs over MISS_DOCS ids in turn), and WORKERS (default 1; with
+# more, the resident memory is the largest worker's).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 A=${1:?revision A}; B=${2:?revision B}; ROUNDS=${3:-3}
@@ -32,7 +41,7 @@ case $CASE in get | get10k | put | miss | putmany) ;; *) echo "CASE must be get,
 WORK=$(mktemp -d)
 cleanup() {
   # Servers a failed run left: the master (its workers follow it) and Redis.
-  for pidfile in "$WORK"/*/server.pid "$WORK"/*/r.pid; do
+  for pidfile in "$WORK"/*/server.pid "$WORK"/*/r.pid "$WORK"/issuer.pid; do
     [ -f "$pidfile" ] && kill "$(cat "$pidfile")" 2>/dev/null || true
   done
   for rev in a b; do git worktree remove --force "$WORK/$rev" 2>/dev/null || true; done
@@ -45,6 +54,15 @@ for rev in a b; do
   ln -s "$PWD/.venv" "$WORK/$rev/.venv"
 done
 
+OWNER=""  # the member every document carries when a side has the owner rule
+[ -n "${RULE_A:-}${RULE_B:-}" ] && OWNER='"owner":"bench-user",'
+if [ "${AUTH_A:-}" = jwt ] || [ "${AUTH_B:-}" = jwt ]; then  # the local issuer, for the whole run
+  .venv/bin/python loadtest/_jwt_issuer.py serve "$WORK/issuer" > "$WORK/issuer.log" 2>&1 &
+  echo $! > "$WORK/issuer.pid"
+  for _ in $(seq 100); do [ -f "$WORK/issuer/issuers.json" ] && break; sleep 0.2; done
+  JWT=$(.venv/bin/python loadtest/_jwt_issuer.py mint "$WORK/issuer")
+fi
+
 cpu_ticks() {  # cpu_ticks PID...: their user+system time, in clock ticks
   for w in "$@"; do awk '{print $14+$15}' "/proc/$w/stat"; done | awk '{t+=$1} END {print t}'
 }
@@ -55,14 +73,16 @@ cache_counts() {  # cache_counts PORT: the hot caches' invalidations, hits and e
     /^jetway_hot_cache_hits_total/ {h=$2} /^jetway_hot_cache_evictions_total/ {e=$2} END {print i+0, h+0, e+0}'
 }
 
-run() {  # run TREE LABEL AUTH EXTRA_ENV EXTRA_HEADER: one server, warm-up, one measured run
-  local tree=$1 label=$2 auth=$3 extra=$4 more=$5 dir port pid workers header="" token t0 t1 out n rss
+run() {  # run TREE LABEL AUTH EXTRA_ENV EXTRA_HEADER RULE: one server, warm-up, one measured run
+  local tree=$1 label=$2 auth=$3 extra=$4 more=$5 rule=$6 dir port pid workers header="" token t0 t1 out n rss
+  local issuers="" admin=""
   dir=$(mktemp -d -p "$WORK")
   redis-server --port 0 --unixsocket "$dir/r.sock" --save '' --daemonize yes --pidfile "$dir/r.pid" --logfile "$dir/r.log"
   sleep 0.3
   port=$((20000 + RANDOM % 10000))
+  [ "$auth" = jwt ] && issuers="JETWAY_OIDC_ISSUERS=$WORK/issuer/issuers.json"
   # shellcheck disable=SC2086 # EXTRA_ENV is a list of NAME=value words
-  (cd "$tree" && exec env REDIS_URL="unix://$dir/r.sock" JETWAY_ACCESS_LOG=off JETWAY_AUTH="$auth" $extra \
+  (cd "$tree" && exec env REDIS_URL="unix://$dir/r.sock" JETWAY_ACCESS_LOG=off JETWAY_AUTH="${auth/jwt/on}" $issuers $extra \
     .venv/bin/python -m api serve --port $port --workers "$WORKERS" > "$dir/server.log" 2>&1) &
   pid=$!
   echo "$pid" > "$dir/server.pid"
@@ -74,16 +94,30 @@ run() {  # run TREE LABEL AUTH EXTRA_ENV EXTRA_HEADER: one server, warm-up, one 
     sleep 0.2
   done
   [ -n "$workers" ] || { echo "$label: the server did not start" >&2; cat "$dir/server.log" >&2; exit 1; }
-  if [ "$auth" = on ]; then
+  if [ "$auth" != off ]; then  # the settings and documents are written with Jetway's own admin token
     token=$(cd "$tree" && REDIS_URL="unix://$dir/r.sock" .venv/bin/python -m api keys create --name ab --scope admin 2>/dev/null)
-    header="Authorization: Bearer $token"
+    admin="Authorization: Bearer $token"
+    header=$([ "$auth" = jwt ] && echo "Authorization: Bearer $JWT" || echo "$admin")
   fi
-  printf '%s' '{"id":"small","name":"Ada Lovelace","email":"ada@example.com","tags":["math","engines"],"score":97.5,"active":true,"address":{"city":"London","zip":"W1"}}' > "$dir/small.json"
-  printf '{"id":"large","text":"%s"}' "$(head -c 10240 /dev/zero | tr '\0' a)" > "$dir/large.json"
+  if [ "$rule" = owner ]; then
+    curl -sf -X PUT -H "$admin" -H 'Content-Type: application/json' --data-binary '{"owner":{"pointer":"/owner"}}' \
+      "localhost:$port/v1/_collections/bench" > /dev/null
+    sleep 0.5  # every worker's settings cache hears of it
+  fi
+  printf '%s' '{"id":"small",'"$OWNER"'"name":"Ada Lovelace","email":"ada@example.com","tags":["math","engines"],"score":97.5,"active":true,"address":{"city":"London","zip":"W1"}}' > "$dir/small.json"
+  printf '{"id":"large",%s"text":"%s"}' "$OWNER" "$(head -c 10240 /dev/zero | tr '\0' a)" > "$dir/large.json"
   for doc in small large; do
-    curl -s -X PUT -H "$header" -H 'Content-Type: application/json' --data-binary "@$dir/$doc.json" \
+    curl -s -X PUT -H "$admin" -H 'Content-Type: application/json' --data-binary "@$dir/$doc.json" \
       "localhost:$port/v1/bench/$doc" > /dev/null
   done
+  if [ "$auth" = jwt ]; then  # the workers fetch the issuer's keys at start: 503 until they have them
+    for _ in $(seq 50); do
+      [ "$(curl -s -o /dev/null -w '%{http_code}' -H "$header" "localhost:$port/v1/bench/small")" = 200 ] && break
+      sleep 0.2
+    done
+    curl -sf -o /dev/null -H "$header" "localhost:$port/v1/bench/small" ||
+      { echo "$label: the JWT is not accepted" >&2; cat "$dir/server.log" >&2; exit 1; }
+  fi
   local target=small method=GET ids=0
   [ "$CASE" = get10k ] && target=large
   [ "$CASE" = put ] && method=PUT
@@ -130,8 +164,8 @@ for n in range(int(sys.argv[1])):
   rm -f "$dir/server.pid" "$dir/r.pid"
 }
 
-run_a() { run "$WORK/a" "A=$A" "${AUTH_A:-off}" "${ENV_A:-}" "${HEADER_A:-}"; }
-run_b() { run "$WORK/b" "B=$B" "${AUTH_B:-off}" "${ENV_B:-}" "${HEADER_B:-}"; }
+run_a() { run "$WORK/a" "A=$A" "${AUTH_A:-off}" "${ENV_A:-}" "${HEADER_A:-}" "${RULE_A:-}"; }
+run_b() { run "$WORK/b" "B=$B" "${AUTH_B:-off}" "${ENV_B:-}" "${HEADER_B:-}" "${RULE_B:-}"; }
 # A B, B A, A B, ...: the run second in a pair measured the cheaper, whichever
 # revision it was (two revisions 6 Deferred callbacks apart, 10 KB reads, 4
 # pairs each way: 44.3 vs 39.5 us with one first, 40.7 vs 34.9 with the other),

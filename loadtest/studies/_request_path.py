@@ -29,6 +29,8 @@ one worker (``api.worker.run_worker``, on a socket of its own) under wrk
 (64 connections, the hot 200 B read or, with ``--serve-method PUT``, a PUT of
 it, or with ``--serve-documents N`` reads of N documents in turn, each
 setting in turn), vmprof running over the last SECONDS after as long a warm-up.
+``--jwt``: the token is a JWT (RS256) of a local issuer (``loadtest/_jwt_issuer.py``)
+configured as the worker's one issuer, not one of Jetway's own.
 """
 
 from __future__ import annotations
@@ -98,6 +100,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         help="with --serve: the one document read (or PUT) is about this long (e.g. 10240), not ~200 B",
     )
     parser.add_argument("--repeat", type=int, default=1, help="processes per tree and setting (medians of them)")
+    parser.add_argument("--jwt", action="store_true", help="the token a JWT of a local issuer, not Jetway's own")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--result", default="", help=argparse.SUPPRESS)
@@ -116,6 +119,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
             seed_documents(redis_url, args.serve_documents, len(DOCUMENT))
         token = make_token(str(PYPY), redis_url, "request-path")
+        if args.jwt:  # the issuer serves its keys from a thread of this process until it ends
+            from loadtest._jwt_issuer import Issuer, mint
+
+            issuer = Issuer(Path(scratch) / "issuer").start()
+            os.environ["JETWAY_OIDC_ISSUERS"] = str(issuer.directory / "issuers.json")  # the children's
+            token = next(mint(issuer.directory, "bench-user", "read:users write:users"))
         trees = [Path(tree).resolve() for tree in args.tree] or [ROOT]
         rows = []
         for auth, log in settings:
@@ -379,7 +388,11 @@ def _drive(reactor: Any, app: Any, token: str, args: argparse.Namespace, result:
 
     @defer.inlineCallbacks
     def run() -> Any:
-        yield answered(put.encode() + DOCUMENT)
+        for _ in range(500):  # a JWT's issuer's keys are fetched as the worker starts: 503 until they come
+            yield answered(put.encode() + DOCUMENT)
+            if b" 503 " not in transport.value()[:16]:
+                break
+            yield task.deferLater(reactor, 0.01, lambda: None)
         if b" 20" not in transport.value()[:16]:
             raise RuntimeError(f"the PUT failed: {transport.value()[:300]!r}")
         for case, request in requests.items():
