@@ -13,6 +13,8 @@ warm-up), then each comparison's cases for ``--rounds`` rounds of
 ``--seconds``, their order reversed every other round. Per case, the median
 of the worker's and Redis's CPU per request (from /proc and ``INFO cpu``):
 
+- **tokens**: the read of ``plain`` with bench-user's JWT against the same
+  with Jetway's own token;
 - **reads**: bench-user's JWT reading its own document, with the rule
   (``/v1/owned/d000000``) against without (``/v1/plain/d000000``);
 - **pages**: bench-user's page under the rule (``GET /v1/owned?limit=N``)
@@ -24,7 +26,7 @@ of the worker's and Redis's CPU per request (from /proc and ``INFO cpu``):
   of them, RS256 and ES256, cycled: more than the 10,000 a worker keeps
   verified, oldest out first, so none is found) against one JWT repeated.
 
-``--profile CASE`` (``read-rule``, ``read-plain``, ``page-rule``,
+``--profile CASE`` (``read-jwt``, ``read-opaque``, ``read-rule``, ``read-plain``, ``page-rule``,
 ``page-index-jwt``, ``page-index``, ``fresh-rs256``, ``fresh-es256``, ``repeated``) then runs
 vmprof in the worker over one more run of that case (``.venv/bin/pip install
 vmprof``). Writes ``loadtest/results/identity_cost.md`` (appended). It
@@ -159,6 +161,10 @@ def prepare(served: Served, documents: int, owners: int) -> None:
 def comparisons(limit: int) -> Dict[str, Dict[str, Tuple[str, str]]]:
     """Each comparison's cases: name -> (path, the token file's name)."""
     return {
+        "tokens": {
+            "read-jwt": ("/v1/plain/d000000", "jwt"),
+            "read-opaque": ("/v1/plain/d000000", "service"),
+        },
         "reads": {
             "read-rule": ("/v1/owned/d000000", "jwt"),
             "read-plain": ("/v1/plain/d000000", "jwt"),
@@ -226,7 +232,7 @@ def main() -> int:
     parser.add_argument("--documents", type=int, default=10_000)
     parser.add_argument("--owners", type=int, default=100)
     parser.add_argument("--tokens", type=int, default=20_000, help="fresh tokens per algorithm, cycled")
-    parser.add_argument("--only", choices=("reads", "pages", "fresh"), action="append", help="these comparisons")
+    parser.add_argument("--only", choices=tuple(comparisons(0)), action="append", help="these comparisons")
     parser.add_argument("--profile", default="", help="a case to profile after the rounds")
     args = parser.parse_args()
     stop_on_sigterm()
