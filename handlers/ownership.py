@@ -29,7 +29,7 @@ from __future__ import annotations
 from typing import Any, List, Optional, Tuple
 
 from cache.collection_settings import CollectionSettings
-from cache.documents.document import Conditions, Document, PreconditionFailed, epoch_of
+from cache.documents.document import Conditions, Document, PreconditionFailed, epoch_of, tag_matches
 from cache.documents.write_plan import Planner, WritePlan
 from cache.indexes.values import MISSING, member
 from cache.json import codec
@@ -85,9 +85,9 @@ def pinned(conditions: Conditions, current: Optional[Document]) -> Conditions:
     """The request's own ``If-Match`` / ``If-None-Match`` judged against ``current`` (``PreconditionFailed``),
     and the conditions that keep the write to that very document (its ETag, or its absence)."""
     etag = current.etag if current is not None else None
-    if conditions.if_match and not _matches(conditions.if_match, etag):
+    if conditions.if_match and not (etag is not None and tag_matches(conditions.if_match, etag)):
         raise PreconditionFailed()
-    if conditions.if_none_match and _matches(conditions.if_none_match, etag):
+    if conditions.if_none_match and (etag is not None and tag_matches(conditions.if_none_match, etag)):
         raise PreconditionFailed()
     if current is None:
         return Conditions(b"", b"*")
@@ -108,12 +108,6 @@ def keeping_owner(rules: CollectionSettings, owner: str, planner: Planner) -> Pl
         return planner(value, size)
 
     return plan
-
-
-def _matches(header: bytes, etag: Optional[bytes]) -> bool:
-    if header == b"*":
-        return etag is not None
-    return etag is not None and etag in header.split()
 
 
 def only_owned(bodies: List[Optional[Any]], rule: OwnerRule, owner: str) -> List[Optional[Any]]:
