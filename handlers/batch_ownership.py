@@ -41,7 +41,7 @@ from cache.errors import DocumentNotFound, PreconditionFailed, WriteConflict
 from handlers.base import as_api_error
 from handlers.http.auth import Grant
 from handlers.http.errors import ApiError
-from handlers.ownership import bound_owner, keeping_owner, owned_document, pinned, visible
+from handlers.ownership import bound_owner, keeping_owner, owned_document, pinned, visible, visible_document
 
 # The collections whose owner rule binds the caller: each one's settings and the owner it acts as.
 Owners = Dict[bytes, Tuple[CollectionSettings, str]]
@@ -97,7 +97,7 @@ def judged(results: Iterable[OperationResult], owners: Owners) -> Iterator[Opera
             settings, owner = owners[operation.collection]
             assert settings.owner is not None
             document = result.document
-            if operation.op == GET and document is not None and not visible(settings.owner, owner, document.body):
+            if operation.op == GET and document is not None and not visible_document(settings.owner, owner, document):
                 result.document, result.error = None, DocumentNotFound()
             elif operation.op == PATCH and isinstance(result.error, WriteConflict):
                 # Its document changed since its owner was checked: a single PATCH's 412 (it re-reads, pinned).

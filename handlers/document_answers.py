@@ -35,7 +35,7 @@ from handlers.http.errors import ApiError, not_found
 from handlers.http.negotiation import IDENTITY, Negotiator
 from handlers.http.reply import JSON_TYPE, Headers, Reply
 from handlers.http.representation import represent
-from handlers.ownership import bound_owner, owned_document, pinned, visible
+from handlers.ownership import bound_owner, owned_document, pinned, visible_document
 from handlers.pipeline import Exchange, Step, both, then
 
 # What the metrics count a reply the connection sent as (``jetway_direct_answers_total``'s kind).
@@ -96,7 +96,7 @@ class DocumentAnswers:
             raise not_found()
         if settings.owner is not None:
             owner = bound_owner(exchange.grant, settings)
-            if owner is not None and not visible(settings.owner, owner, document.body):
+            if owner is not None and not visible_document(settings.owner, owner, document):
                 raise not_found()
         headers = exchange.headers
         chosen = represent(document, headers, self.negotiator.preference(headers.get("Accept-Encoding")))
@@ -157,7 +157,7 @@ class DocumentAnswers:
         value, body = owned_document(rules.owner, owner, value, exchange.body)  # type: ignore[arg-type]
         plan = plan_write(rules, value, len(body), keys[1], ttl)
         current = yield self.store.get(*keys, fresh=True)
-        if current is not None and not visible(rules.owner, owner, current.body):  # type: ignore[arg-type]
+        if current is not None and not visible_document(rules.owner, owner, current):  # type: ignore[arg-type]
             raise ApiError(403, "forbidden", "this document belongs to another owner")
         written = yield self.store.put(*keys, body, pinned(write_conditions(exchange.headers), current), plan)
         return _written(written, exchange)

@@ -14,7 +14,7 @@ from handlers.document_answers import DocumentAnswers, if_match, if_unmodified_s
 from handlers.http import validation
 from handlers.http.deferreds import is_deferred
 from handlers.idempotency import respond_once
-from handlers.ownership import bound_owner, keeping_owner, pinned, visible
+from handlers.ownership import bound_owner, keeping_owner, pinned, visible_document
 from handlers.pipeline import Exchange, Pipeline, run
 
 
@@ -87,7 +87,7 @@ class DocumentHandler(ResourceHandler):
     def _owned(self, keys: Any, owner: str, rules: Any) -> Any:
         """The document as stored, if ``owner``'s; else the 404 of a missing one (existence is not told)."""
         current = yield self.store.get(*keys, fresh=True)
-        if current is None or not visible(rules.owner, owner, current.body):
+        if current is None or not visible_document(rules.owner, owner, current):
             raise DocumentNotFound()
         return current
 

@@ -51,11 +51,23 @@ def visible(rule: OwnerRule, owner: str, body: Optional[Any]) -> bool:
     """Whether the stored ``body`` (bytes, or a view of a composed read's) is ``owner``'s; unreadable: no one's."""
     if body is None:
         return False
+    return owner != NOBODY and _owner_of(rule, body if isinstance(body, bytes) else bytes(body)) == owner
+
+
+def visible_document(rule: OwnerRule, owner: str, document: Document) -> bool:
+    """Whether ``document`` is ``owner``'s: ``visible`` once per document and rule, remembered on the document."""
+    found = document.owner_found
+    if found is None or found[0] is not rule:
+        found = (rule, _owner_of(rule, document.body))
+        object.__setattr__(document, "owner_found", found)  # a memo on a frozen value (see Document)
+    return owner != NOBODY and found[1] == owner
+
+
+def _owner_of(rule: OwnerRule, body: bytes) -> Optional[str]:
     try:
-        value = codec.loads(body if isinstance(body, bytes) else bytes(body))
+        return rule.owner_in(codec.loads(body))
     except codec.JsonError:
-        return False
-    return owner != NOBODY and rule.owner_in(value) == owner
+        return None  # unreadable: no one's
 
 
 def owned_document(rule: OwnerRule, owner: str, value: Any, body: bytes) -> Tuple[Any, bytes]:

@@ -34,6 +34,9 @@ class Document:
     last_modified: bytes
     # (content coding, encoded bytes) for each variant stored (cache.documents.variants).
     encoded: Tuple[Tuple[str, bytes], ...] = ()
+    # What the collection's owner rule found in the body, kept by ``handlers.ownership.owner_of``: a document's
+    # bytes never change, so a hot read under the rule parses them once per version, not on every read.
+    owner_found: Any = field(default=None, init=False, repr=False, compare=False)
 
     def variant(self, coding: str) -> Optional[bytes]:
         """The bytes of ``coding``'s variant, or None if none is stored."""
