@@ -63,7 +63,8 @@ ENDED_DETAILS = {
 LIVE_LOOK = 10_000
 LIVE_PER_SHARD = 256
 LIVE_POLLS = 3
-# The feed's own arguments: never a live query's filters, whatever their values look like.
+# The feed's own arguments (the operation table's ``getChanges``, its ticket with them): never a live
+# query's filters, whatever their values look like.
 FEED_ARGUMENTS = frozenset({"since", "include_docs", "wait", "ticket", "limit"})
 
 
@@ -126,8 +127,8 @@ class ChangesHandler(ResourceHandler):
 
     def _follow(self, settings: CollectionSettings, name: bytes) -> defer.Deferred:
         with_docs = _flag("include_docs", self.query_argument("include_docs"))
-        filters = index_queries.filters_of(parse_qs(self.request.query, keep_blank_values=True))
-        filters = {argument: values for argument, values in filters.items() if argument not in FEED_ARGUMENTS}
+        arguments = parse_qs(self.request.query, keep_blank_values=True)
+        filters = index_queries.filters_of(arguments, index_queries.field_names(settings.indexes), FEED_ARGUMENTS)
         owner = bound_owner(self.grant, settings)
         if owner is not None:
             # A user bound by the owner rule follows a live query of its own documents: their events only, and

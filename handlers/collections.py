@@ -37,6 +37,8 @@ from handlers.ownership import bound_owner, only_owned, owned_document
 from handlers.paths import DOCUMENT
 
 _log = Logger()
+# The list's own query parameters (the operation table's ``listDocuments``): never a query's filters.
+LIST_ARGUMENTS = frozenset({"limit", "cursor", "ids", "with_ids"})
 
 
 def items_envelope(bodies: List[Optional[Any]], next_cursor: Optional[bytes], with_next: bool) -> bytes:
@@ -84,7 +86,8 @@ class CollectionHandler(ComposedHandler):
 
     def _get(self, settings: CollectionSettings, name: bytes) -> defer.Deferred:
         ids = self.query_arguments("ids")
-        filters = index_queries.filters_of(parse_qs(self.request.query, keep_blank_values=True))
+        arguments = parse_qs(self.request.query, keep_blank_values=True)
+        filters = index_queries.filters_of(arguments, index_queries.field_names(settings.indexes), LIST_ARGUMENTS)
         owner = bound_owner(self.grant, settings)
         if owner is not None:
             if wants_ndjson(self.request.headers.get("Accept")) and not ids and not filters:

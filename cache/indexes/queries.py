@@ -35,7 +35,7 @@ import heapq
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Collection, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 from twisted.internet import defer
 
@@ -47,8 +47,8 @@ from cache.indexes.values import BOOLEAN, MAX_STRING_BYTES, NUMBER, encode, id_o
 from cache.redis.link import Link
 
 OPERATORS = ("eq", "gt", "gte", "lt", "lte")
-# Parameters of a collection's GET that are not filters.
-NOT_FILTERS = frozenset({"limit", "cursor", "order", "ids"})
+# A value that looks like a filter's ``op.value``, whether Jetway knows the operator or not (``neq.5``).
+_LOOKS_LIKE_A_FILTER = re.compile(r"[a-z]+\.")
 _NUMBER = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?\Z")
 # Entries a shard's script looks at, beyond the page, before it stops (dropping stale ones on its way).
 _LOOK_AHEAD = 64
@@ -117,37 +117,54 @@ def within(entry: bytes, low: bytes, high: bytes) -> bool:
     return above and below
 
 
-def filters_of(arguments: Dict[str, List[str]]) -> Dict[str, List[str]]:
-    """The arguments that make a request a query: ``order``, and each whose values are all ``op.value``.
+def filters_of(arguments: Dict[str, List[str]], fields: Collection[str], own: Collection[str]) -> Dict[str, List[str]]:
+    """The arguments that make a request a query: ``order``, each named like a declared field (``fields``), and
+    each whose values look like ``op.value``, an operator Jetway does not know included (``neq.5``).
 
-    Other unknown arguments stay ignored, as they were before queries (a
-    browser's cache-busting ``_=...``); ``plan`` takes ``limit`` and the cursor apart.
+    ``plan`` refuses what it cannot apply, so a typo is a 400, never the whole
+    collection answered unfiltered. ``own``: the operation's own parameters
+    (``limit``, ``cursor``, ...), never filters. Other arguments stay ignored,
+    as they were before queries (a browser's cache-busting ``_=...``).
     """
     filters = {
         name: values
         for name, values in arguments.items()
-        if name not in NOT_FILTERS and values and all(value.partition(".")[0] in OPERATORS for value in values)
+        if name not in own
+        and name != "order"
+        and (name in fields or any(_LOOKS_LIKE_A_FILTER.match(value) for value in values))
     }
     if "order" in arguments:
         filters["order"] = arguments["order"]
     return filters
 
 
+def field_names(indexes: Sequence[Index]) -> FrozenSet[str]:
+    """The names a query calls the fields of ``indexes`` by."""
+    return frozenset(field.name for index in indexes for field in index.fields)
+
+
 def plan(indexes: Sequence[Index], arguments: Dict[str, List[str]], limit: int, cursor: Optional[str]) -> Query:
-    """The query the request's arguments ask (all of them filters but ``NOT_FILTERS``), planned onto an index."""
+    """The query the request's filters ask (``filters_of``), planned onto an index.
+
+    An operator Jetway does not know is ``QueryError`` whatever the field; a
+    field no index has, ``NoIndex``.
+    """
     fields = {field.name: field for index in indexes for field in index.fields}
     equal: Dict[str, Any] = {}
     ranges: Dict[str, Dict[str, Any]] = {}
     for name, values in arguments.items():
-        if name in NOT_FILTERS:
+        if name == "order":
             continue
+        parsed = []
+        for text in values:
+            operator, dot, raw = text.partition(".")
+            if operator not in OPERATORS or not dot:
+                raise QueryError(f"{name}={text[:60]}: a filter is op.value, op one of {', '.join(OPERATORS)}")
+            parsed.append((operator, raw))
         field = fields.get(name)
         if field is None:
             raise NoIndex(_no_field(name, indexes))
-        for text in values:
-            operator, _, raw = text.partition(".")
-            if operator not in OPERATORS or not _:
-                raise QueryError(f"{name}={text[:60]}: a filter is op.value, op one of {', '.join(OPERATORS)}")
+        for operator, raw in parsed:
             value = _typed(field, raw)
             if operator == "eq":
                 if name in equal and equal[name] != value:

@@ -119,11 +119,37 @@ def test_the_smallest_index_that_fits_answers() -> None:
         ({"score": ["eq.1e999"]}, QueryError, "2**53"),
         ({"order": ["nothing.desc"]}, QueryError, "not a field"),
         ({"score": ["about.1"]}, QueryError, "op.value"),
+        ({"score": ["5"]}, QueryError, "op one of eq, gt, gte, lt, lte"),
+        ({"age": ["neq.1"]}, QueryError, "op one of"),  # an unknown operator, whatever the field
     ],
 )
 def test_queries_that_cannot_be_asked(arguments: Dict[str, List[str]], error: type, says: str) -> None:
     with pytest.raises(error, match=says.replace("*", r"\*").replace(".", r"\.")):
         plan(INDEXES, arguments, 10, None)
+
+
+def test_what_is_taken_for_a_filter() -> None:
+    """Named like a declared field, or valued like ``op.value`` (any lowercase word): a filter, which ``plan``
+    refuses if it cannot apply it; the operation's own parameters and anything else (``_=...``) are not."""
+    from cache.indexes.queries import field_names, filters_of
+
+    fields = field_names(INDEXES)
+    assert fields == {"name", "team", "score"}
+    arguments = {
+        "name": ["Ann"],  # a declared field, not op.value: a filter (refused)
+        "x": ["neq.1"],  # looks like op.value: a filter (refused: the operator)
+        "y": ["gt.1"],  # known operator, no such field: a filter (no-index)
+        "_": ["1700000000.5"],
+        "utm": ["Spring.sale"],
+        "limit": ["gt.5"],  # the operation's own
+        "order": ["score.desc"],
+    }
+    assert filters_of(arguments, fields, {"limit"}) == {
+        "name": ["Ann"],
+        "x": ["neq.1"],
+        "y": ["gt.1"],
+        "order": ["score.desc"],
+    }
 
 
 def test_a_page_goes_on_after_a_shard_that_looked_past_stale_entries_only() -> None:

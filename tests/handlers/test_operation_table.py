@@ -126,3 +126,31 @@ def test_the_document_routes_pipelines_are_the_tables_bound_to_its_answers():
     }
     pipelines = routed[document.handler]["pipelines"]
     assert pipelines == {"GET": answers.read, "HEAD": answers.read, "PUT": answers.replace}
+
+
+def _query_parameters(spec, operation_id: str) -> set:
+    """The ``in: query`` parameters of an operation of the generated document (its security's ticket too)."""
+    for item in spec["paths"].values():
+        for operation in item.values():
+            if isinstance(operation, dict) and operation.get("operationId") == operation_id:
+                named = []
+                for parameter in [*item.get("parameters", []), *operation.get("parameters", [])]:
+                    if "$ref" in parameter:
+                        parameter = spec["components"]["parameters"][parameter["$ref"].rsplit("/", 1)[1]]
+                    named.append(parameter)
+                schemes = spec["components"]["securitySchemes"]
+                tickets = [schemes[name] for need in operation.get("security", []) for name in need]
+                return {p["name"] for p in named + tickets if p.get("in") == "query"}
+    raise AssertionError(f"no operation {operation_id}")
+
+
+def test_the_arguments_never_taken_for_filters_are_the_operations_own_parameters():
+    """A list's or a feed's own parameters are never a query's filters (issue #59): the handlers' lists are the
+    table's, so a parameter added to the table is not taken for a filter (and refused) by its handler."""
+    from handlers.changes import FEED_ARGUMENTS
+    from handlers.collections import LIST_ARGUMENTS
+    from handlers.openapi.build import openapi_document
+
+    spec = openapi_document(OPERATIONS, 100, True, 60)
+    assert _query_parameters(spec, "listDocuments") == LIST_ARGUMENTS | {"order"}
+    assert _query_parameters(spec, "getChanges") == FEED_ARGUMENTS

@@ -167,6 +167,34 @@ def test_a_query_no_index_answers_is_a_400_that_names_the_index(api) -> None:
     assert api.get("/v1/plain?_=123").status_code == 200
 
 
+@pytest.mark.parametrize(
+    "argument",
+    ["created=neq.5", "email=ilike.a*", "created=5", "email=", "created=gt.1&created=neq.2", "color=ne.red"],
+)
+def test_a_filter_jetway_cannot_apply_is_a_400_never_ignored(api, argument: str) -> None:
+    """An operator Jetway does not know, or a declared field's argument that is not ``op.value``: 400
+    ``invalid-query`` naming the operators, on a list and on a live query (issue #59: not the whole collection)."""
+    declare(api, "typos")
+    put(api, "typos", "a", {"email": "a@x", "created": 1})
+    for path in ("/v1/typos", "/v1/_changes/typos"):
+        answer = api.get(f"{path}?{argument}")
+        assert answer.status_code == 400, (path, answer.text)
+        problem = answer.json()
+        assert problem["type"] == PROBLEM + "invalid-query", problem
+        assert "eq, gt, gte, lt, lte" in problem["detail"], problem
+
+
+def test_arguments_that_are_not_filters_are_ignored_or_the_operations_own(api) -> None:
+    declare(api, "notfilters")
+    put(api, "notfilters", "a", {"email": "a@x", "created": 1})
+    for query in ("_=1700000000", "_=1700000000.5", "utm=Spring.sale", "with_ids=1", "limit=5"):
+        answer = api.get(f"/v1/notfilters?{query}")
+        assert answer.status_code == 200, (query, answer.text)
+        assert answer.json()["items"] == [{"email": "a@x", "created": 1}]
+    since = api.get("/v1/_changes/notfilters").json()["next"]
+    assert api.get(f"/v1/_changes/notfilters?since={since}&wait=0&include_docs=true&_=1").status_code == 200
+
+
 def test_an_index_declared_on_documents_is_built_and_dropping_it_removes_it(api, redis_client) -> None:
     documents = orders(600, seed=2)
     for doc_id, document in documents.items():
