@@ -43,7 +43,7 @@ from api.chunked import ChunkedDecoder
 from api.client_address import Network, client_address
 from api.deadline import ABORT, CLOSE, Deadline
 from api.debug_burn import burn_cpu
-from api.request_head import MAX_HEADER_BYTES, MAX_REQUEST_LINE, ProtocolError, RequestHead, parse_head
+from api.request_head import MAX_HEADER_BYTES, MAX_REQUEST_LINE, ProtocolError, RepeatedHeads, RequestHead
 from api.routed import Routed
 from api.streamed_body import STREAM_TIMEOUT_DETAIL, Drain, StreamedBody, stream_reservation
 from cache.json import codec
@@ -107,6 +107,7 @@ class JetwayConnection(CycloneConnection):
         self.keep_alive = True
         self._buffer = bytearray()
         self._head: Optional[RequestHead] = None
+        self._heads = RepeatedHeads()  # its last head, parsed: the next is most often the same bytes
         self._routed: Optional[Routed] = None  # the route of the request whose head was read
         self._chunks: Optional[ChunkedDecoder] = None
         self._streamed: Optional[StreamedBody] = None  # a streamed body still arriving (api.streamed_body)
@@ -234,7 +235,7 @@ class JetwayConnection(CycloneConnection):
             return None
         block = bytes(self._buffer[:end])
         del self._buffer[: end + 4]
-        return parse_head(block)
+        return self._heads.parse(block)
 
     def _expect_body(self, head: RequestHead, limit: int) -> None:
         if not head.has_body:

@@ -10,7 +10,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from api import request_head
-from api.request_head import MAX_KNOWN_NAMES, normal_name, parse_head
+from api.request_head import MAX_KNOWN_NAMES, ProtocolError, RepeatedHeads, normal_name, parse_head
 
 
 @pytest.mark.parametrize(
@@ -69,6 +69,8 @@ def test_a_head_parses_alike_before_and_after_its_lines_are_known(request_line, 
     request_head._KNOWN_LINES.clear()
     first = _outcome(parse_head, block)
     assert _outcome(parse_head, block) == first
+    repeated = RepeatedHeads()  # a connection's: once parsed, then remembered
+    assert _outcome(repeated.parse, block) == _outcome(repeated.parse, block) == first
     for line in request_head._KNOWN_LINES:
         assert request_head.known_line(line) == request_head._KNOWN_LINES[line]
     if first[0] == 400 and "header" in first[1]:
@@ -138,3 +140,20 @@ def _length(read, headers):
         return read(headers)
     except request_head.ProtocolError as refused:
         return refused.status, refused.detail
+
+
+def test_a_connections_repeated_head_is_parsed_once_and_each_request_has_its_own_headers():
+    heads = RepeatedHeads()
+    block = b"GET /v1/a/b HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + b"j" * 1500
+    first = heads.parse(block)
+    first.headers["X-Added"] = "by a handler"
+    again = heads.parse(bytes(block))  # equal bytes, another object: what the next read hands over
+    assert again.headers is not first.headers and "X-Added" not in again.headers
+    assert again.headers["Authorization"] == "Bearer " + "j" * 1500 and again.target == "/v1/a/b"
+    other = heads.parse(b"PUT /v1/a/c HTTP/1.1\r\nHost: x\r\nContent-Length: 2")
+    assert (other.method, other.target, other.content_length) == ("PUT", "/v1/a/c", 2)
+    bad = b"GET / HTTP/1.1\r\nHost x"
+    for _ in range(2):  # refused each time: a refused head is never remembered
+        with pytest.raises(ProtocolError):
+            heads.parse(bad)
+    assert heads.parse(block).target == "/v1/a/b"
