@@ -6,7 +6,7 @@ Kept apart from ``cache.credentials.jwt_tokens`` so that ``TokenRecord``
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 
@@ -21,3 +21,5 @@ class Identity:
     expires: float
     # Read-only: every claim of the token, as signed (per-document rules compare one of them).
     claims: Mapping[str, Any]
+    # The key object that verified the signature; None for a ticket's snapshot (judged by ``kid`` alone).
+    key: Any = field(default=None, compare=False, repr=False)

@@ -258,6 +258,11 @@ class IssuerKeys:
         self.fetches = 0  # fetches started (each a discovery when needed, then the JWKS)
         self.last_error: Optional[str] = None
         self.dropped: List[str] = []  # why the last JWKS's other keys were not kept
+        self._installed: List[Callable[[], None]] = []
+
+    def on_install(self, listener: Callable[[], None]) -> None:
+        """Call ``listener()`` after each JWKS installed (open streams check that their key is still in it)."""
+        self._installed.append(listener)
 
     def key(self, kid: str) -> Optional[Key]:
         """The current key of that ``kid``, or None."""
@@ -361,6 +366,8 @@ class IssuerKeys:
         self.dropped = dropped
         if not entries:
             _log.warn("OIDC keys of {issuer}: no usable key ({dropped})", issuer=self.issuer.issuer, dropped=dropped)
+        for listener in self._installed:
+            listener()
 
     def _periodic(self) -> None:
         self._timer = None

@@ -35,7 +35,7 @@ import re
 import time
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from joserfc import jwt
 from joserfc.errors import JoseError, UnsupportedAlgorithmError
@@ -226,6 +226,18 @@ class JwtVerifier:
             raise JwtRefused(f"its key {cached.kid[:64]!r} left the JWKS of {cached.keys.issuer.issuer}")
         return cached.record
 
+    def on_keys_installed(self, listener: Callable[[], None]) -> None:
+        """Call ``listener()`` whenever an issuer's JWKS is installed (``signed_by_current_key`` may have turned)."""
+        for trusted in self._trusted.values():
+            trusted.keys.on_install(listener)
+
+    def signed_by_current_key(self, identity: Identity) -> bool:
+        """Whether the key that verified ``identity``'s token is still its issuer's key of that kid (a ticket's
+        snapshot, which keeps no key: whether the kid is still there)."""
+        trusted = self._trusted.get(identity.issuer)
+        key = trusted.keys.key(identity.kid) if trusted is not None else None
+        return key is not None and (identity.key is None or key is identity.key)
+
     def _read(self, token: str) -> _Read:
         signed = _signed(token)
         header = signed.headers()
@@ -258,7 +270,7 @@ class JwtVerifier:
             raise JwtRefused(f"key {read.kid[:64]!r} cannot check this token ({error.error})") from None
         if not valid:
             raise JwtRefused("bad signature")
-        record = _record(read, digest)
+        record = _record(read, digest, key)
         if remember:
             keep_bounded(self._cache, digest, _Cached(record, read.trusted.keys, read.kid, key), self._max_cached)
         return record
@@ -337,7 +349,7 @@ def grants_of(claims: Dict[str, Any], issuer: Issuer) -> Tuple[str, ...]:
     return tuple(dict.fromkeys([*scopes, *issuer.grants]))
 
 
-def _record(read: _Read, digest: bytes) -> TokenRecord:
+def _record(read: _Read, digest: bytes, key: Key) -> TokenRecord:
     issuer, claims = read.trusted.issuer, read.claims
     expires = claims["exp"]
     issued = claims.get("iat")
@@ -348,7 +360,7 @@ def _record(read: _Read, digest: bytes) -> TokenRecord:
         rate="",
         expires=int(expires) + issuer.leeway_seconds,
         created=int(issued) if isinstance(issued, (int, float)) and not isinstance(issued, bool) else 0,
-        identity=Identity(issuer.issuer, read.subject, read.kid, expires, MappingProxyType(claims)),
+        identity=Identity(issuer.issuer, read.subject, read.kid, expires, MappingProxyType(claims), key),
     )
 
 

@@ -20,9 +20,10 @@ hold calls its ``end(reason)`` once, the moment the credential dies:
   the token is looked up again next time.
 - A JWT (``record.identity``, an OpenID Connect token) is nobody's to
   revoke in Redis: its hold ends at its expiry (``exp`` plus the issuer's
-  leeway) and is never looked up. A key its issuer removed stops the
-  token's new requests (``cache.credentials.jwt_tokens``), not a stream
-  already open: that one ends at the token's expiry.
+  leeway) and is never looked up; and, as ``token-revoked``, when a JWKS
+  installed (a refresh, every ``refresh_seconds`` or for an unknown kid)
+  no longer holds the key that verified it: the issuer withdrew the key,
+  so its tokens stop, streams already open included, within one refresh.
 - A hold made while the token cache does not hold the token's record (the
   request's lookup was overtaken by a revocation and not kept, or the
   subscription is down) is looked up once after it is made: a revocation
@@ -34,6 +35,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Dict, Iterable, Optional, Set
 
+from cache.credentials.identity import Identity
 from cache.credentials.token_cache import TokenCache
 from cache.credentials.tokens import TokenRecord
 
@@ -47,12 +49,15 @@ RECHECK_SECONDS = 0.5
 class Hold:
     """One stream's use of a credential; ``release`` when the stream ends for any other reason."""
 
-    __slots__ = ("digest", "end", "ended", "timer", "watch")
+    __slots__ = ("digest", "end", "ended", "identity", "timer", "watch")
 
-    def __init__(self, watch: CredentialWatch, digest: bytes, end: Callable[[str], None]) -> None:
+    def __init__(
+        self, watch: CredentialWatch, digest: bytes, end: Callable[[str], None], identity: Optional[Identity] = None
+    ) -> None:
         self.watch = watch
         self.digest = digest
         self.end = end
+        self.identity = identity  # a JWT's: checked against its issuer's keys at each JWKS installed
         self.ended: Optional[str] = None
         self.timer: Optional[Any] = None
 
@@ -61,29 +66,35 @@ class Hold:
 
 
 class CredentialWatch:
-    """This worker's holds, by token digest; ``clock``: wall seconds, as token and ticket expiries are."""
+    """This worker's holds, by token digest; ``clock``: wall seconds, as token and ticket expiries are;
+    ``jwts``: the ``JwtVerifier`` whose JWKS installs end the holds of JWTs whose key left (None: no issuer)."""
 
-    def __init__(self, tokens: TokenCache, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, tokens: TokenCache, clock: Callable[[], float] = time.time, jwts: Any = None) -> None:
         self._tokens = tokens
         self._reactor = tokens.reactor
         self._clock = clock
         self._holds: Dict[bytes, Set[Hold]] = {}
+        self._jwt_holds: Set[Hold] = set()
+        self._jwts = jwts
         self._recheck: Optional[Any] = None
         tokens.on_change(self._changed)
+        if jwts is not None:
+            jwts.on_keys_installed(self._keys_installed)
 
     def __len__(self) -> int:
         return sum(len(holds) for holds in self._holds.values())
 
     def hold(self, record: TokenRecord, end: Callable[[str], None], ticket_expires: int = 0) -> Hold:
         """Watch ``record``'s token (and a ticket's expiry, unix seconds; 0: none) until released or ended."""
-        hold = Hold(self, record.digest, end)
+        hold = Hold(self, record.digest, end, record.identity)
         until, reason = record.expires, TOKEN_EXPIRED
         if ticket_expires and (not until or ticket_expires < until):
             until, reason = ticket_expires, TICKET_EXPIRED
         if until:
             hold.timer = self._reactor.callLater(max(0.0, until - self._clock()), self._end, hold, reason)
         if record.identity is not None:
-            return hold  # a JWT: its expiry alone ends it (its issuer revokes nothing in Redis)
+            self._jwt_holds.add(hold)  # a JWT: its expiry or its key's removal ends it, never Redis
+            return hold
         self._holds.setdefault(record.digest, set()).add(hold)
         if self._tokens.cached(record.digest) is None:
             self._look_up([record.digest])
@@ -91,6 +102,7 @@ class CredentialWatch:
         return hold
 
     def release(self, hold: Hold) -> None:
+        self._jwt_holds.discard(hold)
         holds = self._holds.get(hold.digest)
         if holds is not None:
             holds.discard(hold)
@@ -110,6 +122,11 @@ class CredentialWatch:
     def _end_all(self, digest: bytes, reason: str) -> None:
         for hold in list(self._holds.get(digest, ())):
             self._end(hold, reason)
+
+    def _keys_installed(self) -> None:
+        for hold in list(self._jwt_holds):
+            if hold.identity is not None and not self._jwts.signed_by_current_key(hold.identity):
+                self._end(hold, TOKEN_REVOKED)
 
     def _changed(self, digest: Optional[bytes]) -> None:
         if digest is not None:

@@ -169,7 +169,7 @@ class Gate:
         if not self.enabled or self.tokens is None or grant.record is None:
             return None
         if self._watch is None:
-            self._watch = CredentialWatch(self.tokens, self.clock)
+            self._watch = CredentialWatch(self.tokens, self.clock, self.jwts)
         return self._watch.hold(grant.record, end, grant.ticket_expires)
 
     def admit_batch(self, authorization: Optional[str], cost: int) -> defer.Deferred:

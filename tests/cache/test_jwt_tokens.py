@@ -27,7 +27,9 @@ from cache.credentials.jwt_tokens import (
     looks_like_jwt,
     warm_up,
 )
+from cache.credentials.tickets import record_of, snapshot_of
 from cache.credentials.tokens import TokenRecord, digest_of
+from cache.credentials.watch import CredentialWatch
 from tests.cache.oidc_provider import (
     AUDIENCE,
     Provider,
@@ -44,6 +46,7 @@ from tests.cache.oidc_provider import (
     run_scenarios,
 )
 from tests.cache.oidc_provider import figures as played
+from tests.cache.test_credential_watch import Tokens as WatchTokens
 
 ISSUER = "https://id.example.com/realm"
 OTHER = "https://other.example.com"
@@ -382,6 +385,24 @@ def test_a_cached_token_survives_a_refresh_that_keeps_its_key(setup):
     setup.verify(token)
     setup.clock.advance(setup.issuer.refresh_seconds)
     assert setup.verify(token) and setup.verifier.signature_checks == 1
+
+
+def test_an_open_stream_of_a_token_whose_key_left_the_jwks_ends_at_the_refresh_and_no_other(setup):
+    watch = CredentialWatch(WatchTokens(setup.clock), lambda: setup.now, setup.verifier)  # type: ignore[arg-type]
+    ended: List[str] = []
+    for name, key in (("ec", setup.keys["ec"]), ("rsa", setup.keys["rsa"])):
+        record = setup.verify(mint(key, setup.claims(sub=name)))
+        watch.hold(record, lambda why, name=name: ended.append(f"{name} {why}"))
+    snapshot = setup.verify(mint(setup.keys["ec"], setup.claims(sub="ticket")))  # a ticket's: kid, no key
+    ticketed = record_of(snapshot_of(snapshot), snapshot.digest)
+    watch.hold(ticketed, lambda why: ended.append(f"ticket {why}"))
+    setup.clock.advance(setup.issuer.refresh_seconds)  # a refresh that keeps every key
+    assert ended == []
+    setup.jwks[ISSUER + "/jwks"] = public_jwks(setup.keys["rsa"])
+    setup.clock.advance(setup.issuer.refresh_seconds)  # the next: ec-1 withdrawn
+    assert sorted(ended) == ["ec token-revoked", "ticket token-revoked"]
+    setup.clock.advance(setup.issuer.refresh_seconds)
+    assert len(ended) == 2  # ended once
 
 
 def test_the_claims_cache_is_bounded_in_entries(keys):
