@@ -165,6 +165,9 @@ def _child_env(redis_url: str, token: str, auth: str, log: str, tree: Path = ROO
         "JETWAY_ACCESS_LOG": log,
         "JETWAY_TOKEN": token,
         "PYTHONPATH": str(tree),
+        # The child feeds requests without turning the reactor, so the hot cache hears no heartbeat between
+        # them: with the default lag bound every read after the first 50 ms would go to Redis.
+        "JETWAY_HOT_CACHE_MAX_LAG_MS": "3600000",
     }
 
 
