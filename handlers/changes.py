@@ -36,7 +36,7 @@ from cache.feed import position as feed_position
 from cache.feed.live_queries import LiveQuery
 from cache.feed.position import Position, PositionError, advanced
 from cache.feed.streams import Event, Page
-from cache.indexes import queries as index_queries
+from cache.indexes import filters as index_filters
 from cache.ownership import OWNER_FIELD, OwnerRule
 from handlers.base import ResourceHandler
 from handlers.feed.event_stream import LOST_DETAIL, EventStream, ready_event
@@ -128,7 +128,7 @@ class ChangesHandler(ResourceHandler):
     def _follow(self, settings: CollectionSettings, name: bytes) -> defer.Deferred:
         with_docs = _flag("include_docs", self.query_argument("include_docs"))
         arguments = parse_qs(self.request.query, keep_blank_values=True)
-        filters = index_queries.filters_of(arguments, index_queries.field_names(settings.indexes), FEED_ARGUMENTS)
+        filters = index_filters.filters_of(arguments, index_filters.field_names(settings.indexes), FEED_ARGUMENTS)
         owner = bound_owner(self.grant, settings)
         if owner is not None:
             # A user bound by the owner rule follows a live query of its own documents: their events only, and

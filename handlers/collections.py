@@ -22,6 +22,7 @@ from cache.collection_settings import CollectionSettings
 from cache.documents.store import Page
 from cache.documents.write_plan import plan_write
 from cache.errors import NotReplicated, PreconditionFailed
+from cache.indexes import filters as index_filters
 from cache.indexes import queries as index_queries
 from cache.memory_return import MemoryReturn
 from cache.ownership import OWNER_FIELD
@@ -87,7 +88,7 @@ class CollectionHandler(ComposedHandler):
     def _get(self, settings: CollectionSettings, name: bytes) -> defer.Deferred:
         ids = self.query_arguments("ids")
         arguments = parse_qs(self.request.query, keep_blank_values=True)
-        filters = index_queries.filters_of(arguments, index_queries.field_names(settings.indexes), LIST_ARGUMENTS)
+        filters = index_filters.filters_of(arguments, index_filters.field_names(settings.indexes), LIST_ARGUMENTS)
         owner = bound_owner(self.grant, settings)
         if owner is not None:
             if wants_ndjson(self.request.headers.get("Accept")) and not ids and not filters:

@@ -36,7 +36,8 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from cache.documents.store import Page
-from cache.indexes.queries import Found, Query
+from cache.indexes.queries import Query
+from cache.indexes.reads import Found
 from handlers.http import validation
 from handlers.http.auth import unauthorized
 from handlers.http.problems import problem_of

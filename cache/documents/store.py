@@ -41,6 +41,7 @@ from cache.documents.writes import DocumentWrites
 from cache.feed.streams import NO_FEED, FeedLog
 from cache.hot.cache import HotCache
 from cache.indexes import queries as index_queries
+from cache.indexes import reads as index_reads
 from cache.indexes.builds import IndexBuilds
 from cache.redis.link import Link
 
@@ -112,7 +113,7 @@ class DocumentStore:
 
     def query(self, collection: bytes, query: index_queries.Query, budget: int) -> defer.Deferred:
         """A page of a query over a declared index (``cache.indexes.queries``)."""
-        return index_queries.run(self._link, collection, query, budget)
+        return index_reads.run(self._link, collection, query, budget)
 
     def ping(self) -> defer.Deferred:
         """Fires when Redis answers a PING."""

@@ -3,15 +3,16 @@
 ``GET /v1/_changes/{coll}?status=eq.open`` answers the events of the
 documents that match the query after their write, or matched it before and
 no longer do, each with ``"matches": true`` or ``false``. The filters are a
-query's (``cache.indexes.queries``: equality on an index's first fields, a
-range on the next), planned onto the same index, with the same bounds.
+query's (``cache.indexes.queries``: equality on an index's first fields, or
+``in`` on one of them, a range on the next), planned onto the same index,
+with the same bounds: one range, or one per value of an ``in``.
 
 How it stays exact: in a shard that keeps indexes, each write's event
 carries the document's entries as its script set them (``cache.documents.scripts``,
 the event's marks): each after the write (``x:<index>:<version>``) and,
 where one changed, the one before (``w:...``, empty for none); a delete
 carries those it removed. An event is the query's when the index's entry
-after or before the write is in the query's range, and ``matches`` is
+after or before the write is in one of the query's ranges, and ``matches`` is
 whether the one after is. So each write is judged at its place in the feed,
 by its own values, without reading the document or keeping a set of
 matching ids per subscriber; a document that stops matching is told even if
@@ -42,12 +43,11 @@ from cache.ownership import OwnerRule
 
 @dataclass(frozen=True)
 class LiveQuery:
-    """The index entry an event's marks are read for, and the range it must be in."""
+    """The index entry an event's marks are read for, and the ranges it must be in (one of them)."""
 
     entry_mark: bytes  # x:<name>:<version>
     before_mark: bytes  # w:<name>:<version>
-    low: bytes  # ZRANGEBYLEX bounds, as the query reads them
-    high: bytes
+    ranges: Tuple[Tuple[bytes, bytes], ...]  # ZRANGEBYLEX bounds (low, high), as the query reads them
     # A user's under an owner rule (cache.ownership): the rule and the owner a document attached to an event must
     # have (``shows``). Part of the query's identity, so its frames are never shared with another's.
     owner: Optional[Tuple[OwnerRule, str]] = None
@@ -56,7 +56,8 @@ class LiveQuery:
     def of(cls, query: Query, owner: Optional[Tuple[OwnerRule, str]] = None) -> LiveQuery:
         index = query.index
         named = b"%s:%s" % (index.name.encode(), index.version.encode())
-        return cls(b"x:" + named, b"w:" + named, query.low, query.high, owner)
+        ranges = tuple((range_.low, range_.high) for range_ in query.ranges)
+        return cls(b"x:" + named, b"w:" + named, ranges, owner)
 
     def shows(self, doc: Optional[bytes]) -> Optional[bytes]:
         """The document an event may carry: as stored, or None when an owner rule's user does not own it (now)."""
@@ -81,10 +82,14 @@ class LiveQuery:
                 before, changed = value or None, True
         if not changed:
             before = now
-        matches = now is not None and within(now, self.low, self.high)
-        if matches or (before is not None and within(before, self.low, self.high)):
+        matches = now is not None and self.holds(now)
+        if matches or (before is not None and self.holds(before)):
             return matches
         return None
+
+    def holds(self, entry: bytes) -> bool:
+        """Whether ``entry`` is in one of the query's ranges."""
+        return any(within(entry, low, high) for low, high in self.ranges)
 
 
 # (lowest, highest or None for no end, query): a query's range, taken inclusive whatever its bounds say (a
@@ -92,10 +97,13 @@ class LiveQuery:
 _Span = Tuple[bytes, Optional[bytes], LiveQuery]
 
 
-def _span(query: LiveQuery) -> _Span:
-    low = b"" if query.low in (b"-", b"+") else query.low[1:]
-    high = None if query.high == b"+" else (b"" if query.high == b"-" else query.high[1:])
-    return low, high, query
+def _spans(query: LiveQuery) -> Iterator[_Span]:
+    for low, high in query.ranges:
+        yield (
+            b"" if low in (b"-", b"+") else low[1:],
+            None if high == b"+" else (b"" if high == b"-" else high[1:]),
+            query,
+        )
 
 
 class _Node:
@@ -152,9 +160,9 @@ class LiveIndex:
         self.queries = tuple(set(queries))
         by_index: Dict[bytes, List[_Span]] = {}
         for query in self.queries:
-            span = _span(query)
-            if span[1] is None or span[0] <= span[1]:  # else an empty range: nothing is in it
-                by_index.setdefault(query.entry_mark, []).append(span)
+            for span in _spans(query):
+                if span[1] is None or span[0] <= span[1]:  # else an empty range: nothing is in it
+                    by_index.setdefault(query.entry_mark, []).append(span)
         self._trees: Dict[bytes, _Node] = {}
         for spans in by_index.values():
             tree = _Node(spans)

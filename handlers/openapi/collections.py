@@ -28,6 +28,7 @@ from twisted.internet import defer
 
 from cache.collection_settings import stored_indexes
 from cache.indexes.declared import Index
+from cache.indexes.filters import MAX_IN_VALUES
 from cache.json import codec
 from cache.settings_cache import SettingsCache
 from handlers.openapi.build import openapi_document
@@ -88,7 +89,8 @@ def _with_filters(item: Json, indexes: Sequence[Index], schema: Any) -> None:
                 name,
                 "query",
                 described + "): `op.value`, `op` one of eq, gt, gte, lt, lte; give it twice for a range"
-                " (`gte.` and `lt.`).",
+                f' (`gte.` and `lt.`); or `in.(a,b)`, 1 to {MAX_IN_VALUES} values (`"a,b"` in double'
+                " quotes where a value holds a comma, a parenthesis, a quote or a backslash).",
                 {
                     "type": "array",
                     "items": {"type": "string", "pattern": value_pattern(field.type, member)},

@@ -71,9 +71,11 @@ def _parameters(max_ids: int) -> Json:
             "query",
             "A query's order: `field.asc` or `field.desc`, a field of the collection's declared indexes (the"
             " ranged one, if any). A query (`field=op.value` filters, `order`) is answered by a declared index:"
-            " `op` is `eq`, `gt`, `gte`, `lt` or `lte`, the value read as the field's declared type; equality on"
-            " an index's first fields, a range and/or the order on its next one. Filters are ANDed; `limit` and"
-            " `cursor` page through it. No index answers: a 400 `no-index` names the index to declare.",
+            " `op` is `eq`, `gt`, `gte`, `lt`, `lte` or `in` (`in.(a,b)`), the value read as the field's"
+            " declared type; equality (or `in`, on one field) on an index's first fields, a range and/or the"
+            " order on its next one. Filters are ANDed; `limit` and `cursor` page through it. No index answers:"
+            " a 400 `no-index` names the index to declare; an operator Jetway does not know is a 400"
+            " `invalid-query`, never ignored.",
             {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*(\\.(asc|desc))?$"},
         ),
         "with_ids": parameter(

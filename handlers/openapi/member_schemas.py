@@ -1,7 +1,7 @@
 """What a collection's JSON Schema says of the member an index field points at: the type of its queries' values.
 
-A query's filter is ``field=op.value`` (``cache.indexes.queries``): the value
-is text, read as the field's declared type. Where the collection has a
+A query's filter is ``field=op.value`` or ``field=in.(a,b)``
+(``cache.indexes.filters``): the value is text, read as the field's declared type. Where the collection has a
 schema, ``/openapi.json`` types that text from it: the member's schema is
 found by walking the field's pointer through ``properties``, ``items`` and
 ``prefixItems`` (following local ``$ref`` and ``allOf``), and its
@@ -17,6 +17,8 @@ from __future__ import annotations
 import json
 import re
 from typing import Any, Dict, List, Optional, Sequence
+
+from cache.indexes.filters import MAX_IN_VALUES
 
 Json = Dict[str, Any]
 
@@ -55,17 +57,33 @@ def member_schema(schema: Any, tokens: Sequence[str]) -> Optional[Json]:
 
 def value_pattern(declared: str, member: Optional[Json]) -> str:
     """The pattern of ``op.value`` for a field of type ``declared`` (string, number, boolean), narrowed by what
-    the member's schema says: an integer's digits, an enum's values."""
+    the member's schema says: an integer's digits, an enum's values; ``in.(a,b)`` with such values too."""
     if member is not None:
         choices = _choices(declared, member)
         if choices is not None:
-            return f"^{_OPERATORS}\\.({'|'.join(re.escape(choice) for choice in choices)})$"
+            one = "|".join(re.escape(choice) for choice in choices)
+            listed = "|".join(_listed(choice) for choice in choices)
+            return f"^({_OPERATORS}\\.({one})|{_in(listed)})$"
     if declared == "boolean":
-        return "^eq\\.(true|false)$"
+        return f"^(eq\\.(true|false)|{_in('true|false')})$"
     if declared == "number":
         integer = member is not None and member.get("type") == "integer"
-        return f"^{_OPERATORS}\\.{_INTEGER if integer else _NUMBER}$"
-    return f"^{_OPERATORS}\\."
+        number = _INTEGER if integer else _NUMBER
+        return f"^({_OPERATORS}\\.{number}|{_in(number)})$"
+    return f"^({_OPERATORS}\\.|in\\.\\(.+\\)$)"
+
+
+def _in(value: str) -> str:
+    """``in.(...)`` of 1 to ``MAX_IN_VALUES`` values, each matching ``value`` (an alternation)."""
+    return f"in\\.\\(({value})(,({value})){{0,{MAX_IN_VALUES - 1}}}\\)"
+
+
+def _listed(choice: str) -> str:
+    """How ``choice`` may be written in an ``in``'s list: as it is, where nothing in it needs quotes, or quoted."""
+    quoted = re.escape('"' + choice.replace("\\", "\\\\").replace('"', '\\"') + '"')
+    if choice and not any(char in choice for char in ',()"\\'):
+        return re.escape(choice) + "|" + quoted
+    return quoted
 
 
 def _choices(declared: str, member: Json) -> Optional[List[str]]:

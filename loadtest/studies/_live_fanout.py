@@ -191,7 +191,7 @@ def in_process(streams: int, size: int) -> str:
     lane = Lane(())
     members = []
     for n in range(streams):
-        live = LiveQuery(b"x:k:1", b"w:k:1", b"[v%05d\0\0" % n, b"(v%05d\0\1" % n)
+        live = LiveQuery(b"x:k:1", b"w:k:1", ((b"[v%05d\0\0" % n, b"(v%05d\0\1" % n),))
         if hasattr(lane, "follow"):  # the index of a lane's queries (at 3cefd6b: none)
             lane.follow(live)
         members.append(Member(live))

@@ -99,6 +99,19 @@ def test_a_planned_range_selects_what_python_selects(
     assert answered(docs, arguments) == wanted
 
 
+def test_an_in_is_a_range_per_distinct_value_in_the_index_order() -> None:
+    """Values of one encoding (1, 1.0, -0, 0) are one range; the ranges are in the index's order whatever the
+    list's; each range's lead is its value's prefix, unless the order is on the in's field."""
+    query = plan(INDEXES, {"score": ["in.(2,1,1.0,-0,0)"]}, 10, None)
+    assert query.index.name == "by_score" and len(query.ranges) == 3
+    assert [r.low for r in query.ranges] == sorted(r.low for r in query.ranges)
+    assert all(r.low == b"[" + r.lead for r in query.ranges)
+    ordered = plan(INDEXES, {"score": ["in.(2,1)"], "order": ["score.desc"]}, 10, None)
+    assert [r.lead for r in ordered.ranges] == [b"", b""] and ordered.descending
+    merged = plan(INDEXES, {"team": ['in.(x,"x")'], "score": ["gt.1"]}, 10, None)
+    assert merged.index.name == "by_team_score" and len(merged.ranges) == 1
+
+
 def test_the_smallest_index_that_fits_answers() -> None:
     assert plan(INDEXES, {"score": ["gt.1"]}, 10, None).index.name == "by_score"
     assert plan(INDEXES, {"team": ["eq.x"], "score": ["gt.1"]}, 10, None).index.name == "by_team_score"
@@ -121,6 +134,14 @@ def test_the_smallest_index_that_fits_answers() -> None:
         ({"score": ["about.1"]}, QueryError, "op.value"),
         ({"score": ["5"]}, QueryError, "op one of eq, gt, gte, lt, lte"),
         ({"age": ["neq.1"]}, QueryError, "op one of"),  # an unknown operator, whatever the field
+        ({"team": ["in.(" + ",".join(f"v{n}" for n in range(21)) + ")"]}, QueryError, "more than 20 values"),
+        ({"team": ["in.()"]}, QueryError, "1 to 20 values"),
+        ({"score": ["in.(1,x)"]}, QueryError, "not a JSON number"),
+        ({"team": ["in.(x)", "eq.x"]}, QueryError, "eq and in"),
+        ({"team": ["in.(x)", "in.(y)"]}, QueryError, "two in lists"),
+        ({"team": ["in.(x)"], "name": ["in.(a)"]}, QueryError, "in on one field at a time"),
+        ({"score": ["in.(1)", "gt.0"]}, QueryError, "score has in and a range"),
+        ({"team": ["in.(x,y)"], "name": ["gt.a"]}, NoIndex, "by_team_name"),
     ],
 )
 def test_queries_that_cannot_be_asked(arguments: Dict[str, List[str]], error: type, says: str) -> None:
@@ -131,7 +152,7 @@ def test_queries_that_cannot_be_asked(arguments: Dict[str, List[str]], error: ty
 def test_what_is_taken_for_a_filter() -> None:
     """Named like a declared field, or valued like ``op.value`` (any lowercase word): a filter, which ``plan``
     refuses if it cannot apply it; the operation's own parameters and anything else (``_=...``) are not."""
-    from cache.indexes.queries import field_names, filters_of
+    from cache.indexes.filters import field_names, filters_of
 
     fields = field_names(INDEXES)
     assert fields == {"name", "team", "score"}
@@ -155,13 +176,13 @@ def test_what_is_taken_for_a_filter() -> None:
 def test_a_page_goes_on_after_a_shard_that_looked_past_stale_entries_only() -> None:
     """One shard stopped at c after stale entries (no body), another gave d: the page ends at c, empty,
     and its cursor goes on after c (not a failure, and not d before what the first shard had left)."""
-    from cache.indexes.queries import _merged
+    from cache.indexes.reads import _merged
 
     query = plan(INDEXES, {"name": ["gte.a"]}, 10, None)
     outcomes = [(True, [b"cut", b"c"]), (True, [b"end", b"", b"d", b"{}", 2])] + [(True, [b"end", b""])] * 14
-    found = _merged(outcomes, query, 10, 1 << 20)
+    found = _merged(outcomes, query, [0] * 16, 10, 1 << 20)
     assert (found.bodies, found.last, found.oversize) == ([], b"c", None)
     # A shard whose first entry was over its share: that entry alone, next.
     outcomes = [(True, [b"more", b"b", b"b", None, 5000])] + [(True, [b"end", b"", b"d", b"{}", 2])] * 15
-    found = _merged(outcomes, query, 10, 1 << 20)
+    found = _merged(outcomes, query, [0] * 16, 10, 1 << 20)
     assert (found.bodies, found.oversize) == ([], b"b")

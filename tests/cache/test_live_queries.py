@@ -30,15 +30,20 @@ marks = st.lists(
 
 @settings(max_examples=100, deadline=None)
 @given(
-    queries=st.lists(st.tuples(st.sampled_from([b"i", b"j"]), bounds, bounds), min_size=1, max_size=30),
+    queries=st.lists(
+        st.tuples(st.sampled_from([b"i", b"j"]), st.lists(st.tuples(bounds, bounds), min_size=1, max_size=3)),
+        min_size=1,
+        max_size=30,
+    ),
     events=st.lists(marks, min_size=1, max_size=10),
 )
 def test_the_index_of_many_live_queries_judges_as_each_query_alone(queries, events) -> None:
-    """``LiveIndex`` only narrows: an event's judgements are those of every query judged one by one."""
+    """``LiveIndex`` only narrows: an event's judgements are those of every query judged one by one (a query of
+    several ranges, an ``in``'s, judged once)."""
     from cache.feed.live_queries import LiveIndex, LiveQuery
     from cache.feed.streams import Event
 
-    live = [LiveQuery(b"x:%s:1" % name, b"w:%s:1" % name, low, high) for name, low, high in queries]
+    live = [LiveQuery(b"x:%s:1" % name, b"w:%s:1" % name, tuple(ranges)) for name, ranges in queries]
     index = LiveIndex(live)
     for n, event_marks in enumerate(events):
         event = Event(0, (n, 0), b"put", b"d", b'"e"', tuple(event_marks))
@@ -58,8 +63,8 @@ def test_an_event_is_judged_against_the_queries_its_entries_can_be_in_not_every_
             judged.append(self)
             return super().judge(event)
 
-    live = [Counted(b"x:k:1", b"w:k:1", b"[v%04d\0\0" % n, b"(v%04d\0\1" % n) for n in range(2000)]
-    live.append(Counted(b"x:k:1", b"w:k:1", b"-", b"+"))  # one wide range: it does not widen the others
+    live = [Counted(b"x:k:1", b"w:k:1", ((b"[v%04d\0\0" % n, b"(v%04d\0\1" % n),)) for n in range(2000)]
+    live.append(Counted(b"x:k:1", b"w:k:1", ((b"-", b"+"),)))  # one wide range: it does not widen the others
     index = LiveIndex(live)
     event = Event(0, (1, 0), b"put", b"d", b'"e"', ((b"x:k:1", b"v0042\0\0d"), (b"w:k:1", b"v1999\0\0d")))
     assert index.judge(event) == {live[42]: True, live[1999]: False, live[2000]: True}

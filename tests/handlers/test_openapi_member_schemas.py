@@ -57,3 +57,16 @@ def test_patterns_take_what_a_query_of_that_type_accepts() -> None:
     late = re.compile(value_pattern("string", member_schema(SCHEMA, ["late"])))
     assert late.match("eq.x.y") and not late.match("eq.xzy")  # the enum's text is escaped
     assert re.compile(value_pattern("string", None)).match("eq.anything at all")
+
+
+def test_patterns_take_an_in_of_values_of_that_type() -> None:
+    number = re.compile(value_pattern("number", None))
+    assert number.match("in.(1,-2.5,1e3)") and not number.match("in.(1,x)") and not number.match("in.()")
+    assert number.match("in.(" + ",".join(["1"] * 20) + ")") and not number.match("in.(" + ",".join(["1"] * 21) + ")")
+    boolean = re.compile(value_pattern("boolean", None))
+    assert boolean.match("in.(true,false)") and not boolean.match("in.(yes)")
+    tier = re.compile(value_pattern("string", member_schema(SCHEMA, ["tier"])))
+    assert tier.match("in.(gold,silver)") and tier.match('in.("gold")') and not tier.match("in.(gold,bronze)")
+    odd = re.compile(value_pattern("string", {"enum": ["a,b", 'say "hi"']}))
+    assert odd.match('in.("a,b","say \\"hi\\"")') and not odd.match("in.(a,b)")
+    assert re.compile(value_pattern("string", None)).match('in.(anything,"at all")')

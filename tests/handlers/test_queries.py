@@ -116,6 +116,68 @@ def test_equality_ranges_and_order_answer_what_python_computes(api) -> None:
     assert found == [documents[doc_id] for _, doc_id in wanted]
 
 
+def in_list(values: List[Any]) -> str:
+    """``in.(...)`` with each value quoted where it must be, URL-encoded."""
+    written = []
+    for value in values:
+        text = value if isinstance(value, str) else json.dumps(value)
+        if text == "" or any(char in text for char in ',()"\\'):
+            text = '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        written.append(text)
+    return quote("in.(" + ",".join(written) + ")")
+
+
+def test_generated_in_queries_answer_what_python_computes(api) -> None:
+    """``in`` over generated documents and queries: the ranges of its values merged in the order of what follows
+    them (or, ordered by the in's field, one after another), paged by small limits, held to Python's answer."""
+    email, customer = INDEXES["by_email"]["fields"][0], INDEXES["by_customer_created"]["fields"][0]
+    declare(api, "states", {**INDEXES, "by_email_customer": {"fields": [email, customer]}})
+    documents = orders(250, seed=5)
+    documents["o9998"] = {"customer": {"id": "a,b"}, "created": 5, "email": 'q"t@x'}
+    # In no index but by_email:
+    documents["o9999"] = {"customer": {"id": 3}, "created": "5", "email": "user1@example.com"}
+    for doc_id, document in documents.items():
+        put(api, "states", doc_id, document)
+    rng = random.Random(59)
+    customers = ["ann", "bob", "cy", "nobody", "a,b"]
+    emails = [f"user{n}@example.com" for n in range(17)] + ['q"t@x']
+    createds = sorted({d["created"] for d in documents.values() if isinstance(d["created"], (int, float))})
+    number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)  # noqa: E731
+    for _ in range(40):
+        limit = rng.choice([1, 2, 5, 50])
+        which = rng.choice(["customer", "created", "email"])
+        descending = rng.random() < 0.5
+        direction = "desc" if descending else "asc"
+        if which == "customer":  # by_customer_created: merged by created, then id
+            chosen = rng.sample(customers, rng.randint(1, 4))
+            low = rng.choice([None, -10, 0, 50])
+            query = f"customer={in_list(chosen)}&order=created.{direction}"
+            query += f"&created=gte.{low}" if low is not None else ""
+            found = [(d["created"], doc_id) for doc_id, d in documents.items() if d["customer"]["id"] in chosen
+                     and number(d["created"]) and (low is None or d["created"] >= low)]  # fmt: skip
+        elif which == "created":  # by_created, ordered by the in's own field: one value after another
+            chosen = rng.sample(createds, rng.randint(1, 6))
+            query = f"created={in_list(chosen)}&order=created.{direction}"
+            found = [(d["created"], doc_id) for doc_id, d in documents.items() if number(d["created"])
+                     and d["created"] in chosen]  # fmt: skip
+        else:  # by_email_customer with the in on email: merged by customer, then id
+            chosen = rng.sample(emails, rng.randint(1, 5))
+            query = f"email={in_list(chosen)}&customer=eq.bob"
+            descending = False
+            found = [(0, doc_id) for doc_id, d in documents.items() if d["email"] in chosen
+                     and d["customer"]["id"] == "bob"]  # fmt: skip
+        wanted = [documents[doc_id] for _, doc_id in sorted(found, reverse=descending)]
+        assert query_all(api, "states", query, limit=limit) == wanted, query
+
+
+def test_an_in_takes_a_stated_number_of_values(api) -> None:
+    declare(api, "many")
+    answer = api.get("/v1/many?customer=" + in_list([f"c{n}" for n in range(21)]))
+    assert answer.status_code == 400
+    assert answer.json()["type"] == PROBLEM + "invalid-query" and "more than 20 values" in answer.json()["detail"]
+    assert api.get("/v1/many?customer=" + in_list([f"c{n}" for n in range(20)])).status_code == 200
+
+
 def test_answers_are_the_stored_bytes_with_a_weak_etag(api) -> None:
     declare(api, "shop")
     body = b'{ "email" : "a@x",  "created": 1.50 }'
@@ -350,6 +412,11 @@ def test_openapi_types_a_fields_values_from_the_collections_schema(api) -> None:
         ("created", "gte.x", 400),
         ("customer", "eq.C1", 200),
         ("email", "eq.a@x.example", 200),
+        ("created", "in.(5,6)", 200),
+        ("created", "in.(5,x)", 400),
+        ("customer", 'in.(C1,"C2")', 200),
+        ("email", 'in.(a@x.example,"b,c")', 200),
+        ("email", "in.()", 400),
     ):
         assert bool(patterns[name].match(value)) == (served == 200), (name, value)
         assert api.get(f"/v1/schemed?{name}={quote(value)}").status_code == served, (name, value)
