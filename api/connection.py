@@ -106,6 +106,8 @@ class JetwayConnection(CycloneConnection):
         self.closing = False
         self.keep_alive = True
         self._buffer = bytearray()
+        # The bytes of the read that filled an empty buffer, while the buffer holds just them (``_read_head``).
+        self._fresh: Optional[bytes] = None
         self._head: Optional[RequestHead] = None
         self._heads = RepeatedHeads()  # its last head, parsed: the next is most often the same bytes
         self._routed: Optional[Routed] = None  # the route of the request whose head was read
@@ -159,6 +161,7 @@ class JetwayConnection(CycloneConnection):
             # The first byte of a request starts its header clock; later
             # bytes do not reset it.
             self._deadline.arm(self.limits.header_timeout, 408)
+        self._fresh = data if not self._buffer else None
         self._buffer += data
         if self._streamed is not None:
             self._feed_stream(self._streamed)
@@ -223,6 +226,15 @@ class JetwayConnection(CycloneConnection):
         return True
 
     def _read_head(self) -> Optional[RequestHead]:
+        fresh, self._fresh = self._fresh, None
+        # Nothing taken or added since that read, and no blank lines before the head (RFC 9112 2.2: below).
+        if fresh is not None and len(fresh) == len(self._buffer) and not fresh.startswith(b"\r\n"):
+            # Searched and sliced as bytes: on PyPy, bytearray.find of a 1 KB head (a JWT's) is ~70x slower
+            # than bytes.find, and copying a slice of it out ~3x slower than slicing bytes.
+            end = fresh.find(b"\r\n\r\n")
+            if end > 0:
+                del self._buffer[: end + 4]
+                return self._heads.parse(fresh[:end])
         while self._buffer.startswith(b"\r\n"):  # RFC 9112 2.2: ignore blank lines first
             del self._buffer[:2]
         end = self._buffer.find(b"\r\n\r\n")

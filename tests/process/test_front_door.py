@@ -228,6 +228,23 @@ def test_pipelined_requests_are_answered_in_order(conn):
     assert bodies == expected
 
 
+def test_blank_lines_before_a_request_are_ignored_and_a_repeated_head_is_read_again(conn):
+    """RFC 9112 2.2, whether the blank lines come in the same read as the head or in one of their own; and a
+    head sent again on the connection (parsed once, then remembered) answers as the first did."""
+    for blank in (b"\r\n", b"\r\n\r\n"):
+        conn.send(blank + request("GET", "/healthz"))
+        assert conn.response()[:1] == (200,)
+    conn.send(b"\r\n")
+    time.sleep(0.2)
+    conn.send(request("GET", "/healthz"))
+    assert conn.response()[:1] == (200,)
+    for _ in range(3):
+        conn.send(put("/v1/c/again", b'{"n":3}'))
+        assert conn.response()[0] in (200, 201)
+        conn.send(request("GET", "/v1/c/again"))
+        assert conn.response()[::2] == (200, b'{"n":3}')
+
+
 def test_large_pipelined_responses_arrive_whole_and_in_order(api):
     """Some bodies are larger than the socket's buffers: what the kernel does not take at once waits its turn."""
     expected = {"/healthz": b'{"status":"ok"}', "/v1/c/small": b'{"n":0}'}
