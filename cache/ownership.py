@@ -16,7 +16,9 @@ In the settings (``PUT /v1/_collections/{coll}``)::
   claim (``true`` by default); without it, such a create is refused.
 
 Declaring the rule declares an index on the member (``OWNER_INDEX``, field
-``OWNER_FIELD``), so a user's page is a query on it, never a scan.
+``OWNER_FIELD``), so a user's page is a query on it, never a scan, and a
+read of many documents by id keeps another's out before any byte of it is
+counted (``OwnedReads``).
 
 A request is bound by the rule when its caller has an identity (a verified
 JWT) and no bypassing grant; it then acts as ``Owner(value)``: the claim's
@@ -25,11 +27,12 @@ value, a string. Authorization off, or an opaque token, binds nothing.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Mapping, Optional, Sequence, Tuple
 
 from cache.indexes.declared import Index, IndexField
-from cache.indexes.values import STRING, member, pointer_tokens
+from cache.indexes.values import STRING, encode, member, pointer_tokens
 
 OWNER_INDEX = "owner_rule"
 OWNER_FIELD = "_owner"
@@ -59,6 +62,17 @@ class OwnerRule:
         """The index the rule declares: the owner member, as a string, under ``OWNER_FIELD``."""
         return Index(OWNER_INDEX, (IndexField(OWNER_FIELD, self.pointer, self.tokens, STRING),))
 
+    @functools.cached_property
+    def index_state(self) -> bytes:
+        """The index in a shard's states (``<name>:<version>``), found once per rule (its version is a digest)."""
+        return f"{OWNER_INDEX}:{self.index.version}".encode()
+
+    def reads_of(self, owner: str, sees: Callable[[Any], bool]) -> OwnedReads:
+        """What reads of many documents by ``owner`` (a bound caller's) see: ``OwnedReads``."""
+        value = encode(owner, STRING) if owner != NOBODY else None
+        # NOBODY's entries match none: every entry holds its value's end (two NULs) before the id, and no id a NUL.
+        return OwnedReads(self.index_state, value or b"", sees)
+
     def owner_in(self, document: Any) -> Optional[str]:
         """The document's owner (parsed JSON): the member's value if it is a non-empty string, else None."""
         value = member(document, self.tokens)
@@ -77,6 +91,31 @@ class OwnerRule:
             return None
         value = claims.get(self.claim)
         return value if isinstance(value, str) and 0 < len(value.encode()) <= MAX_OWNER_BYTES else NOBODY
+
+
+@dataclass(frozen=True)
+class OwnedReads:
+    """What a bound caller's reads of many documents by id see: the documents whose owner entry is theirs.
+
+    A document's entry in the rule's index is kept in its own hash, beside
+    its body, by the scripts that write either (``cache.indexes.scripts``).
+    A read that compares it there (``cache.documents.bounded_reads``,
+    ``cache.batches.batch``) leaves another's document out before anything
+    of it is measured, counted or sent: it is a missing one in every byte
+    budget and every answer, and no body is parsed to tell. The entry is the
+    verdict a bound page's query trusts too. A shard where the index is not
+    built yet (the rule was just declared) cannot tell: such a read fails
+    ``IndexNotReady``, as a bound page does. ``sees`` judges a document the
+    worker holds already (the hot cache's), by its body, as a single read does.
+    """
+
+    index: bytes  # the rule's index in a shard's states hash: ``<name>:<version>``
+    value: bytes  # the owner as the index encodes it: an owned document's entry is this, then its id
+    sees: Callable[[Any], bool]
+
+    def entry(self, doc_id: bytes) -> bytes:
+        """The entry the document ``doc_id`` holds when it is the owner's."""
+        return self.value + doc_id
 
 
 # The owner of a caller the rule binds but cannot name (no such claim; an opaque token not let by): no

@@ -51,7 +51,7 @@ from cache.json.spans import Span, element_member_spans
 from cache.memory_return import MemoryReturn
 from cache.turns import in_turns
 from handlers.base import JSON_TYPE, ResourceHandler, as_api_error, too_large
-from handlers.batch_ownership import judged, owned_write, owners_of, pin_writes
+from handlers.batch_ownership import judged, owned_gets, owned_write, owners_of, pin_writes
 from handlers.http import validation
 from handlers.http.auth import may
 from handlers.http.errors import ApiError, bad_request
@@ -157,6 +157,7 @@ class BatchHandler(ResourceHandler):
         checked.clear()
         if owners:  # each bound write judged against its document as stored (one multi-read), and pinned to it
             ready = yield pin_writes(self.batches, ready, owners, self.max_body, self.response_budget)
+            ready = owned_gets(ready, owners)  # each bound get sees only the caller's documents, in the budget too
         operations = [item for item in ready if isinstance(item, Operation)]
         fresh = validation.wants_fresh(self.request.headers.get("Cache-Control"))
         minimal = "return=minimal" in self.request.headers.get("Prefer", "").replace(" ", "")

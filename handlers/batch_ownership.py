@@ -1,7 +1,7 @@
 """A batch under owner rules: each operation of a bound caller (``handlers.ownership``) as its single request.
 
 Only for the collections whose rule binds the caller (``owners_of``; for
-everyone else it is empty and nothing here runs), in three steps of
+everyone else it is empty and nothing here runs), in four steps of
 ``handlers.batch``:
 
 - a put's or create's document is made its writer's before it is planned
@@ -15,8 +15,12 @@ everyone else it is empty and nothing here runs), in three steps of
   (412), then it is sent with ``if_match`` that ETag (or ``if_none_match``
   ``*``), so a write by someone else in between is a 412, never an
   overwrite; a patch that would change the owner member is a 403;
-- after it ran, a get of another's document is the result of a missing one
-  (``judged``).
+- a get reads only the caller's document (``owned_gets``: the rule's
+  ``OwnedReads``, applied by the runner): another's is measured, read and
+  counted as a missing one, so it spends none of the answer's byte budget
+  and its result is a missing one's 404, whatever its size;
+- after it ran, a patch whose document another writer changed since its
+  owner was checked is a 412, as a single PATCH's (``judged``).
 
 Operations of one batch on one document are judged in order: a later one
 against what an earlier one leaves (its planned ETag, or no document after
@@ -41,12 +45,13 @@ from cache.errors import DocumentNotFound, PreconditionFailed, WriteConflict
 from handlers.base import as_api_error
 from handlers.http.auth import Grant
 from handlers.http.errors import ApiError
-from handlers.ownership import bound_owner, keeping_owner, owned_document, pinned, visible, visible_document
+from handlers.ownership import bound_owner, keeping_owner, owned_document, owned_reads, pinned, visible
 
 # The collections whose owner rule binds the caller: each one's settings and the owner it acts as.
 Owners = Dict[bytes, Tuple[CollectionSettings, str]]
 Checked = Union[Operation, ApiError]
 _PINNED = frozenset({PUT, PATCH, DELETE})
+_GETS = frozenset({GET})
 
 
 def owners_of(grant: Optional[Grant], rules: Dict[bytes, CollectionSettings]) -> Owners:
@@ -89,19 +94,20 @@ def pin_writes(batches: BatchRunner, ready: List[Checked], owners: Owners, max_s
     return [_pinned(item, owners, state, earlier) if _bound(item, owners, _PINNED) else item for item in ready]
 
 
+def owned_gets(ready: List[Checked], owners: Owners) -> List[Checked]:
+    """``ready`` with each bound get reading only its caller's documents: another's is a missing one before the
+    batch's byte budget counts anything (``owned_reads``), as in a multi-get."""
+    reads = {name: owned_reads(settings, owner) for name, (settings, owner) in owners.items()}
+    return [replace(item, owned=reads[item.collection]) if _bound(item, owners, _GETS) else item for item in ready]
+
+
 def judged(results: Iterable[OperationResult], owners: Owners) -> Iterator[OperationResult]:
-    """The run's results, each bound get of another's document made a missing one's, as each is rendered."""
+    """The run's results, each bound patch that lost its document to another writer a 412, as each is rendered."""
     for result in results:
         operation = result.operation
-        if operation.collection in owners:
-            settings, owner = owners[operation.collection]
-            assert settings.owner is not None
-            document = result.document
-            if operation.op == GET and document is not None and not visible_document(settings.owner, owner, document):
-                result.document, result.error = None, DocumentNotFound()
-            elif operation.op == PATCH and isinstance(result.error, WriteConflict):
-                # Its document changed since its owner was checked: a single PATCH's 412 (it re-reads, pinned).
-                result.error = PreconditionFailed()
+        if operation.op == PATCH and operation.collection in owners and isinstance(result.error, WriteConflict):
+            # Its document changed since its owner was checked: a single PATCH's 412 (it re-reads, pinned).
+            result.error = PreconditionFailed()
         yield result
 
 

@@ -34,7 +34,7 @@ from handlers.http.deferreds import is_deferred
 from handlers.http.errors import ApiError, bad_request
 from handlers.http.problems import RETRY_AFTER_SECONDS
 from handlers.idempotency import respond_once
-from handlers.ownership import bound_owner, only_owned, owned_document
+from handlers.ownership import bound_owner, owned_document, owned_reads
 from handlers.paths import DOCUMENT
 
 _log = Logger()
@@ -106,9 +106,8 @@ class CollectionHandler(ComposedHandler):
                 raise bad_request("ids cannot be combined with cursor", "invalid-ids")
             wanted = validation.id_list(ids, self.max_ids)
             validation.limit_beside_ids(self.query_argument("limit"), len(wanted))
-            reading = self.store.get_many(name, wanted, self.response_budget)
-            if owner is not None:
-                reading.addCallback(only_owned, settings.owner, owner)
+            owned = None if owner is None else owned_reads(settings, owner)  # another's: as a missing one
+            reading = self.store.get_many(name, wanted, self.response_budget, owned)
             return self.with_collection_policy(name, reading).addCallback(self._send_many)
         limit = validation.limit(self.query_argument("limit"))
         after = validation.decode_cursor(self.query_argument("cursor"))

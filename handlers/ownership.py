@@ -6,7 +6,9 @@ lets by. Such a caller:
 
 - sees a document only if its owner member names them: another user's
   document is answered exactly as a missing one (404, a multi-get's
-  ``null``), so existence is not told;
+  ``null``), so existence is not told; where many are read at once (a
+  multi-get, a batch's gets) another's is left out before the answer's
+  byte budget counts it (``owned_reads``), so neither is its size;
 - writes only documents it owns, and only as their owner: a new document's
   owner member must name the writer (or is filled in from the claim when
   the rule says ``fill``), and no write may change it;
@@ -26,14 +28,14 @@ show or change what the rule hides (``refuse_bound``).
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Tuple
+from typing import Any, Optional, Tuple
 
 from cache.collection_settings import CollectionSettings
 from cache.documents.document import Conditions, Document, PreconditionFailed, epoch_of, tag_matches
 from cache.documents.write_plan import Planner, WritePlan
 from cache.indexes.values import MISSING, member
 from cache.json import codec
-from cache.ownership import NOBODY, OwnerRule
+from cache.ownership import NOBODY, OwnedReads, OwnerRule
 from handlers.http.auth import Grant
 from handlers.http.errors import ApiError
 
@@ -122,9 +124,12 @@ def keeping_owner(rules: CollectionSettings, owner: str, planner: Planner) -> Pl
     return plan
 
 
-def only_owned(bodies: List[Optional[Any]], rule: OwnerRule, owner: str) -> List[Optional[Any]]:
-    """A multi-get's bodies, each another's (or unreadable) replaced by None: as a missing document's."""
-    return [body if visible(rule, owner, body) else None for body in bodies]
+def owned_reads(settings: CollectionSettings, owner: str) -> OwnedReads:
+    """What ``owner``'s reads of many documents see (a multi-get's, a batch's gets): another's document is left
+    out in Redis, before any budget counts it, as a missing one (``cache.ownership.OwnedReads``)."""
+    rule = settings.owner
+    assert rule is not None
+    return rule.reads_of(owner, lambda document: visible_document(rule, owner, document))
 
 
 def refuse_bound(grant: Optional[Grant], settings: CollectionSettings, what: str) -> None:

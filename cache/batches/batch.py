@@ -41,6 +41,13 @@ whose document outgrew its share, gets its own 413 (``OverBudget``) and the
 other operations run as they would: a write never depends on a read's
 size. Gets of one document in one segment, with no write of it between
 them, read it once.
+
+A get of a caller bound by an owner rule (``Operation.owned``) is measured
+and read through the owner-checking scripts (``OWNED_SIZE``,
+``READ_OWNED_ONE_WITHIN``; ``cache.ownership.OwnedReads``), and its hot-cache
+hit judged (``OwnedReads.sees``), before anything counts it: another's
+document is a missing one in the admission, the answer's budget and the
+result alike.
 """
 
 from __future__ import annotations
@@ -56,7 +63,7 @@ from cache.batches.operations import CREATE, DELETE, GET, PATCH, PUT, WRITES, Op
 from cache.batches.segments import PatchReads, segment_bytes, segments
 from cache.batches.versions import Judge, Target, read_versions
 from cache.documents import scripts
-from cache.documents.bounded_reads import DEFAULT_BUDGET, OverBudget
+from cache.documents.bounded_reads import DEFAULT_BUDGET, OverBudget, not_built
 from cache.documents.document import (
     Conditions,
     Document,
@@ -73,10 +80,13 @@ from cache.documents.write_plan import KEPT
 from cache.errors import DocumentNotFound, DocumentTooLarge, NotReplicated, PreconditionFailed, WriteConflict
 from cache.json import codec
 from cache.json.merge_patch import merge_patch
+from cache.ownership import OwnedReads
 from cache.redis.link import Link
 from cache.turns import in_turns
 
-_SCRIPTS = [scripts.WRITE_MANY, scripts.PUT, scripts.DELETE, scripts.READ_ONE_WITHIN]
+_SCRIPTS = [scripts.WRITE_MANY, scripts.PUT, scripts.DELETE, scripts.READ_ONE_WITHIN, scripts.READ_OWNED_ONE_WITHIN]
+# The cap of a bound get that needs none (the batch's gets fit the budget whatever is stored).
+_UNCAPPED = 1 << 53
 # A merge of a document this large takes milliseconds of CPU, more under load: it gets a reactor turn of its own.
 HEAVY_MERGE = 256 * 1024
 
@@ -146,8 +156,14 @@ class BatchRunner:
         )
         if sum(result.operation.max_size for result in gets) + written <= budget:
             return defer.succeed({})
-        targets = list({(r.operation.collection, r.operation.doc_id): None for r in gets})
-        measured = self._link.pipeline([(b"HSTRLEN", keys.document_key(*target), b"b") for target in targets])
+        owned = {(r.operation.collection, r.operation.doc_id): r.operation.owned for r in gets}
+        targets = list(owned)
+        if not any(owned.values()):
+            measured = self._link.pipeline([(b"HSTRLEN", keys.document_key(*target), b"b") for target in targets])
+        else:  # another's document measured as a missing one (0); -1, an index being built: its read fails
+            commands = [_measure(target, owned[target]) for target in targets]
+            measured = self._link.pipeline_scripts(commands, [scripts.OWNED_SIZE])
+            measured.addCallback(lambda sizes: [max(size, 0) for size in sizes])
         return measured.addCallback(lambda sizes: admitted_gets(results, dict(zip(targets, sizes)), budget, minimal))
 
     def concern_of(self, operations: Sequence[Operation]) -> WriteConcern:
@@ -219,6 +235,9 @@ class BatchRunner:
         if result.operation.op == GET and not fresh and target not in plan.written:
             result.document = self._store.cached(*target)
             if result.document is not None:
+                owned = result.operation.owned
+                if owned is not None and not owned.sees(result.document):
+                    result.document, result.error = None, DocumentNotFound()  # another's: a missing one's
                 return
         if result.operation.op == GET and target in plan.reading:
             plan.sharing.append((result, plan.reading[target]))
@@ -259,6 +278,8 @@ class BatchRunner:
         """
         operation = result.operation
         if operation.op == GET:
+            if operation.owned is not None:
+                return _read_owned(operation, operation.owned, _UNCAPPED if cap is None else cap)
             if cap is not None:
                 return _read_within(operation, cap)
             return read_command(operation.collection, operation.doc_id)
@@ -328,6 +349,25 @@ def _read_within(operation: Operation, cap: int) -> Tuple[Any, ...]:
     return scripts.READ_ONE_WITHIN.call([keys.document_key(operation.collection, operation.doc_id)], [cap])
 
 
+def _owned_keys(target: Target) -> List[bytes]:
+    """The keys of a bound get's scripts: its shard's index states, and its document."""
+    collection, doc_id = target
+    return [keys.index_states_key(collection, keys.shard_of(doc_id)), keys.document_key(collection, doc_id)]
+
+
+def _read_owned(operation: Operation, owned: OwnedReads, cap: int) -> Tuple[Any, ...]:
+    """A bound get's read (``READ_OWNED_ONE_WITHIN``): as ``_read_within``, another's document a missing one."""
+    target = (operation.collection, operation.doc_id)
+    return scripts.READ_OWNED_ONE_WITHIN.call(_owned_keys(target), [owned.index, owned.entry(operation.doc_id), cap])
+
+
+def _measure(target: Target, owned: Optional[OwnedReads]) -> Tuple[Any, ...]:
+    """A get's document's size before it is admitted; a bound get's by ``OWNED_SIZE`` (another's: 0)."""
+    if owned is None:
+        return (b"HSTRLEN", keys.document_key(*target), b"b")
+    return scripts.OWNED_SIZE.call(_owned_keys(target), [owned.index, owned.entry(target[1])])
+
+
 def _heavy(result: OperationResult, reads: PatchReads) -> bool:
     """Whether ``result`` is a patch of a large document: its merge takes a reactor turn of its own."""
     operation = result.operation
@@ -361,6 +401,8 @@ def _settle(result: OperationResult, prepared: Any, ok: bool, reply: Any) -> Non
         return
     operation = result.operation
     try:
+        if operation.op == GET and operation.owned is not None and reply == -1:
+            raise not_built(operation.owned, 0, 1)  # its shard cannot tell whose the document is yet
         if operation.op == GET and isinstance(reply, int):
             raise OverBudget(
                 reply,

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Optional, Tuple
 from cache.documents.store import NO_CONDITIONS, Conditions, Document
 from cache.documents.write_plan import Planner
 from cache.indexes.declared import NO_INDEX_ARGS
+from cache.ownership import OwnedReads
 
 if TYPE_CHECKING:
     from cache.documents.bounded_reads import OverBudget
@@ -36,6 +37,7 @@ class Operation:
     planner: Optional[Planner] = None  # a patch's: its merged document's plan, or the exception refusing it
     replicas: Optional[int] = None  # the collection's own write_replicas (None: the deployment's)
     indexed: Tuple[Any, ...] = NO_INDEX_ARGS  # a put's entries in its collection's indexes (cache.indexes.declared)
+    owned: Optional[OwnedReads] = None  # a bound caller's get: only its own document, another's a missing one
 
 
 @dataclass

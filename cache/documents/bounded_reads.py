@@ -19,6 +19,12 @@ document may grow between the rounds, hence a few rounds at most, then
 ``WriteConflict``: the documents kept changing size while read). What does
 not fit raises ``OverBudget`` before any of it is sent, or, for a page
 (``cut``), ends the page early: the longest run of ids, in order, that fits.
+
+A reader bound by an owner rule reads through ``scripts.READ_OWNED_WITHIN``
+(``owned``: ``cache.ownership.OwnedReads``): a document whose owner entry is
+not the reader's is measured, counted and sent as a missing one, in every
+round, so the answer (a 413's sizes too) is the one missing ids would get.
+Everyone else's reads are the plain script's, as they were.
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ from twisted.internet import defer
 from cache import keys
 from cache.documents import scripts
 from cache.errors import StoreError, WriteConflict
+from cache.indexes.queries import IndexNotReady
+from cache.ownership import OwnedReads
 from cache.redis.link import Link
 
 # What one answer composed from stored documents may carry (JETWAY_MAX_RESPONSE_BYTES).
@@ -54,8 +62,20 @@ class OverBudget(StoreError):
         self.budget = budget
 
 
+def not_built(owned: OwnedReads, built: int, shards: int) -> IndexNotReady:
+    """What a bound read answers when ``shards`` - ``built`` of the shards it read are building the owner
+    rule's index (the rule just declared): a 409 until they are built, as a bound page's (``handlers.collections``)."""
+    return IndexNotReady(owned.index.split(b":")[0].decode(), built, shards)
+
+
 def read_within(
-    link: Link, collection: bytes, doc_ids: Sequence[bytes], counts: Sequence[int], budget: int, cut: bool = False
+    link: Link,
+    collection: bytes,
+    doc_ids: Sequence[bytes],
+    counts: Sequence[int],
+    budget: int,
+    cut: bool = False,
+    owned: Optional[OwnedReads] = None,
 ) -> defer.Deferred:
     """The bodies of the distinct ``doc_ids`` (None where missing), each counted ``counts[i]`` times.
 
@@ -63,19 +83,31 @@ def read_within(
     ``OverBudget`` is raised; with ``cut`` the first ``covered`` ids are
     (always at least one: a document larger than the budget on its own,
     stored before ``JETWAY_MAX_BODY`` was lowered, still gets a page).
+    ``owned``: only the owner's documents are read, others are missing ones
+    (``IndexNotReady`` while the owner rule's index is built).
     """
     if not doc_ids:
         return defer.succeed(([], 0))
-    return _BoundedRead(link, collection, doc_ids, counts, budget, cut).first_round()
+    return _BoundedRead(link, collection, doc_ids, counts, budget, cut, owned).first_round()
 
 
 class _BoundedRead:
     """The state of one read across its rounds (plain callbacks: no generator frame keeps bodies)."""
 
     def __init__(
-        self, link: Link, collection: bytes, doc_ids: Sequence[bytes], counts: Sequence[int], budget: int, cut: bool
+        self,
+        link: Link,
+        collection: bytes,
+        doc_ids: Sequence[bytes],
+        counts: Sequence[int],
+        budget: int,
+        cut: bool,
+        owned: Optional[OwnedReads] = None,
     ) -> None:
         self.link = link
+        self.collection = collection
+        self.owned = owned
+        self.entries = [owned.entry(doc_id) for doc_id in doc_ids] if owned is not None else []
         self.doc_keys = [keys.document_key(collection, doc_id) for doc_id in doc_ids]
         self.shards = [keys.shard_of(doc_id) for doc_id in doc_ids]
         self.counts = counts
@@ -92,6 +124,11 @@ class _BoundedRead:
 
     def _round(self, groups: List[Tuple[List[int], int]], number: int) -> defer.Deferred:
         """One script per shard (its indexes and allowance), all in one pipeline."""
+        if self.owned is not None:
+            commands = [self._owned_read(indexes, allowance, self.owned) for indexes, allowance in groups]
+            return self.link.pipeline_scripts(commands, [scripts.READ_OWNED_WITHIN]).addCallback(
+                self._replied, groups, number
+            )
         commands = [
             scripts.READ_WITHIN.call(
                 [self.doc_keys[i] for i in indexes], [allowance, *(self.counts[i] for i in indexes)]
@@ -101,7 +138,19 @@ class _BoundedRead:
         sent = self.link.pipeline_scripts(commands, [scripts.READ_WITHIN])
         return sent.addCallback(self._replied, groups, number)
 
+    def _owned_read(self, indexes: List[int], allowance: int, owned: OwnedReads) -> Tuple[Any, ...]:
+        """One shard's ``READ_OWNED_WITHIN``: its index states, its documents, and the entries that are the owner's."""
+        args: List[Any] = [allowance, owned.index]
+        for i in indexes:
+            args += (self.counts[i], self.entries[i])
+        states = keys.index_states_key(self.collection, self.shards[indexes[0]])
+        return scripts.READ_OWNED_WITHIN.call([states, *(self.doc_keys[i] for i in indexes)], args)
+
     def _replied(self, replies: List[Any], groups: List[Tuple[List[int], int]], number: int) -> Any:
+        if self.owned is not None:
+            unready = sum(reply == -1 for reply in replies)
+            if unready:  # a shard cannot tell whose its documents are yet: no answer, rather than a wrong one
+                raise not_built(self.owned, len(replies) - unready, len(replies))
         for (indexes, _), reply in zip(groups, replies):
             self._take(indexes, reply)
         limit = self.budget

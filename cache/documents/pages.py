@@ -15,6 +15,7 @@ from twisted.internet import defer
 from cache import keys
 from cache.documents import bounded_reads, scripts
 from cache.documents.document import Page
+from cache.ownership import OwnedReads
 from cache.redis.link import Link
 
 
@@ -96,12 +97,17 @@ class DocumentPages:
         return cards.addCallback(sum)
 
     def get_many(
-        self, collection: bytes, doc_ids: Sequence[bytes], budget: int = bounded_reads.DEFAULT_BUDGET
+        self,
+        collection: bytes,
+        doc_ids: Sequence[bytes],
+        budget: int = bounded_reads.DEFAULT_BUDGET,
+        owned: Optional[OwnedReads] = None,
     ) -> defer.Deferred:
         """The bodies of ``doc_ids`` in order, None where missing; ``OverBudget`` past ``budget`` bytes.
 
         Each distinct id is read once, and counted in the budget as many
         times as it is asked (the answer repeats it): ``cache.documents.bounded_reads``.
+        ``owned``: a bound reader's, to whom another's document is a missing one, in the budget too.
         """
         if not doc_ids:
             return defer.succeed([])
@@ -109,7 +115,7 @@ class DocumentPages:
         for doc_id in doc_ids:
             asked[doc_id] = asked.get(doc_id, 0) + 1
         distinct = list(asked)
-        read = bounded_reads.read_within(self._link, collection, distinct, list(asked.values()), budget)
+        read = bounded_reads.read_within(self._link, collection, distinct, list(asked.values()), budget, owned=owned)
         return read.addCallback(_in_asked_order, distinct, doc_ids)
 
     def _prune(self, collection: bytes, stale_ids: List[bytes]) -> None:

@@ -341,6 +341,51 @@ return sizes
 """
 )
 
+# READ_WITHIN for a reader bound by an owner rule (cache.ownership.OwnedReads):
+# only the documents whose entry in the rule's index (the hash's field
+# x:<name>:<version>, kept with the body by the writes' scripts:
+# cache.indexes.scripts) is ARGV[2i] count; any other is read as a missing
+# one (size 0, no body), so another's document is in no allowance and no
+# reply. KEYS[1]: the shard's index states; KEYS[i], i >= 2: its documents.
+# ARGV[1]: the bytes allowed; ARGV[2]: the index (<name>:<version>);
+# ARGV[2i - 1], ARGV[2i]: how many times KEYS[i]'s body counts, and the entry
+# it holds when it is the reader's. Returns READ_WITHIN's reply, or -1 when
+# the shard's index is not built yet (a document's entry may be missing or stale).
+READ_OWNED_WITHIN = Script(
+    b"""
+if redis.call('HGET', KEYS[1], ARGV[2]) ~= '1' then return -1 end
+local field = 'x:' .. ARGV[2]
+local sizes, bodies = {}, {}
+local total, allowance = 0, tonumber(ARGV[1])
+for i = 2, #KEYS do
+  local key, entry = KEYS[i], ARGV[2 * i]
+  if bodies then
+    local held = redis.call('HMGET', KEYS[i], field, 'b')
+    local body = held[1] == entry and held[2]
+    local size = body and #body or 0
+    sizes[i - 1] = size
+    total = total + size * tonumber(ARGV[2 * i - 1])
+    if total > allowance then
+      bodies = nil
+    elseif body then
+      bodies[#bodies + 1] = body
+    end
+  elseif redis.call('HGET', key, field) == entry then
+    sizes[i - 1] = redis.call('HSTRLEN', key, 'b')
+  else
+    sizes[i - 1] = 0
+  end
+end
+if not bodies then
+  table.insert(sizes, 1, 0)
+  return sizes
+end
+table.insert(sizes, 1, 1)
+sizes[#sizes + 1] = table.concat(bodies)
+return sizes
+"""
+)
+
 # KEYS: one document. ARGV[1]: the most bytes its body may have. Returns
 # the body's size when it is larger (nothing is sent), else the fields b,
 # e, m as HMGET does: a batch's get with its share of the batch's budget
@@ -350,5 +395,33 @@ READ_ONE_WITHIN = Script(
 local size = redis.call('HSTRLEN', KEYS[1], 'b')
 if size > tonumber(ARGV[1]) then return size end
 return redis.call('HMGET', KEYS[1], 'b', 'e', 'm')
+"""
+)
+
+# READ_ONE_WITHIN for a reader bound by an owner rule, as READ_OWNED_WITHIN
+# reads: KEYS[1]: the shard's index states; KEYS[2]: the document. ARGV[1]:
+# the index (<name>:<version>); ARGV[2]: the entry the document holds when it
+# is the reader's; ARGV[3]: the most bytes its body may have. Returns
+# READ_ONE_WITHIN's reply ({nil, nil, nil} for another's document, as for a
+# missing one), or -1 when the shard's index is not built yet.
+READ_OWNED_ONE_WITHIN = Script(
+    b"""
+if redis.call('HGET', KEYS[1], ARGV[1]) ~= '1' then return -1 end
+if redis.call('HGET', KEYS[2], 'x:' .. ARGV[1]) ~= ARGV[2] then return {false, false, false} end
+local size = redis.call('HSTRLEN', KEYS[2], 'b')
+if size > tonumber(ARGV[3]) then return size end
+return redis.call('HMGET', KEYS[2], 'b', 'e', 'm')
+"""
+)
+
+# The size of a document's body as READ_OWNED_ONE_WITHIN would read it (the
+# same KEYS, ARGV[1] and ARGV[2]): 0 for another's document, as for a missing
+# one; -1 when the shard's index is not built yet. A batch's bound gets are
+# measured so before they are admitted (cache.batches.batch).
+OWNED_SIZE = Script(
+    b"""
+if redis.call('HGET', KEYS[1], ARGV[1]) ~= '1' then return -1 end
+if redis.call('HGET', KEYS[2], 'x:' .. ARGV[1]) ~= ARGV[2] then return 0 end
+return redis.call('HSTRLEN', KEYS[2], 'b')
 """
 )

@@ -30,6 +30,7 @@ from cache.errors import (
     RedisUnavailable,
     WriteConflict,
 )
+from cache.indexes.queries import IndexNotReady
 from cache.json import codec
 from cache.schemas.schema import DocumentInvalid
 from handlers.http.cache_policy import ERROR_POLICY
@@ -72,6 +73,8 @@ _STORE_ERRORS: Dict[Type[Exception], Any] = {
     # The request is fine; the collection's state refuses it until an admin replaces the setting.
     StoredSchemaRefused: lambda e: ApiError(409, "stored-schema-refused", str(e)),
     StoredSettingsRefused: lambda e: ApiError(409, "stored-settings-refused", str(e)),
+    # A bound caller's read of many documents while the owner rule's index is built (cache.ownership.OwnedReads).
+    IndexNotReady: lambda e: ApiError(409, "index-building", str(e), {"Retry-After": RETRY_AFTER_SECONDS}),
     DocumentInvalid: lambda e: ApiError(
         422, "schema-violation", str(e), extensions={"errors": [v.as_json() for v in e.violations]}
     ),
