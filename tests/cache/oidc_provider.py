@@ -20,6 +20,7 @@ import hashlib
 import hmac
 import importlib
 import json
+import os
 import subprocess
 import sys
 import time
@@ -199,11 +200,12 @@ async def until(reactor: Any, condition: Callable[[], bool], what: str, timeout:
         waited += 0.01
 
 
-def run_scenarios(module: str) -> Dict[str, Any]:
-    """Each ``scenario_<name>`` of ``module``'s figures by name, played in one subprocess."""
+def run_scenarios(module: str, env: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
+    """Each ``scenario_<name>`` of ``module``'s figures by name, played in one subprocess (with ``env``'s variables)."""
     result = subprocess.run(
         [sys.executable, "-m", "tests.cache.oidc_provider", module],
         cwd=ROOT,
+        env={**os.environ, **(env or {})},
         capture_output=True,
         text=True,
         timeout=600,
