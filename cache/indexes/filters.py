@@ -10,6 +10,9 @@ a number field a JSON number, a boolean field ``true`` or ``false``.
   field's type. A value that holds a comma, a parenthesis, a double quote
   or a backslash is written in double quotes, with ``\\"`` and ``\\\\`` inside
   (``in.("a,b",c)``), as PostgREST reads them; ``in.("")`` is the empty string.
+- ``like``: a string field's prefix, ``like.abc*``: the text before one
+  trailing ``*``, which is all ``like`` takes (no ``*`` elsewhere, no ``%``):
+  a range of the index, in its order.
 
 Which arguments are filters (``filters_of``): every argument named like a
 declared field, and every one whose value looks like ``op.value`` with any
@@ -28,9 +31,9 @@ from dataclasses import dataclass
 from typing import Any, Collection, Dict, FrozenSet, List, Sequence, Tuple
 
 from cache.indexes.declared import Index, IndexField
-from cache.indexes.values import BOOLEAN, NUMBER
+from cache.indexes.values import BOOLEAN, NUMBER, STRING
 
-OPERATORS = ("eq", "gt", "gte", "lt", "lte", "in")
+OPERATORS = ("eq", "gt", "gte", "lt", "lte", "in", "like")
 # The most values one ``in`` takes: each is a range read from every shard (cache.indexes.queries.run).
 MAX_IN_VALUES = 20
 # A value that looks like a filter's ``op.value``, whether Jetway knows the operator or not (``neq.5``).
@@ -86,7 +89,19 @@ def parse(field: IndexField, operator: str, raw: str) -> Filter:
     if operator == "in":
         texts = in_list(field.name, raw)
         return Filter(operator, tuple(typed(field, text) for text in texts))
+    if operator == "like":
+        return Filter(operator, (prefix(field, raw),))
     return Filter(operator, (typed(field, raw),))
+
+
+def prefix(field: IndexField, raw: str) -> str:
+    """The prefix ``like.<prefix>*`` asks for, on a string field; ``QueryError`` naming what ``like`` takes."""
+    supported = f"{field.name}=like.abc* (a prefix, then one * at the end; no * elsewhere, no %)"
+    if field.type != STRING:
+        raise QueryError(f"{field.name} is a {field.type} field: like is for string fields: {supported}")
+    if not raw.endswith("*") or "*" in raw[:-1] or "%" in raw:
+        raise QueryError(f"{field.name}=like.{raw[:60]}: like takes a prefix only: {supported}")
+    return raw[:-1]
 
 
 def in_list(name: str, raw: str) -> List[str]:

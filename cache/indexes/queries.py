@@ -37,7 +37,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from cache.indexes.declared import Index, IndexField
 from cache.indexes.filters import Filter, QueryError, operator_of, parse
-from cache.indexes.values import MAX_STRING_BYTES, encode, prefix_end
+from cache.indexes.values import MAX_STRING_BYTES, STRING_END, encode, prefix_end
 
 
 class NoIndex(QueryError):
@@ -194,7 +194,13 @@ def _add(
         if name in equal:
             raise QueryError(f"{name} has eq and in; use one")
         choices[name] = given.values
+    elif given.operator == "like":
+        if ranges.get(name):
+            raise QueryError(f"{name} has like and another bound; like is a range of its own")
+        ranges[name] = {"like": given.values[0]}
     else:
+        if "like" in ranges.get(name, {}):
+            raise QueryError(f"{name} has like and another bound; like is a range of its own")
         side = "low" if given.operator in ("gt", "gte") else "high"
         if side in ranges.setdefault(name, {}):
             raise QueryError(f"{name} has two {'lower' if side == 'low' else 'upper'} bounds")
@@ -225,6 +231,8 @@ def _choose(indexes: Sequence[Index], equal: set, following: Optional[str]) -> O
 
 def _bounds(index: Index, prefix: bytes, fixed: int, ranged: Dict[str, Any]) -> Tuple[bytes, bytes]:
     """The ``ZRANGEBYLEX`` bounds of the entries that start with ``prefix`` and whose next value is in range."""
+    if "like" in ranged:  # the entries whose value starts with the text: its encoding but the terminator
+        prefix += _encoded(index.fields[fixed], ranged["like"])[: -len(STRING_END)]
     low = b"[" + prefix if prefix else b"-"
     end = prefix_end(prefix) if prefix else None
     high = b"(" + end if end is not None else b"+"

@@ -44,6 +44,10 @@ EXACT_INTEGERS = 2**53
 # another type is not.
 MAX_STRING_BYTES = 512
 
+# What ends a string's encoding: a string's entries that start with a text's encoding without it are those of the
+# strings that start with that text (a prefix query, ``like``), since every 0x00 of the text is followed by 0xFF.
+STRING_END = b"\x00\x00"
+
 # A member a document does not have.
 MISSING = object()
 
@@ -91,7 +95,7 @@ def encode(value: Any, kind: str) -> Optional[bytes]:
         text = value.encode("utf-8", "surrogatepass")
         if len(text) > MAX_STRING_BYTES:
             return None
-        return text.replace(b"\x00", b"\x00\xff") + b"\x00\x00"
+        return text.replace(b"\x00", b"\x00\xff") + STRING_END
     if kind == BOOLEAN:
         if not isinstance(value, bool):
             return None

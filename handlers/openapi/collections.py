@@ -29,6 +29,7 @@ from twisted.internet import defer
 from cache.collection_settings import stored_indexes
 from cache.indexes.declared import Index
 from cache.indexes.filters import MAX_IN_VALUES
+from cache.indexes.values import STRING
 from cache.json import codec
 from cache.settings_cache import SettingsCache
 from handlers.openapi.build import openapi_document
@@ -90,7 +91,8 @@ def _with_filters(item: Json, indexes: Sequence[Index], schema: Any) -> None:
                 "query",
                 described + "): `op.value`, `op` one of eq, gt, gte, lt, lte; give it twice for a range"
                 f' (`gte.` and `lt.`); or `in.(a,b)`, 1 to {MAX_IN_VALUES} values (`"a,b"` in double'
-                " quotes where a value holds a comma, a parenthesis, a quote or a backslash).",
+                " quotes where a value holds a comma, a parenthesis, a quote or a backslash)"
+                + ("; or `like.abc*`: the strings that start with `abc`." if field.type == STRING else "."),
                 {
                     "type": "array",
                     "items": {"type": "string", "pattern": value_pattern(field.type, member)},

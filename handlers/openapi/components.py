@@ -71,8 +71,9 @@ def _parameters(max_ids: int) -> Json:
             "query",
             "A query's order: `field.asc` or `field.desc`, a field of the collection's declared indexes (the"
             " ranged one, if any). A query (`field=op.value` filters, `order`) is answered by a declared index:"
-            " `op` is `eq`, `gt`, `gte`, `lt`, `lte` or `in` (`in.(a,b)`), the value read as the field's"
-            " declared type; equality (or `in`, on one field) on an index's first fields, a range and/or the"
+            " `op` is `eq`, `gt`, `gte`, `lt`, `lte`, `in` (`in.(a,b)`) or, on a string field, `like` (a prefix:"
+            " `like.abc*`), the value read as the field's declared type; equality (or `in`, on one field) on an"
+            " index's first fields, a range (or a prefix) and/or the"
             " order on its next one. Filters are ANDed; `limit` and `cursor` page through it. No index answers:"
             " a 400 `no-index` names the index to declare; an operator Jetway does not know is a 400"
             " `invalid-query`, never ignored.",

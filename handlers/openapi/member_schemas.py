@@ -44,6 +44,8 @@ _MOST_STEPS = 64
 _NUMBER = r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?"
 _INTEGER = r"-?(0|[1-9][0-9]*)"
 _OPERATORS = "(eq|gt|gte|lt|lte)"
+# A string field's prefix: the text, then one * at the end (no other *, no %).
+_LIKE = "like\\.[^*%]*\\*"
 
 
 def member_schema(schema: Any, tokens: Sequence[str]) -> Optional[Json]:
@@ -57,20 +59,22 @@ def member_schema(schema: Any, tokens: Sequence[str]) -> Optional[Json]:
 
 def value_pattern(declared: str, member: Optional[Json]) -> str:
     """The pattern of ``op.value`` for a field of type ``declared`` (string, number, boolean), narrowed by what
-    the member's schema says: an integer's digits, an enum's values; ``in.(a,b)`` with such values too."""
+    the member's schema says: an integer's digits, an enum's values; ``in.(a,b)`` with such values too, and a
+    string field's prefix, ``like.abc*``."""
     if member is not None:
         choices = _choices(declared, member)
         if choices is not None:
             one = "|".join(re.escape(choice) for choice in choices)
             listed = "|".join(_listed(choice) for choice in choices)
-            return f"^({_OPERATORS}\\.({one})|{_in(listed)})$"
+            like = f"|{_LIKE}" if declared == "string" else ""
+            return f"^({_OPERATORS}\\.({one})|{_in(listed)}{like})$"
     if declared == "boolean":
         return f"^(eq\\.(true|false)|{_in('true|false')})$"
     if declared == "number":
         integer = member is not None and member.get("type") == "integer"
         number = _INTEGER if integer else _NUMBER
         return f"^({_OPERATORS}\\.{number}|{_in(number)})$"
-    return f"^({_OPERATORS}\\.|in\\.\\(.+\\)$)"
+    return f"^({_OPERATORS}\\.|in\\.\\(.+\\)$|{_LIKE}$)"
 
 
 def _in(value: str) -> str:

@@ -54,3 +54,16 @@ def test_in_lists_that_cannot_be_read_are_refused_naming_the_syntax(raw: str, sa
 @given(st.lists(st.text(max_size=6), min_size=1, max_size=MAX_IN_VALUES))
 def test_any_values_quoted_are_read_back(values: List[str]) -> None:
     assert in_list("f", written(values)) == values
+
+
+def test_like_takes_a_string_fields_prefix_and_one_trailing_star() -> None:
+    from cache.indexes.declared import declared_indexes
+    from cache.indexes.filters import parse
+
+    (index,) = declared_indexes({"i": {"fields": [{"name": "name", "pointer": "/name", "type": "string"}]}})
+    field = index.fields[0]
+    assert parse(field, "like", "ann*").values == ("ann",)
+    assert parse(field, "like", "*").values == ("",)  # every string
+    for refused in ("ann", "a*n*", "*ann", "an%*", "a%", ""):
+        with pytest.raises(QueryError, match=r"name=like\.abc\* \(a prefix, then one \* at the end"):
+            parse(field, "like", refused)

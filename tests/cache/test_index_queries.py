@@ -99,6 +99,16 @@ def test_a_planned_range_selects_what_python_selects(
     assert answered(docs, arguments) == wanted
 
 
+@settings(max_examples=300, deadline=None)
+@given(documents, names, st.booleans())
+def test_a_prefix_selects_the_strings_that_start_with_it(docs: Dict[str, Any], start: str, descending: bool) -> None:
+    """``like.<text>*`` over names of NUL, é and letters: exactly the names that start with the text, in order."""
+    arguments = {"name": [f"like.{start}*"], "order": [f"name.{'desc' if descending else 'asc'}"]}
+    keep = [d for d, doc in docs.items() if doc["name"].startswith(start)]
+    wanted = sorted(keep, key=lambda d: (docs[d]["name"].encode(), d.encode()), reverse=descending)
+    assert answered(docs, arguments) == wanted
+
+
 def test_an_in_is_a_range_per_distinct_value_in_the_index_order() -> None:
     """Values of one encoding (1, 1.0, -0, 0) are one range; the ranges are in the index's order whatever the
     list's; each range's lead is its value's prefix, unless the order is on the in's field."""
@@ -142,6 +152,15 @@ def test_the_smallest_index_that_fits_answers() -> None:
         ({"team": ["in.(x)"], "name": ["in.(a)"]}, QueryError, "in on one field at a time"),
         ({"score": ["in.(1)", "gt.0"]}, QueryError, "score has in and a range"),
         ({"team": ["in.(x,y)"], "name": ["gt.a"]}, NoIndex, "by_team_name"),
+        ({"name": ["like.a"]}, QueryError, "like takes a prefix only: name=like.abc*"),
+        ({"name": ["like.*a"]}, QueryError, "like takes a prefix only"),
+        ({"name": ["like.a*b*"]}, QueryError, "like takes a prefix only"),
+        ({"name": ["like.a%"]}, QueryError, "no %"),
+        ({"name": ["like.a%*"]}, QueryError, "no %"),
+        ({"score": ["like.1*"]}, QueryError, "like is for string fields"),
+        ({"name": ["like.a*", "lt.b"]}, QueryError, "like is a range of its own"),
+        ({"name": ["gt.a", "like.a*"]}, QueryError, "like is a range of its own"),
+        ({"name": ["like.a*"], "order": ["score.asc"]}, QueryError, "must be on the ranged field"),
     ],
 )
 def test_queries_that_cannot_be_asked(arguments: Dict[str, List[str]], error: type, says: str) -> None:

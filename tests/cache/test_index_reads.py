@@ -137,8 +137,8 @@ Model = Tuple[Dict[str, List[str]], Callable[[Any], bool], Callable[[str, Any], 
 
 @st.composite
 def queries(draw: Any) -> Model:
-    """Arguments of a query with an ``in``, and the model's filter, sort key and direction for it."""
-    which = draw(st.sampled_from(["team", "score", "name", "flag"]))
+    """Arguments of a query with an ``in`` or a prefix (``like``), and the model's filter, sort key and direction."""
+    which = draw(st.sampled_from(["team", "score", "name", "flag", "like"]))
     descending = draw(st.booleans())
     direction = "desc" if descending else "asc"
     if which == "team":
@@ -176,6 +176,15 @@ def queries(draw: Any) -> Model:
             arguments["order"] = [f"name.{direction}"]
             return arguments, lambda doc: doc["name"] in chosen, lambda i, doc: (doc["name"].encode(), i), descending
         return arguments, lambda doc: doc["name"] in chosen, lambda doc_id, doc: doc_id, False
+    if which == "like":  # a prefix: a range of by_name, in its order
+        start = draw(st.sampled_from(["", "a", "an", "ann", "b\x00", "zo", "é", "b"]))
+        arguments = {"name": [f"like.{start}*"]}
+        if not draw(st.booleans()):
+            descending = False
+        else:
+            arguments["order"] = [f"name.{direction}"]
+        keep = lambda doc: doc["name"].startswith(start)  # noqa: E731
+        return arguments, keep, lambda doc_id, doc: (doc["name"].encode(), doc_id), descending
     chosen = draw(st.lists(st.booleans(), min_size=1, max_size=3))
     arguments = {"flag": [written_in(chosen, False)], "score": ["lt.1"], "order": [f"score.{direction}"]}
 
@@ -192,7 +201,7 @@ def queries(draw: Any) -> Model:
     limit=st.integers(min_value=1, max_value=4),
     share=st.sampled_from([0, 60, 150, 1 << 20]),
 )
-def test_every_page_of_an_in_is_the_models_answer(redis_client, docs, query, limit, share) -> None:
+def test_every_page_of_an_in_or_a_prefix_is_the_models_answer(redis_client, docs, query, limit, share) -> None:
     """``share``: each stream's bytes (the budget is that for each shard and range): 0, the least budget (most
     documents are read alone), one or two documents (a stream stops with more: the page ends there), or more
     than all. Never below the largest document and its entry: none is larger (api.config)."""

@@ -73,15 +73,16 @@ def matches(document: Optional[Dict[str, Any]], customer: str, low: float, high:
 
 
 def test_a_live_query_with_in_matches_exactly_what_the_query_does(api) -> None:
-    """Generated writes; a live query with ``in`` (and one with ``in`` and a range) is told of each document whose
-    version before or after the write is one the same filters on a query would answer, and nothing else."""
+    """Generated writes; a live query with ``in`` (and one with ``in`` and a range, and a prefix) is told of each
+    document whose version before or after the write is one the same filters on a query would answer, and nothing
+    else."""
     from tests.handlers.test_queries import in_list, query_all
 
     declare(api, "livein", {"by_status_created": {"fields": [STATUS["by_status"]["fields"][0],
                             {"name": "created", "pointer": "/created", "type": "number"}]}})  # fmt: skip
     since = now(api, "livein")
     rng = random.Random(59)
-    statuses = ["open", "held", "closed", "a,b", 'q"t', 7]
+    statuses = ["open", "opened", "held", "closed", "a,b", 'q"t', 7]
     written: List[Tuple[str, Optional[Dict[str, Any]]]] = []
     for _ in range(150):
         doc_id = f"d{rng.randrange(15)}"
@@ -96,6 +97,7 @@ def test_a_live_query_with_in_matches_exactly_what_the_query_does(api) -> None:
         (in_list(["open", "a,b"]), lambda d: d["status"] in ("open", "a,b")),
         (in_list(["held", 'q"t', "none"]) + "&created=gte.10",
          lambda d: d["status"] in ("held", 'q"t') and isinstance(d["created"], int) and d["created"] >= 10),
+        ("like.o*", lambda d: d["status"].startswith("o")),
     ]  # fmt: skip
     for written_filter, matches_now in filters:
         query = f"status={written_filter}"

@@ -70,3 +70,12 @@ def test_patterns_take_an_in_of_values_of_that_type() -> None:
     odd = re.compile(value_pattern("string", {"enum": ["a,b", 'say "hi"']}))
     assert odd.match('in.("a,b","say \\"hi\\"")') and not odd.match("in.(a,b)")
     assert re.compile(value_pattern("string", None)).match('in.(anything,"at all")')
+
+
+def test_patterns_take_a_prefix_on_a_string_field_only() -> None:
+    string = re.compile(value_pattern("string", None))
+    assert string.match("like.ann*") and string.match("like.*")
+    assert not any(string.match(v) for v in ("like.ann", "like.a*b*", "like.a%*", "like.*a"))
+    tier = re.compile(value_pattern("string", member_schema(SCHEMA, ["tier"])))
+    assert tier.match("like.go*") and not tier.match("like.go")
+    assert not re.compile(value_pattern("number", None)).match("like.1*")

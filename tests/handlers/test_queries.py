@@ -170,6 +170,28 @@ def test_generated_in_queries_answer_what_python_computes(api) -> None:
         assert query_all(api, "states", query, limit=limit) == wanted, query
 
 
+def test_a_prefix_answers_the_strings_that_start_with_it_in_order(api) -> None:
+    """``like.<text>*`` on generated documents: a range of the index, in its order (or reversed), paged."""
+    declare(api, "names")
+    rng = random.Random(60)
+    starts = ["ann", "anne", "an", "bob", "b*x", "zoë", "", "a%b"]
+    emails = {f"d{n:03d}": rng.choice(starts) + rng.choice(["", "@x", "1"]) for n in range(120)}
+    emails["dnul"] = "an\u0000y"
+    for doc_id, email in emails.items():
+        put(api, "names", doc_id, {"email": email})
+    for start in ("", "a", "an", "ann", "an\u0000", "b", "zo", "zoë", "q"):
+        for direction in ("asc", "desc"):
+            matching = [(e.encode(), d) for d, e in emails.items() if e.startswith(start)]
+            wanted = sorted(matching, reverse=direction == "desc")
+            query = f"email=like.{quote(start)}*&order=email.{direction}"
+            found = query_all(api, "names", query, limit=rng.choice([1, 7, 100]))
+            assert found == [{"email": emails[doc_id]} for _, doc_id in wanted], query
+    for refused in ("like.an", "like.a*n*", "like.an%25*", "like.*an"):
+        answer = api.get(f"/v1/names?email={refused}")
+        assert answer.status_code == 400 and answer.json()["type"] == PROBLEM + "invalid-query", refused
+        assert "email=like.abc* (a prefix, then one * at the end" in answer.json()["detail"]
+
+
 def test_an_in_takes_a_stated_number_of_values(api) -> None:
     declare(api, "many")
     answer = api.get("/v1/many?customer=" + in_list([f"c{n}" for n in range(21)]))
@@ -417,6 +439,11 @@ def test_openapi_types_a_fields_values_from_the_collections_schema(api) -> None:
         ("customer", 'in.(C1,"C2")', 200),
         ("email", 'in.(a@x.example,"b,c")', 200),
         ("email", "in.()", 400),
+        ("email", "like.a@*", 200),
+        ("email", "like.a@", 400),
+        ("email", "like.a*x*", 400),
+        ("customer", "like.C*", 200),
+        ("created", "like.5*", 400),
     ):
         assert bool(patterns[name].match(value)) == (served == 200), (name, value)
         assert api.get(f"/v1/schemed?{name}={quote(value)}").status_code == served, (name, value)
