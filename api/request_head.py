@@ -92,6 +92,19 @@ class RepeatedHeads:
         self._block = b""
         self._parsed: Optional[ParsedHead] = None
 
+    def repeated_end(self, data: bytes) -> int:
+        """Where the head that ``data`` starts with ends, if it is the last one again (-1 if not).
+
+        The last head was all before the first CRLF CRLF of its bytes, so
+        ``data`` starting with the same bytes and that CRLF CRLF has its
+        first one at the same place: found by a comparison, where a search of
+        a 1 KB head costs ~1 µs on PyPy.
+        """
+        block = self._block
+        if self._parsed is not None and data.startswith(block) and data.startswith(b"\r\n\r\n", len(block)):
+            return len(block)
+        return -1
+
     def parse(self, block: bytes) -> RequestHead:
         parsed = self._parsed
         if parsed is None or block != self._block:

@@ -157,3 +157,22 @@ def test_a_connections_repeated_head_is_parsed_once_and_each_request_has_its_own
         with pytest.raises(ProtocolError):
             heads.parse(bad)
     assert heads.parse(block).target == "/v1/a/b"
+
+
+_crlf_soup = st.lists(st.sampled_from([b"\r", b"\n", b"\r\n", b"x", b":", b" "]), max_size=12).map(b"".join)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(_crlf_soup, _crlf_soup)
+def test_a_repeated_heads_end_is_where_a_search_finds_it(first, then):
+    """``repeated_end`` answers only where ``find`` would, whatever the bytes (CR and LF near the joins)."""
+    heads = RepeatedHeads()
+    data = b"GET / HTTP/1.1\r\nX: 1" + first + b"\r\n\r\n"
+    try:
+        heads.parse(data[: data.find(b"\r\n\r\n")])
+    except ProtocolError:
+        return
+    for candidate in (data + then, data[:-1] + then, then + data):
+        end = heads.repeated_end(candidate)
+        assert end == -1 or end == candidate.find(b"\r\n\r\n")
+    assert heads.repeated_end(data + then) == data.find(b"\r\n\r\n")
