@@ -204,6 +204,35 @@ async function collectionSettings(): Promise<void> {
   isProblem(refused.error, 422, "schema-violation");
 }
 
+// One query with in on collection "typed"'s index (email, age): the values' documents merged by age, newest
+// first, paged; a malformed in is the server's 400.
+async function typedQuery(): Promise<void> {
+  for (const [id, email, age] of [["q1", "grace@example.com", 40], ["q2", "linus@example.com", 50]] as const) {
+    const put = await client.PUT("/v1/typed/{id}", { params: { path: { id } }, body: { email, age } });
+    assert.equal(put.response.status, 201);
+  }
+  const email = ['in.(grace@example.com,"ada@example.com")'];
+  const seen: unknown[] = [];
+  let cursor: string | null = null;
+  do {
+    const query: { email: string[]; order: "age.desc"; limit: number; cursor?: string } = cursor
+      ? { email, order: "age.desc", limit: 2, cursor }
+      : { email, order: "age.desc", limit: 2 };
+    const { data } = await client.GET("/v1/typed", { params: { query } });
+    assert.ok(data && typeof data !== "string" && "next" in data, "a page");
+    seen.push(...data.items.map((item) => [item.email, item.age]));
+    cursor = data.next;
+  } while (cursor !== null);
+  // t1 and the created one: ada, 36 (by id, descending, after grace's 40).
+  assert.deepEqual(seen, [
+    ["grace@example.com", 40],
+    ["ada@example.com", 36],
+    ["ada@example.com", 36],
+  ]);
+  const refused = await client.GET("/v1/typed", { params: { query: { email: ["in.(a,b,c"] } } });
+  isProblem(refused.error, 400, "invalid-query");
+}
+
 async function changes(): Promise<void> {
   const path = "/v1/_changes/{collection}" as const;
   const now = await client.GET(path, { params: { path: { collection }, query: { wait: 0 } } });
@@ -242,5 +271,6 @@ await documents();
 await collections();
 await batch();
 await collectionSettings();
+await typedQuery();
 await changes();
 console.log("typescript client: every operation answered as documented");

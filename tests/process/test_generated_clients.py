@@ -43,12 +43,21 @@ def run(command: List[str], cwd: Path, env: Dict[str, str]) -> str:
     return output
 
 
-# A collection with a schema before the document is fetched, so each client gets its typed operations.
+# A collection with a schema and an index before the document is fetched, so each client gets its typed
+# operations, and its list's query parameters (each client asks one query with in).
 TYPED_SETTINGS = {
     "schema": {
         "type": "object",
         "required": ["email"],
         "properties": {"email": {"type": "string", "format": "email"}, "age": {"type": "integer", "minimum": 0}},
+    },
+    "indexes": {
+        "by_email_age": {
+            "fields": [
+                {"name": "email", "pointer": "/email", "type": "string"},
+                {"name": "age", "pointer": "/age", "type": "number"},
+            ]
+        }
     },
     "ttl": 3600,
 }
