@@ -18,6 +18,12 @@ by its own values, without reading the document or keeping a set of
 matching ids per subscriber; a document that stops matching is told even if
 it matched since before the subscription began.
 
+A multi-entry index's mark (an array field's, ``cs``) holds all the
+document's entries (``cache.indexes.values.pack_entries``): the event is
+the query's when one entry after or before the write is in its range, and
+``matches`` is whether one after it is, as the query's read finds the
+document by any of its entries.
+
 Events with no marks for the index match nothing: those written before its
 spec reached the shard, and those of a shard with indexes but no feed
 (``JETWAY_FEED=off`` makes no events at all).
@@ -37,6 +43,7 @@ from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from cache.feed.streams import Event
 from cache.indexes.queries import Query, within
+from cache.indexes.values import is_multi, unpack_entries
 from cache.json.codec import JsonError, loads
 from cache.ownership import OwnerRule
 
@@ -87,9 +94,11 @@ class LiveQuery:
             return matches
         return None
 
-    def holds(self, entry: bytes) -> bool:
-        """Whether ``entry`` is in one of the query's ranges."""
-        return any(within(entry, low, high) for low, high in self.ranges)
+    def holds(self, value: bytes) -> bool:
+        """Whether a mark's ``value`` (an entry, or a multi-entry index's packed entries) has an entry in one of
+        the query's ranges."""
+        entries = unpack_entries(value) if is_multi(self.entry_mark) else (value,)
+        return any(within(entry, low, high) for entry in entries for low, high in self.ranges)
 
 
 # (lowest, highest or None for no end, query): a query's range, taken inclusive whatever its bounds say (a
@@ -175,7 +184,8 @@ class LiveIndex:
         for name, value in event.marks:
             tree = self._trees.get(name)
             if tree is not None:
-                candidates.update(tree.holding(value))
+                for entry in unpack_entries(value) if is_multi(name) else (value,):
+                    candidates.update(tree.holding(entry))
         judged = {}
         for query in candidates:
             matches = query.judge(event)

@@ -17,6 +17,13 @@ a range or an order on the next one is what a query can ask of it
 across a collection's indexes, and names the query string uses for itself
 are refused.
 
+A field of type ``string[]`` or ``number[]`` is over an array of strings or
+numbers: each distinct element is an entry (``cache.indexes.values``), and
+a query asks for the documents whose array holds a value with ``cs.{x}``
+(``cache.indexes.filters``). An index has at most one array field, placed
+anywhere among its fields (``{tags: string[], created_at: string}``: the
+documents tagged x, by date); its version starts with ``m``.
+
 An index's ``version`` is a digest of its fields' pointers and types: a
 settings PUT that keeps an index as it was keeps its entries; one that
 changes what it lists makes a new version, whose entries are built anew.
@@ -34,7 +41,18 @@ import re
 from dataclasses import dataclass
 from typing import Any, Dict, List, Tuple
 
-from cache.indexes.values import BOOLEAN, NUMBER, STRING, TYPES, entry, pointer_tokens
+from cache.indexes.values import (
+    BOOLEAN,
+    MULTI_VERSION,
+    NUMBER,
+    NUMBER_ARRAY,
+    STRING,
+    STRING_ARRAY,
+    TYPES,
+    TooManyElements,
+    entry,
+    pointer_tokens,
+)
 
 MAX_INDEXES = 8
 MAX_FIELDS = 3
@@ -43,7 +61,7 @@ _FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
 # Query parameters with a meaning of their own: no field may be called so.
 RESERVED = frozenset({"limit", "cursor", "ids", "order", "ttl"})
 # One letter per type in the spec the scripts read.
-TYPE_LETTERS = {STRING: "s", NUMBER: "n", BOOLEAN: "b"}
+TYPE_LETTERS = {STRING: "s", NUMBER: "n", BOOLEAN: "b", STRING_ARRAY: "s", NUMBER_ARRAY: "n"}
 
 
 class IndexDeclarationError(ValueError):
@@ -59,6 +77,16 @@ class IndexField:
     tokens: Tuple[str, ...]
     type: str
 
+    @property
+    def array(self) -> bool:
+        """Whether the field is over an array (``string[]``, ``number[]``): each element an entry."""
+        return self.type.endswith("[]")
+
+    @property
+    def element(self) -> str:
+        """The type of the field's values (an array field's elements')."""
+        return self.type[:-2] if self.array else self.type
+
 
 @dataclass(frozen=True, eq=False)
 class Index:
@@ -69,19 +97,32 @@ class Index:
     def version(self) -> str:
         """A digest of what the index lists: its fields' pointers and types, in order."""
         described = json.dumps([[field.pointer, field.type] for field in self.fields]).encode()
-        return hashlib.sha1(described).hexdigest()[:12]
+        digest = hashlib.sha1(described).hexdigest()
+        return MULTI_VERSION + digest[:11] if self.multi else digest[:12]
+
+    @property
+    def multi(self) -> bool:
+        """Whether the index has an array field: many entries per document, packed in its field."""
+        return any(field.array for field in self.fields)
 
     def spec(self) -> Dict[str, Any]:
-        """What an index shard keeps of it for the scripts: name, version, each field's type letter and tokens."""
+        """What an index shard keeps of it for the scripts: name, version, each field's type letter and tokens
+        (and 1 for an array field)."""
         return {
             "n": self.name,
             "v": self.version,
-            "f": [[TYPE_LETTERS[field.type], list(field.tokens)] for field in self.fields],
+            "f": [_field_spec(field) for field in self.fields],
         }
 
     def kinds(self) -> str:
         """The fields' type letters: how a script finds where an entry's id begins."""
         return "".join(TYPE_LETTERS[field.type] for field in self.fields)
+
+
+def _field_spec(field: IndexField) -> List[Any]:
+    """A field in the spec: its type letter, its tokens, and a third member, 1, for an array field."""
+    described: List[Any] = [TYPE_LETTERS[field.type], list(field.tokens)]
+    return [*described, 1] if field.array else described
 
 
 def declared_indexes(value: Any) -> Tuple[Index, ...]:
@@ -104,6 +145,8 @@ def declared_indexes(value: Any) -> Tuple[Index, ...]:
         fields = tuple(_field(name, field) for field in declared["fields"])
         if len({field.name for field in fields}) < len(fields):
             raise IndexDeclarationError(f"index {name}: a field appears twice")
+        if sum(field.array for field in fields) > 1:
+            raise IndexDeclarationError(f"index {name}: at most one field of an index is an array (string[], number[])")
         for field in fields:
             known = fields_by_name.setdefault(field.name, field)
             if (known.pointer, known.type) != (field.pointer, field.type):
@@ -171,5 +214,10 @@ def index_args(indexes: Tuple[Index, ...], document: Any, doc_id: bytes) -> Tupl
     digest, fields = _described(indexes)
     args: List[Any] = [len(fields), digest]
     for field, described in fields:
-        args += (field, entry(document, described, doc_id) or b"")
+        try:
+            args += (field, entry(document, described, doc_id) or b"")
+        except TooManyElements:
+            # Left to Redis (no digest matches ""), whose script refuses it as it refuses a body it cannot read:
+            # one refusal (422 not-indexable) for every entry point, a batch's and an import's included.
+            return (len(fields), b"", *(part for field, _ in fields for part in (field, b"")))
     return tuple(args)

@@ -13,6 +13,12 @@ a number field a JSON number, a boolean field ``true`` or ``false``.
 - ``like``: a string field's prefix, ``like.abc*``: the text before one
   trailing ``*``, which is all ``like`` takes (no ``*`` elsewhere, no ``%``):
   a range of the index, in its order.
+- ``cs``: an array field's (``string[]``, ``number[]``) one operator,
+  ``cs.{x}``: the documents whose array holds ``x`` (PostgREST's "contains"),
+  one value, read as the elements' type, written in double quotes as ``in``'s
+  where it holds a comma, a brace, a double quote or a backslash
+  (``cs.{"a,b"}``; ``cs.{""}`` is the empty string). An equality on the
+  field's place in the index: each document once, its entry for ``x``.
 
 Which arguments are filters (``filters_of``): every argument named like a
 declared field, and every one whose value looks like ``op.value`` with any
@@ -33,7 +39,7 @@ from typing import Any, Collection, Dict, FrozenSet, List, Sequence, Tuple
 from cache.indexes.declared import Index, IndexField
 from cache.indexes.values import BOOLEAN, NUMBER, STRING
 
-OPERATORS = ("eq", "gt", "gte", "lt", "lte", "in", "like")
+OPERATORS = ("eq", "gt", "gte", "lt", "lte", "in", "like", "cs")
 # The most values one ``in`` takes: each is a range read from every shard (cache.indexes.queries.run).
 MAX_IN_VALUES = 20
 # A value that looks like a filter's ``op.value``, whether Jetway knows the operator or not (``neq.5``).
@@ -86,6 +92,8 @@ def operator_of(name: str, text: str) -> Tuple[str, str]:
 
 def parse(field: IndexField, operator: str, raw: str) -> Filter:
     """The filter ``operator`` (one of ``OPERATORS``) with the text after its dot, typed by ``field``."""
+    if field.array or operator == "cs":
+        return Filter("cs", (typed(field, contained(field, operator, raw)),))
     if operator == "in":
         texts = in_list(field.name, raw)
         return Filter(operator, tuple(typed(field, text) for text in texts))
@@ -102,6 +110,26 @@ def prefix(field: IndexField, raw: str) -> str:
     if not raw.endswith("*") or "*" in raw[:-1] or "%" in raw:
         raise QueryError(f"{field.name}=like.{raw[:60]}: like takes a prefix only: {supported}")
     return raw[:-1]
+
+
+def contained(field: IndexField, operator: str, raw: str) -> str:
+    """The one value of ``cs.{x}`` on an array field; ``QueryError`` naming what an array field takes."""
+    supported = f"{field.name}=cs.{{x}} (the documents whose array holds x: one value, quoted as in's are)"
+    if not field.array:
+        raise QueryError(f"{field.name} is a {field.type} field: cs is for array fields ({field.name}[]): {supported}")
+    if operator != "cs":
+        raise QueryError(f"{field.name} is a {field.type} field: {operator} is not for it, only {supported}")
+    if len(raw) < 2 or raw[0] != "{" or raw[-1] != "}":
+        raise QueryError(f"{field.name}=cs.{raw[:60]}: {supported}")
+    body = raw[1:-1]
+    if body[:1] == '"':
+        value, end = _quoted(body, 1)
+        if end != len(body):
+            raise QueryError(f"{field.name}=cs.{raw[:60]}: one value, its quotes around all of it: {supported}")
+        return value
+    if any(char in body for char in ',{}"\\') or body == "":
+        raise QueryError(f'{field.name}=cs.{raw[:60]}: one value; quote one that holds , {{ }} " or \\: {supported}')
+    return body
 
 
 def in_list(name: str, raw: str) -> List[str]:
@@ -148,12 +176,12 @@ def _quoted(body: str, at: int) -> Tuple[str, Any]:
 
 
 def typed(field: IndexField, raw: str) -> Any:
-    """``raw`` read as ``field``'s declared type."""
-    if field.type == NUMBER:
+    """``raw`` read as ``field``'s declared type (an array field's elements')."""
+    if field.element == NUMBER:
         if not _NUMBER.match(raw):
             raise QueryError(f"{field.name} is a number field: {raw[:40]!r} is not a JSON number")
         return json.loads(raw)
-    if field.type == BOOLEAN:
+    if field.element == BOOLEAN:
         if raw not in ("true", "false"):
             raise QueryError(f"{field.name} is a boolean field: true or false, not {raw[:40]!r}")
         return raw == "true"

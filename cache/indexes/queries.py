@@ -1,7 +1,8 @@
 """Queries over declared indexes: the filters of a request planned onto an index, then read from every shard.
 
 Syntax (``cache.indexes.filters``): ``?field=op.value`` for each filter,
-``op`` one of ``eq``, ``gt``, ``gte``, ``lt``, ``lte``, ``in``, a field named
+``op`` one of ``eq``, ``gt``, ``gte``, ``lt``, ``lte``, ``in``, ``like``
+(a string's prefix) or ``cs`` (an array field holds a value), a field named
 by the collection's declared indexes (``cache.indexes.declared``), its value
 read as that field's type; ``order=field.asc`` or ``.desc``; ``limit`` and
 ``cursor`` as list pages have them. Several filters are ANDed: equality
@@ -18,7 +19,10 @@ merged in the order of what follows the value (the next fields, then the
 id), as if that field too were fixed, unless the order is on the ``in``'s
 field itself: then one value's entries after the other's, in the index's
 order. No index answers: ``NoIndex``, whose message names the index to
-declare. Never a scan.
+declare. Never a scan. ``cs.{x}`` on an array field is an equality on its
+place: the documents' entries for ``x``, one per document. An index with an
+array field answers only a query with ``cs`` on it: any other would meet
+each document once per element.
 
 Reading it: ``cache.indexes.reads``. The cursor is the last answer's key
 (base64url): its entry, past its range's lead for an ``in``
@@ -181,7 +185,11 @@ def _add(
     ranges: Dict[str, Dict[str, Any]],
 ) -> None:
     """One filter on field ``name`` added to the query's equalities, ``in`` values and ranges."""
-    if given.operator == "eq":
+    if given.operator == "cs":  # an equality on the array field's place in the index
+        if name in equal:
+            raise QueryError(f"{name}=cs.{{x}} once: one value an array must hold, not two")
+        equal[name] = given.values[0]
+    elif given.operator == "eq":
         value = given.values[0]
         if name in equal and equal[name] != value:
             raise QueryError(f"{name} is asked to equal two values")
@@ -223,6 +231,8 @@ def _choose(indexes: Sequence[Index], equal: set, following: Optional[str]) -> O
         names = [field.name for field in index.fields]
         if set(names[: len(equal)]) != equal:
             continue
+        if any(field.array and field.name not in equal for field in index.fields):
+            continue  # its documents are there once per element: only cs on that field finds each once
         if following is not None and (len(names) <= len(equal) or names[len(equal)] != following):
             continue
         fitting.append(index)
@@ -254,7 +264,7 @@ def _bound(field: IndexField, prefix: bytes, operator: str, value: Any, inclusiv
 
 
 def _encoded(field: IndexField, value: Any) -> bytes:
-    encoded = encode(value, field.type)
+    encoded = encode(value, field.element)
     if encoded is None:
         raise QueryError(
             f"{field.name}: {json.dumps(value)[:60]} cannot be in the index (a string of more than"
@@ -273,6 +283,8 @@ def _order(values: Optional[List[str]], fields: Dict[str, IndexField]) -> Tuple[
         name, direction = values[0], "asc"
     if name not in fields:
         raise QueryError(f"order: {name[:40]} is not a field of this collection's indexes")
+    if fields[name].array:
+        raise QueryError(f"order: {name[:40]} is an array field: it takes cs.{{x}} only, and orders nothing")
     return name, direction == "desc"
 
 

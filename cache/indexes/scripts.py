@@ -10,7 +10,9 @@ hash tag so every script stays on one slot:
     ji:{<coll>:<shard>}:x:<name>:<v>    ZSET   the index's entries, all score 0
     ji:{<coll>:<shard>}:xgc             HASH   x:<name>:<v> -> the last id swept: a dropped
                                                index's fields, left in documents' hashes
-    jw:{<coll>:<shard>}:d:<id>  field x:<name>:<v>  the document's entry in it
+    jw:{<coll>:<shard>}:d:<id>  field x:<name>:<v>  the document's entry in it; a multi-entry
+                                               index's (an array field, version "m..."): all
+                                               its entries, each after its 2-byte length
 
 The index keys have the documents' hash tag (one slot) but not their
 prefix: the hot cache's tracking follows every key under ``jw:{``
@@ -37,12 +39,17 @@ has not yet heard of a change) Redis decodes the spec and the body and
 computes them. A document whose body Redis's cjson cannot read then (nested
 past its 1,000 levels, a lone surrogate escape) is refused
 (``UNINDEXABLE``) before anything is written; a build leaves such a
-document out of the index.
+document out of the index. So is a document whose array field holds more
+than ``MAX_ARRAY_ENTRIES`` elements: the worker sends no entries for it
+(``index_args``), so that its shard's script refuses it in every entry
+point alike. A multi-entry index's field changes as a whole; a write then
+removes and adds only the entries that differ (``replace_entries``), and a
+query's check that the document still holds an entry looks among them.
 """
 
 from __future__ import annotations
 
-from cache.indexes.values import MAX_STRING_BYTES
+from cache.indexes.values import MAX_ARRAY_ENTRIES, MAX_STRING_BYTES
 from cache.redis.script import Script
 
 # The encoding of cache.indexes.values, value by value; nil: no entry.
@@ -81,14 +88,41 @@ local function member_at(doc, tokens)
   return value
 end
 
+-- The document's entry in the index, or nil. An index with an array field (field[3]): its entries, one per
+-- distinct element, packed (cache.indexes.values.pack_entries); nil and a refusal when the array is too long.
 local function index_entry(doc, index, id)
-  local parts = {}
+  local parts, array = {}, nil
   for i, field in ipairs(index.f) do
-    local encoded = index_value(member_at(doc, field[2]), field[1])
-    if not encoded then return nil end
-    parts[i] = encoded
+    local value = member_at(doc, field[2])
+    if field[3] then
+      if type(value) ~= 'table' then return nil end
+      if #value > MAX_ARRAY_ENTRIES then
+        return nil, 'an array field of an index holds at most MAX_ARRAY_ENTRIES elements, not ' .. #value
+      end
+      array = {at = i, values = value, kind = field[1]}
+      parts[i] = ''
+    else
+      local encoded = index_value(value, field[1])
+      if not encoded then return nil end
+      parts[i] = encoded
+    end
   end
-  return table.concat(parts) .. id
+  if not array then return table.concat(parts) .. id end
+  local before = table.concat(parts, '', 1, array.at - 1)
+  local after = table.concat(parts, '', array.at + 1) .. id
+  local packed, seen = {}, {}
+  for _, value in ipairs(array.values) do
+    local encoded = index_value(value, array.kind)
+    if encoded then
+      local one = before .. encoded .. after
+      if not seen[one] then
+        seen[one] = true
+        packed[#packed + 1] = struct.pack('>H', #one) .. one
+      end
+    end
+  end
+  if #packed == 0 then return nil end
+  return table.concat(packed)
 end
 
 local function shard_spec(itag)
@@ -100,11 +134,62 @@ end
 local function entry_field(index)
   return 'x:' .. index.n .. ':' .. index.v
 end
-""".replace("MAX_STRING_BYTES", str(MAX_STRING_BYTES))
+""".replace("MAX_STRING_BYTES", str(MAX_STRING_BYTES)).replace("MAX_ARRAY_ENTRIES", str(MAX_ARRAY_ENTRIES))
+
+# A multi-entry index's field (cache.indexes.values: its version starts with "m"), for every script that reads one.
+_ENTRIES = r"""
+local function multi(field)
+  return string.byte(field, -12) == 109
+end
+
+-- The entries a document's field of an index holds: its value, or a multi-entry index's packed entries.
+local function entries_of(field, value)
+  if not value then return {} end
+  if not multi(field) then return {value} end
+  local out, at = {}, 1
+  while at < #value do
+    local length = struct.unpack('>H', value, at)
+    out[#out + 1] = string.sub(value, at + 2, at + 1 + length)
+    at = at + 2 + length
+  end
+  return out
+end
+
+-- Whether a document's field holds ``entry``: it is its value, or one of its packed entries.
+local function holds_entry(field, value, entry)
+  if value == entry then return true end
+  if not value or not multi(field) then return false end
+  for _, one in ipairs(entries_of(field, value)) do
+    if one == entry then return true end
+  end
+  return false
+end
+
+-- The index's entries go from those in ``before`` (a field's value, or nil) to those in ``now``: the ones only
+-- in ``before`` leave, and the ones only in ``now`` join (all of them, with ``all``).
+local function replace_entries(zkey, field, before, now, all)
+  local old, new = entries_of(field, before), entries_of(field, now)
+  local was, kept, gone, added = {}, {}, {}, {}
+  for _, one in ipairs(old) do was[one] = true end
+  for _, one in ipairs(new) do
+    kept[one] = true
+    if all or not was[one] then
+      added[#added + 1] = 0
+      added[#added + 1] = one
+    end
+  end
+  for _, one in ipairs(old) do
+    if not kept[one] then gone[#gone + 1] = one end
+  end
+  if #gone > 0 then redis.call('ZREM', zkey, unpack(gone)) end
+  if #added > 0 then redis.call('ZADD', zkey, unpack(added)) end
+end
+"""
 
 # The part the document writes' scripts share (cache.documents.scripts): their K[2] is the shard's id index, "<tag>i".
 WRITE_LUA = (
     _ENCODE
+    + _ENTRIES
     + r"""
 -- The shard's index tag ('ji:{<coll>:<shard>}:') from its id index's key ('jw:{<coll>:<shard>}:i'): index keys
 -- share the documents' slot, but not the prefix the hot cache's tracking follows (cache.hot.tracking).
@@ -141,7 +226,11 @@ local function own_entries(indexed, id, body)
     return error({err = 'UNINDEXABLE the document cannot be indexed (' .. tostring(doc) .. ')'})
   end
   local entries = {}
-  for i, index in ipairs(indexed.spec.i) do entries[i] = index_entry(doc, index, id) or false end
+  for i, index in ipairs(indexed.spec.i) do
+    local entry, refused = index_entry(doc, index, id)
+    if refused then return error({err = 'UNINDEXABLE index ' .. index.n .. ': ' .. refused}) end
+    entries[i] = entry or false
+  end
   return entries
 end
 
@@ -166,9 +255,13 @@ local function move_entries(itag, indexed, held, at, sets, dels, marked)
       end
     end
     if before ~= entry then
-      if before then redis.call('ZREM', itag .. field, before) end
+      if multi(field) then
+        replace_entries(itag .. field, field, before, entry, false)
+      else
+        if before then redis.call('ZREM', itag .. field, before) end
+        if entry then redis.call('ZADD', itag .. field, 0, entry) end
+      end
       if entry then
-        redis.call('ZADD', itag .. field, 0, entry)
         sets[#sets + 1] = field
         sets[#sets + 1] = entry
       else
@@ -190,7 +283,7 @@ local function unindex(itag, key)
   local marks = {}
   for i, field in ipairs(fields) do
     if held[i] then
-      redis.call('ZREM', itag .. field, held[i])
+      redis.call('ZREM', itag .. field, unpack(entries_of(field, held[i])))
       marks[#marks + 1] = 'w' .. string.sub(field, 2)
       marks[#marks + 1] = held[i]
     end
@@ -264,14 +357,14 @@ return dropped
 BUILD = Script(
     (
         _ENCODE
+        + _ENTRIES
         + """
--- Sets one document's entry in the index, adding it to the sorted set even when the document's field says it
--- holds it already (the field of a dropped index may outlive its entries).
+-- Sets one document's entry (entries) in the index, adding it to the sorted set even when the document's field
+-- says it holds it already (the field of a dropped index may outlive its entries).
 local function build_entry(itag, key, field, entry)
   local before = redis.call('HGET', key, field)
-  if before and before ~= entry then redis.call('ZREM', itag .. field, before) end
+  replace_entries(itag .. field, field, before, entry, true)
   if entry then
-    redis.call('ZADD', itag .. field, 0, entry)
     if before ~= entry then redis.call('HSET', key, field, entry) end
   elseif before then
     redis.call('HDEL', key, field)
@@ -354,7 +447,9 @@ return {0, ids[#ids]}
 # a body over the bytes: its entry is last, with false), 'cut' (looked at
 # the most entries: position is the last looked at).
 QUERY = Script(
-    b"""
+    (
+        _ENTRIES
+        + """
 -- The index's state in the shard, without decoding its spec: '1' built, '0' .. position building.
 local state = redis.call('HGET', string.sub(KEYS[1], 1, -3) .. 'xst', ARGV[1] .. ':' .. ARGV[2])
 if not state then return {'missing', ''} end
@@ -392,7 +487,7 @@ while true do
     looked = looked + 1
     local key = documents .. 'd:' .. id_of(entry)
     local held = redis.call('HMGET', key, field, 'b')
-    if held[1] == entry then
+    if holds_entry(field, held[1], entry) then
       local size = #held[2] + #entry  -- the entry comes back too: a long value counts
       found = found + 1
       if bytes + size > allowance then
@@ -418,4 +513,5 @@ while true do
   end
 end
 """
+    ).encode()
 )

@@ -24,6 +24,18 @@ A document whose member is missing, or of another type than the index's
 (a number where a string is declared, an object, null, a number past
 2**53, a string longer than ``MAX_STRING_BYTES``), has no entry in that index: it is simply not found by its queries.
 
+An array field (``string[]``, ``number[]``) makes an index multi-entry: the
+document has one entry per distinct element of the array (an element of
+another type, or past the bounds above, has none), each with the other
+fields' values and the id. The document's hash keeps them all in the
+index's one field (``pack_entries``: each entry after its length, two bytes
+big-endian, in the array's order, each once), so a write compares the field
+as a whole and, when it changed, adds and removes only the entries that
+differ. An array of more than ``MAX_ARRAY_ENTRIES`` elements is refused
+(``cache.indexes.scripts``). Such an index's version starts with
+``MULTI_VERSION`` (``cache.indexes.declared``): every script and the live
+queries tell its field's layout by its name.
+
 The same encoding is written twice: here, for a query's bounds, and in
 Lua (``cache.indexes.scripts``), for a write's entries, which Redis computes
 from the stored bytes in the write's own script. ``tests/cache/test_index_scripts.py``
@@ -33,10 +45,16 @@ holds the two to the same bytes.
 from __future__ import annotations
 
 import struct
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 STRING, NUMBER, BOOLEAN = "string", "number", "boolean"
-TYPES = (STRING, NUMBER, BOOLEAN)
+STRING_ARRAY, NUMBER_ARRAY = "string[]", "number[]"
+TYPES = (STRING, NUMBER, BOOLEAN, STRING_ARRAY, NUMBER_ARRAY)
+# The most elements an array field of a document may hold: each is an entry, written and removed in the write's
+# own script, and all of them are in the document's hash and in its change-feed event.
+MAX_ARRAY_ENTRIES = 64
+# The first character of a multi-entry index's version (never a hex digit): how a field's layout is told by its name.
+MULTI_VERSION = "m"
 # Numbers indexed are of magnitude below this: from it on, a double does not hold every integer.
 EXACT_INTEGERS = 2**53
 # Strings indexed are of this many UTF-8 bytes at most: an entry is read back whole by every query that
@@ -116,16 +134,59 @@ def encode(value: Any, kind: str) -> Optional[bytes]:
     raise ValueError(f"an index's type is one of {', '.join(TYPES)}, not {kind!r}")
 
 
+class TooManyElements(ValueError):
+    """A document's array field holds more than ``MAX_ARRAY_ENTRIES`` elements."""
+
+
 def entry(document: Any, fields: Sequence[Tuple[Tuple[str, ...], str]], doc_id: bytes) -> Optional[bytes]:
-    """The document's entry in an index of ``fields`` (each a pointer's tokens and a type), or None: not in it."""
+    """The document's entry in an index of ``fields`` (each a pointer's tokens and a type), or None: not in it.
+
+    For an index with an array field: its entries, packed (``pack_entries``);
+    ``TooManyElements`` when the array is over ``MAX_ARRAY_ENTRIES``.
+    """
     parts = []
+    elements = None
     for tokens, kind in fields:
-        encoded = encode(member(document, tokens), kind)
+        value = member(document, tokens)
+        if kind.endswith("[]"):
+            if not isinstance(value, list):
+                return None
+            if len(value) > MAX_ARRAY_ENTRIES:
+                raise TooManyElements(value)
+            elements = (len(parts), [encode(element, kind[:-2]) for element in value])
+            parts.append(b"")
+            continue
+        encoded = encode(value, kind)
         if encoded is None:
             return None
         parts.append(encoded)
     parts.append(doc_id)
-    return b"".join(parts)
+    if elements is None:
+        return b"".join(parts)
+    at, encoded_elements = elements
+    before, after = b"".join(parts[:at]), b"".join(parts[at + 1 :])
+    entries = dict.fromkeys(before + one + after for one in encoded_elements if one is not None)
+    return pack_entries(list(entries)) if entries else None
+
+
+def pack_entries(entries: Sequence[bytes]) -> bytes:
+    """A multi-entry index's field: each entry after its length (two bytes, big-endian)."""
+    return b"".join(struct.pack(">H", len(one)) + one for one in entries)
+
+
+def unpack_entries(packed: bytes) -> List[bytes]:
+    """The entries of a multi-entry index's field (``pack_entries``)."""
+    entries, at = [], 0
+    while at + 2 <= len(packed):
+        (length,) = struct.unpack_from(">H", packed, at)
+        entries.append(bytes(packed[at + 2 : at + 2 + length]))
+        at += 2 + length
+    return entries
+
+
+def is_multi(field: bytes) -> bool:
+    """Whether an index's field (``x:<name>:<version>``, or an event's mark) is a multi-entry index's."""
+    return field[-12:-11] == MULTI_VERSION.encode()
 
 
 def prefix_end(prefix: bytes) -> Optional[bytes]:
