@@ -27,7 +27,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from twisted.internet import defer
 
 from cache.collection_settings import stored_indexes
-from cache.indexes.declared import Index
+from cache.indexes.declared import Index, IndexField
 from cache.indexes.filters import MAX_IN_VALUES
 from cache.indexes.values import STRING
 from cache.json import codec
@@ -72,6 +72,20 @@ def with_collections(base: Json, schemas: List[Tuple[str, Any]], indexes: Option
     return spec
 
 
+def _contains(name: str, field: IndexField) -> Json:
+    """An array field's parameter: ``cs.{x}``, the documents whose array holds ``x`` (one value)."""
+    value = r"(-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?)" if field.element == "number" else r'([^,{}"\\]+|".*")'
+    return parameter(
+        name,
+        "query",
+        f"Filter on `{field.pointer}` ({field.type}): `cs.{{x}}`, the documents whose array holds `x` (one value;"
+        ' `"a,b"` in double quotes where it holds a comma, a brace, a quote or a backslash). Each document once.',
+        {"type": "array", "items": {"type": "string", "pattern": f"^cs\\.\\{{{value}\\}}$"}, "maxItems": 1},
+        style="form",
+        explode=True,
+    )
+
+
 def _with_filters(item: Json, indexes: Sequence[Index], schema: Any) -> None:
     """The list operation of a collection with declared indexes: a query parameter per field, typed by the
     collection's ``schema`` where it says what the member is (``member_schemas``), and ``order``'s values."""
@@ -79,6 +93,9 @@ def _with_filters(item: Json, indexes: Sequence[Index], schema: Any) -> None:
     listing = item["get"]
     listing["parameters"] = [p for p in listing.get("parameters", []) if not p.get("$ref", "").endswith("/order")]
     for name, field in sorted(fields.items()):
+        if field.array:
+            listing["parameters"].append(_contains(name, field))
+            continue
         member = member_schema(schema, field.tokens) if schema is not None else None
         described = f"Filter on `{field.pointer}` ({field.type}"
         extra: Json = {}
@@ -103,7 +120,9 @@ def _with_filters(item: Json, indexes: Sequence[Index], schema: Any) -> None:
                 **extra,
             )
         )
-    orders = [f"{name}.{direction}" for name in sorted(fields) for direction in ("asc", "desc")]
+    orders = [
+        f"{name}.{direction}" for name in sorted(fields) for direction in ("asc", "desc") if not fields[name].array
+    ]
     listing["parameters"].append(
         parameter("order", "query", "The query's order, on a field of the declared indexes.", {"enum": orders})
     )
