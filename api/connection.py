@@ -229,9 +229,8 @@ class JetwayConnection(CycloneConnection):
         fresh, self._fresh = self._fresh, None
         # Nothing taken or added since that read, and no blank lines before the head (RFC 9112 2.2: below).
         if fresh is not None and len(fresh) == len(self._buffer) and not fresh.startswith(b"\r\n"):
-            # Searched and sliced as bytes: on PyPy, bytearray.find of a 1 KB head (a JWT's) is several times
-            # slower than bytes.find, and copying a slice out slower than slicing bytes. The last head again
-            # is not searched at all.
+            # Searched and sliced as bytes, which PyPy does much faster than a bytearray (docs/identity.md);
+            # the last head again is not searched at all.
             end = self._heads.repeated_end(fresh)
             if end < 0:
                 end = fresh.find(b"\r\n\r\n")

@@ -1,6 +1,6 @@
 """A planned query read from Redis: every stream (a range of the query in an index shard) read by its script, merged.
 
-Every shard's ``QUERY`` script (``cache.indexes.scripts``) reads a range's
+Every shard's ``QUERY`` script (``cache.indexes.query_script``) reads a range's
 entries in order and the bodies of the documents that still hold them, in
 the same script, so each body answered matches the query when it is read.
 A query reads each of its ranges (``cache.indexes.queries.Range``: one, or
@@ -23,7 +23,7 @@ from twisted.internet import defer
 from cache import keys
 from cache.errors import WriteConflict
 from cache.indexes.queries import IndexNotReady, Query
-from cache.indexes.scripts import QUERY
+from cache.indexes.query_script import QUERY
 from cache.indexes.values import id_of
 from cache.redis.link import Link
 

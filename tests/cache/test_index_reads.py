@@ -30,7 +30,8 @@ from cache.documents import scripts
 from cache.indexes import reads
 from cache.indexes.declared import declared_indexes, spec_json
 from cache.indexes.queries import plan
-from cache.indexes.scripts import QUERY, SPEC
+from cache.indexes.query_script import QUERY
+from cache.indexes.scripts import SPEC
 
 COLL = b"rd"
 INDEXES = declared_indexes(

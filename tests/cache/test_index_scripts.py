@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from cache import keys
 from cache.documents import scripts
 from cache.indexes.declared import declared_indexes, index_args, spec_json
-from cache.indexes.scripts import BUILD, QUERY, SPEC, SWEEP
+from cache.indexes.query_script import QUERY
+from cache.indexes.scripts import BUILD, SPEC, SWEEP
 from cache.indexes.values import EXACT_INTEGERS, MAX_STRING_BYTES, entry
 
 COLL = b"ix"
