@@ -254,8 +254,9 @@ def indexes_of(values: Dict[str, Any]) -> Tuple[Index, ...]:
         if index.name == rule.name:
             raise IndexDeclarationError(f"index name {rule.name} is the owner rule's own")
         for field in index.fields:
-            if field.name == rule.fields[0].name and field.pointer != rule.fields[0].pointer:
-                raise IndexDeclarationError(f"field {field.name} is the owner rule's own (its pointer)")
+            owned = rule.fields[0]
+            if field.name == owned.name and (field.pointer, field.type) != (owned.pointer, owned.type):
+                raise IndexDeclarationError(f"field {field.name} is the owner rule's own (its pointer, a {owned.type})")
     return (*declared, rule)
 
 
