@@ -355,3 +355,79 @@ def test_a_lane_judges_a_chunk_once_for_all_its_live_queries_as_each_alone_would
     assert lane.live_index() is not None and queries[0] in lane.live_index().queries  # one subscription left
     lane.unfollow(queries[0])
     assert queries[0] not in lane.live_index().queries
+
+
+def test_a_live_query_with_cs_is_told_when_the_value_enters_or_leaves_a_documents_array(api) -> None:
+    """``tags=cs.{red}`` (alone and with a range on the field after it) as a live query (issue #59): an event for
+    each write whose document held red before or after, ``matches: false`` when red left its array (or it was
+    deleted), one event whatever the duplicates; other writes are not its own. Held to a model of the writes."""
+    from tests.handlers.test_queries import query_all
+
+    tags = {"name": "tags", "pointer": "/tags", "type": "string[]"}
+    declare(api, "livecs", {"by_tags": {"fields": [tags]},
+                            "by_tags_created": {"fields": [tags, {"name": "created", "pointer": "/created",
+                                                                  "type": "number"}]}})  # fmt: skip
+    since = now(api, "livecs")
+    written: List[Tuple[str, Optional[Dict[str, Any]]]] = []
+
+    def write(doc_id: str, document: Optional[Dict[str, Any]]) -> None:
+        if document is None:
+            assert api.delete(f"/v1/livecs/{doc_id}").status_code == 204
+        else:
+            assert api.put_json(f"/v1/livecs/{doc_id}", json.dumps(document).encode()).status_code in (200, 201)
+        written.append((doc_id, document))
+
+    # By hand: red in, twice, once again (still a match), out, absent again, in as a string (no entry), deleted.
+    for document in (
+        {"tags": ["red"], "created": 1},
+        {"tags": ["red", "blue", "red"], "created": 12},
+        {"tags": ["red"], "created": 13},
+        {"tags": ["blue"], "created": 14},
+        {"tags": [], "created": 15},
+        {"tags": "red", "created": 16},
+        {"tags": ["red", 3, "red"], "created": 17},
+        None,
+    ):
+        write("a", document)
+    rng = random.Random(5959)
+    choices = [["red"], ["red", "red"], ["blue", "red"], ["red", 3], ["blue"], ["blue", "blue"], [], [3], "red"]
+    for _ in range(150):
+        doc_id = f"d{rng.randrange(12)}"
+        stored = [after for d, after in written if d == doc_id]
+        if rng.random() < 0.15 and stored and stored[-1] is not None:
+            write(doc_id, None)
+            continue
+        document = {"tags": rng.choice(choices), "created": rng.choice([0, 5, 10, 15, "x"])}
+        if rng.random() < 0.1:
+            del document["tags"]
+        write(doc_id, document)
+
+    def red(document: Optional[Dict[str, Any]]) -> bool:
+        return document is not None and isinstance(document.get("tags"), list) and "red" in document["tags"]
+
+    def red_since_ten(document: Optional[Dict[str, Any]]) -> bool:
+        created = None if document is None else document["created"]
+        return red(document) and isinstance(created, int) and created >= 10
+
+    for query, matching in (("tags=cs.%7Bred%7D", red), ("tags=cs.%7Bred%7D&created=gte.10", red_since_ten)):
+        last: Dict[str, Optional[Dict[str, Any]]] = {}
+        expected = []
+        for doc_id, after in written:
+            before = last.get(doc_id)
+            if matching(before) or matching(after):
+                expected.append((doc_id, "delete" if after is None else "put", matching(after)))
+            last[doc_id] = after
+        got = live(api, "livecs", query, since)
+        assert got == expected, query
+        assert sum(not matched for _, _, matched in expected) > 10  # red did leave arrays, and was told
+        answered = sorted(json.dumps(d, sort_keys=True) for d in query_all(api, "livecs", query))
+        assert answered == sorted(json.dumps(d, sort_keys=True) for d in last.values() if matching(d))
+    # The hand-written document's own events, as the model has them.
+    assert [event for event in live(api, "livecs", "tags=cs.%7Bred%7D", since) if event[0] == "a"] == [
+        ("a", "put", True),
+        ("a", "put", True),
+        ("a", "put", True),
+        ("a", "put", False),
+        ("a", "put", True),
+        ("a", "delete", False),
+    ]

@@ -362,7 +362,41 @@ RACE_READERS: Dict[str, Tuple[str, Callable[[Dict[str, Any]], bool], Callable[[D
         lambda d: (d["email"], d["id"]),
         True,
     ),
+    # cs on an array field (RACE_ARRAY_INDEXES), each document once however often red is in its array: alone
+    # (by_tags, by id), newest first on the field after it, and under an upper bound unordered (by created).
+    "cs": ("tags=" + quote("cs.{red}"), lambda d: holds_red(d), lambda d: d["id"], False),
+    "cs-range": (
+        "tags=" + quote("cs.{red}") + "&created=gte.0&order=created.desc",
+        lambda d: holds_red(d) and d["created"] >= 0,
+        lambda d: (d["created"], d["id"]),
+        True,
+    ),
+    "cs-below": (
+        "tags=" + quote("cs.{red}") + "&created=lt.20",
+        lambda d: holds_red(d) and d["created"] < 20,
+        lambda d: (d["created"], d["id"]),
+        False,
+    ),
 }
+RACE_ARRAY_INDEXES = {
+    "by_tags": {"fields": [{"name": "tags", "pointer": "/tags", "type": "string[]"}]},
+    "by_tags_created": {
+        "fields": [
+            {"name": "tags", "pointer": "/tags", "type": "string[]"},
+            {"name": "created", "pointer": "/created", "type": "number"},
+        ]
+    },
+}
+# The writers' tags: red in, with duplicates or beside a number (no entry of its own), or out: another tag, an
+# empty array, a string that is not an array (no entry), or no member at all (None).
+RACE_TAGS: List[Any] = [
+    ["red"], ["red", "red"], ["blue", "red", "blue", "red"], ["red", 3],
+    ["blue"], ["blue", "blue"], [], [3], "red", None,
+]  # fmt: skip
+
+
+def holds_red(document: Dict[str, Any]) -> bool:
+    return isinstance(document.get("tags"), list) and "red" in document["tags"]
 
 
 def race(api, collection: str, queries: int, readers: Sequence[str] = ("eq", "order")) -> Dict[str, int]:
@@ -378,10 +412,14 @@ def race(api, collection: str, queries: int, readers: Sequence[str] = ("eq", "or
     """
     import threading
 
-    declare(api, collection)
+    arrays = any(which.startswith("cs") for which in readers)
+    declare(api, collection, {**INDEXES, **RACE_ARRAY_INDEXES} if arrays else INDEXES)
     stable = {
         f"s{n:03d}": {"id": f"s{n:03d}", "email": "hit@x", "customer": {"id": "c"}, "created": n} for n in range(40)
     }
+    if arrays:  # half hold red (one twice), half do not
+        for n, document in enumerate(stable.values()):
+            document["tags"] = [["red", "blue", "red"], ["blue"]][n % 2]
     for doc_id, document in stable.items():
         put(api, collection, doc_id, document)
     churning = [f"w{n:03d}" for n in range(40)]
@@ -406,6 +444,9 @@ def race(api, collection: str, queries: int, readers: Sequence[str] = ("eq", "or
                 "customer": {"id": rng.choice(["c", "d", "e"])},
                 "created": rng.uniform(-10, 40),
             }
+            tags = rng.choice(RACE_TAGS) if arrays else None
+            if tags is not None:
+                document["tags"] = tags
             if rng.random() < 0.2:
                 session.delete(api.server.url(f"/v1/{collection}/{doc_id}"), headers=api.auth_header)
             else:
@@ -459,6 +500,7 @@ def race(api, collection: str, queries: int, readers: Sequence[str] = ("eq", "or
 
 NOTHING_WRONG = {"not matching": 0, "out of order": 0, "missing": 0, "failed": 0}
 NEW_READERS = ("in", "in-range", "in-below", "in-by-field", "like", "like-desc")
+ARRAY_READERS = ("cs", "cs-range", "cs-below")
 
 
 def wrong_answers(counts: Dict[str, int]) -> Dict[str, int]:
@@ -476,6 +518,14 @@ def test_in_and_prefix_queries_racing_writers_answer_nothing_wrong(api) -> None:
     test-slow runs 10,000 of them (issue 59)."""
     counts = race(api, "racedin", 900, NEW_READERS)
     assert counts["queries"] >= 900 and counts["writes"] > 50, counts
+    assert wrong_answers(counts) == NOTHING_WRONG, counts
+
+
+def test_array_member_queries_racing_writers_answer_nothing_wrong(api) -> None:
+    """cs (alone, with a range either way) while writers move red into and out of documents' arrays, twice in
+    some; make test-slow runs 10,000 of them (issue 59)."""
+    counts = race(api, "racedcs", 450, ARRAY_READERS)
+    assert counts["queries"] >= 450 and counts["writes"] > 25, counts
     assert wrong_answers(counts) == NOTHING_WRONG, counts
 
 
@@ -630,6 +680,16 @@ def test_ten_thousand_in_and_prefix_queries_racing_writers_answer_nothing_wrong(
     """Issue 59's count: 10,000 queries with in and like under writers, shared evenly among ``NEW_READERS``
     (make test-slow; on the cluster, by hand with JETWAY_TEST_TOPOLOGY=cluster JETWAY_TEST_SLOW=1)."""
     counts = race(api, "racedin10k", 10_000, NEW_READERS)
+    print(f"race: {counts}")  # make test-slow runs with -rP: the counts go in its log
+    assert counts["queries"] >= 10_000 and counts["writes"] > 1_000, counts
+    assert wrong_answers(counts) == NOTHING_WRONG, counts
+
+
+@pytest.mark.slow
+def test_ten_thousand_array_member_queries_racing_writers_answer_nothing_wrong(api) -> None:
+    """Issue 59's count for array members: 10,000 cs queries under writers, shared evenly among ``ARRAY_READERS``
+    (make test-slow; on the cluster, by hand with JETWAY_TEST_TOPOLOGY=cluster JETWAY_TEST_SLOW=1)."""
+    counts = race(api, "racedcs10k", 10_000, ARRAY_READERS)
     print(f"race: {counts}")  # make test-slow runs with -rP: the counts go in its log
     assert counts["queries"] >= 10_000 and counts["writes"] > 1_000, counts
     assert wrong_answers(counts) == NOTHING_WRONG, counts
