@@ -278,6 +278,28 @@ def typed_query(client: AuthenticatedClient) -> None:
     problem(refused, 400, "invalid-query")
 
 
+def typed_contains(client: AuthenticatedClient) -> None:
+    """One query with cs on collection ``typed``'s array index (tags, string[]): the documents whose tags hold
+    red, by id, each once however often red is in its array, paged one by one; two values are the server's 400."""
+    tagged = {"c1": ["red", "blue", "red"], "c2": ["blue"], "c3": ["red", "red", "red"], "c4": ["green", "red"]}
+    for age, (doc_id, tags) in enumerate(tagged.items(), 1):
+        body = TypedDocument(email="tagged@example.com", age=age, tags=tags)
+        expect(put_typed_document.sync_detailed(doc_id, client=client, body=body), 201)
+    seen: List[Any] = []
+    cursor: Any = None
+    while True:
+        kwargs = {"cursor": cursor} if cursor else {}
+        page = expect(list_typed_documents.sync_detailed(client=client, tags=["cs.{red}"], limit=1, **kwargs), 200)
+        assert isinstance(page, Page), page
+        seen += [(item["age"], item["tags"]) for item in page.items]
+        if page.next_ is None:
+            break
+        cursor = page.next_
+    assert seen == [(1, tagged["c1"]), (3, tagged["c3"]), (4, tagged["c4"])], seen
+    assert len({age for age, _ in seen}) == len(seen), seen
+    problem(list_typed_documents.sync_detailed(client=client, tags=["cs.{red,blue}"]), 400, "invalid-query")
+
+
 def changes(client: AuthenticatedClient, base_url: str) -> None:
     """The change feed's long poll, with the token and with a ticket (what EventSource sends)."""
     now = expect(get_changes.sync_detailed(COLLECTION, client=client, wait=0), 200)
@@ -304,6 +326,7 @@ def main(base_url: str, token: str) -> None:
     batch(client)
     collection_settings(client)
     typed_query(client)
+    typed_contains(client)
     changes(client, base_url)
     print(f"python client: every operation answered as documented ({HTTPStatus.OK.phrase})")
 

@@ -43,13 +43,17 @@ def run(command: List[str], cwd: Path, env: Dict[str, str]) -> str:
     return output
 
 
-# A collection with a schema and an index before the document is fetched, so each client gets its typed
-# operations, and its list's query parameters (each client asks one query with in).
+# A collection with a schema and indexes before the document is fetched, so each client gets its typed
+# operations, and its list's query parameters (each client asks one query with in and one with cs).
 TYPED_SETTINGS = {
     "schema": {
         "type": "object",
         "required": ["email"],
-        "properties": {"email": {"type": "string", "format": "email"}, "age": {"type": "integer", "minimum": 0}},
+        "properties": {
+            "email": {"type": "string", "format": "email"},
+            "age": {"type": "integer", "minimum": 0},
+            "tags": {"type": "array", "items": {"type": "string"}},
+        },
     },
     "indexes": {
         "by_email_age": {
@@ -57,7 +61,8 @@ TYPED_SETTINGS = {
                 {"name": "email", "pointer": "/email", "type": "string"},
                 {"name": "age", "pointer": "/age", "type": "number"},
             ]
-        }
+        },
+        "by_tags": {"fields": [{"name": "tags", "pointer": "/tags", "type": "string[]"}]},
     },
     "ttl": 3600,
 }
