@@ -48,12 +48,11 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
 from loadtest import _token
+from loadtest._http import send
 from loadtest._jwt_issuer import Issuer, mint
 from loadtest._servers import Processes, stop_on_sigterm
 from loadtest._token import ROOT
@@ -98,15 +97,7 @@ class Served:
         return path
 
     def request(self, method: str, path: str, token: str, body: Any = None) -> Tuple[int, bytes]:
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.base + path, data=data, method=method)
-        request.add_header("Authorization", f"Bearer {token}")
-        request.add_header("Content-Type", "application/json")
-        try:
-            with urllib.request.urlopen(request, timeout=60) as answer:
-                return answer.status, answer.read()
-        except urllib.error.HTTPError as error:
-            return error.code, error.read()
+        return send(self.base, method, path, token, None if body is None else json.dumps(body).encode())
 
     def token(self, name: str) -> str:
         return self.files[name].read_text().split("\n", 1)[0]

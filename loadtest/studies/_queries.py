@@ -40,11 +40,11 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
 from loadtest import _token
+from loadtest._http import send
 from loadtest._servers import Processes, stop_on_sigterm
 from loadtest._token import ROOT
 from loadtest.studies._attacks import cpu_seconds
@@ -81,14 +81,7 @@ class Served:
         )
 
     def request(self, method: str, path: str, body: bytes = b"") -> Tuple[int, bytes]:
-        request = urllib.request.Request(self.base + path, data=body or None, method=method)
-        request.add_header("Authorization", f"Bearer {self.token}")
-        request.add_header("Content-Type", "application/json")
-        try:
-            with urllib.request.urlopen(request, timeout=60) as answer:
-                return answer.status, answer.read()
-        except urllib.error.HTTPError as error:
-            return error.code, error.read()
+        return send(self.base, method, path, self.token, body or None)
 
     def declare(self, collection: str, indexes: Dict[str, Any]) -> None:
         """Through the CLI, as an operator would (the load test's token has no admin scope)."""
