@@ -161,7 +161,8 @@ class JetwayConnection(CycloneConnection):
             # The first byte of a request starts its header clock; later
             # bytes do not reset it.
             self._deadline.arm(self.limits.header_timeout, 408)
-        self._fresh = data if not self._buffer else None
+        # Only while a head is awaited: a body's chunks are not held twice.
+        self._fresh = data if not self._buffer and self._head is None and self._streamed is None else None
         self._buffer += data
         if self._streamed is not None:
             self._feed_stream(self._streamed)
@@ -229,14 +230,11 @@ class JetwayConnection(CycloneConnection):
         fresh, self._fresh = self._fresh, None
         # Nothing taken or added since that read, and no blank lines before the head (RFC 9112 2.2: below).
         if fresh is not None and len(fresh) == len(self._buffer) and not fresh.startswith(b"\r\n"):
-            # Searched and sliced as bytes, which PyPy does much faster than a bytearray (docs/identity.md);
-            # the last head again is not searched at all.
-            end = self._heads.repeated_end(fresh)
-            if end < 0:
-                end = fresh.find(b"\r\n\r\n")
-            if end > 0:
-                del self._buffer[: end + 4]
-                return self._heads.parse(fresh[:end])
+            # Searched as bytes, which PyPy does much faster than a bytearray (docs/identity.md).
+            found = self._heads.head_in(fresh)
+            if found is not None:
+                del self._buffer[: found[1]]
+                return found[0]
         while self._buffer.startswith(b"\r\n"):  # RFC 9112 2.2: ignore blank lines first
             del self._buffer[:2]
         end = self._buffer.find(b"\r\n\r\n")

@@ -105,6 +105,18 @@ class RepeatedHeads:
             return len(block)
         return -1
 
+    def head_in(self, data: bytes) -> Optional[Tuple[RequestHead, int]]:
+        """The head ``data`` starts with and the bytes it takes (its CRLF CRLF too); None if it is not all there.
+
+        The last head again is not searched for, split or looked up.
+        """
+        end = self.repeated_end(data)
+        if end > 0:
+            assert self._parsed is not None
+            return _head_of(*self._parsed), end + 4
+        end = data.find(b"\r\n\r\n")
+        return (self.parse(data[:end]), end + 4) if end > 0 else None
+
     def parse(self, block: bytes) -> RequestHead:
         parsed = self._parsed
         if parsed is None or block != self._block:
