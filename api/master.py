@@ -15,7 +15,10 @@ pipe the master reads and passes on, whole lines only, to its own stdout
   serving on the slot's socket before the old one is told to drain, so no
   connection is refused. Workers are spawned with SIGHUP held and ignore
   it (``api.signals``): a hangup of the whole process group (a closing
-  terminal) reloads, it does not empty the slots.
+  terminal) reloads, it does not empty the slots. A SIGHUP during a reload
+  is remembered, and another reload follows the one under way (any number
+  of them during one reload make one more), so the code deployed last is
+  what serves.
 """
 
 from __future__ import annotations
@@ -115,6 +118,8 @@ class Master:
         self.slots = [Slot(self, index, listener) for index, listener in enumerate(listeners)]
         self.stopping = False
         self.reloading = False
+        # A SIGHUP came during the reload under way: the workers it started may run older code.
+        self.reload_again = False
         self.restarts = worker_restarts()
 
     def run(self) -> int:
@@ -179,11 +184,19 @@ class Master:
         if not self.stopping and slot.worker is None:
             self.spawn(slot)
 
-    @defer.inlineCallbacks
-    def reload(self) -> Any:
-        """Replace the workers one slot at a time (SIGHUP)."""
-        if self.reloading or self.stopping:
+    def reload(self) -> None:
+        """Replace the workers one slot at a time (SIGHUP); during a reload, once more after it."""
+        if self.stopping:
             return
+        if self.reloading:
+            if not self.reload_again:
+                log.msg("reload asked during a reload: another follows this one")
+            self.reload_again = True
+            return
+        self._replace_workers()
+
+    @defer.inlineCallbacks
+    def _replace_workers(self) -> Any:
         self.reloading = True
         log.msg("reloading: replacing workers one at a time")
         try:
@@ -202,6 +215,10 @@ class Master:
                     yield old.ended
         finally:
             self.reloading = False
+            # Also after a failed reload: the later SIGHUP may be the deploy that fixes it.
+            if self.reload_again and not self.stopping:
+                self.reload_again = False
+                self.reactor.callLater(0, self.reload)
 
     def shutdown(self) -> None:
         """Drain every worker, then stop (SIGTERM/SIGINT)."""

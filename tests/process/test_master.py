@@ -13,7 +13,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, List, Set
 
 import pytest
 import requests
@@ -120,6 +120,62 @@ def test_sighup_replaces_the_workers_with_no_failed_request(master):
     print(f"\nSIGHUP: {client.ok} requests answered, {len(client.failures)} failed")
     assert client.ok > 0
     assert client.failures == []
+
+
+# The code a worker starts with, as a sitecustomize on PYTHONPATH the test rewrites (a deploy between
+# two SIGHUPs): each process it starts in records its pid under ``started``, named by its version.
+STARTED_WITH = """import os, time
+from pathlib import Path
+Path({started!r}, str(os.getpid())).write_text({version!r})
+time.sleep({pause})
+"""
+
+
+def test_of_two_sighups_during_one_reload_the_second_ones_code_serves_after(redis_server, redis_client, tmp_path):
+    """Every HUP during a reload makes one more reload after it, not one each, nor none."""
+    code, started = tmp_path / "code", tmp_path / "started"
+    code.mkdir()
+    started.mkdir()
+
+    def deploy(version: str, pause: float = 0.0) -> None:
+        (code / "sitecustomize.py").write_text(STARTED_WITH.format(started=str(started), version=version, pause=pause))
+
+    def workers_started() -> List[Path]:
+        """Every worker ever started, oldest first (the master records itself too)."""
+        marks = [mark for mark in started.iterdir() if mark.name != str(server.process.pid)]
+        return sorted(marks, key=lambda mark: mark.stat().st_mtime_ns)
+
+    def last_started() -> Set[int]:
+        return {int(mark.name) for mark in workers_started()[-WORKERS:]}
+
+    def serving() -> List[str]:
+        return sorted((started / str(pid)).read_text() for pid in worker_pids(server))
+
+    deploy("v1")
+    path = os.pathsep.join(filter(None, [str(code), os.environ.get("PYTHONPATH")]))
+    server = JetwayServer(redis_server.url, tmp_path / "master.log", env={"JETWAY_GRACE": "5", "PYTHONPATH": path})
+    try:
+        server.start(["--workers", str(WORKERS)])
+        wait_until(lambda: serving() == ["v1"] * WORKERS, 10, "both workers")
+        # v2's workers take a second to start: its reload is under way while v3 is deployed.
+        deploy("v2", pause=1.0)
+        server.process.send_signal(signal.SIGHUP)
+        wait_until(lambda: len(workers_started()) > WORKERS, 30, "the reload to start a v2 worker")
+        deploy("v3")
+        server.process.send_signal(signal.SIGHUP)
+        server.process.send_signal(signal.SIGHUP)
+        # Two reloads: the slots' first workers, then one per slot per reload, and the last reload's serve.
+        wait_until(
+            lambda: len(workers_started()) == 3 * WORKERS and set(worker_pids(server)) == last_started(),
+            60,
+            "the second reload's workers alone serving",
+        )
+        time.sleep(1.0)  # a third reload, had the two HUPs made two, would have started a worker by now
+        assert len(workers_started()) == 3 * WORKERS
+        assert serving() == ["v3"] * WORKERS
+        assert requests.get(server.url("/healthz"), timeout=5).status_code == 200
+    finally:
+        server.stop()
 
 
 def run_serve(*args: str, timeout: float = 20) -> subprocess.CompletedProcess:
