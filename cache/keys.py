@@ -120,3 +120,17 @@ def index_dropped_key(collection: bytes, shard: int) -> bytes:
 def index_build_lease_key(collection: bytes, name: bytes, version: bytes) -> bytes:
     """Which worker builds one declared index (``cache.indexes.builds``): in the slot of the collection's shard 0."""
     return INDEX_PREFIX + _tag(collection, 0)[len(PREFIX) :] + b":xl:" + name + b":" + version
+
+
+def expiry_key(collection: bytes, shard: int) -> bytes:
+    """The ids of one shard's documents that have a TTL, by their expiry in ms (``cache.indexes.expiry_scripts``)."""
+    return INDEX_PREFIX + _tag(collection, shard)[len(PREFIX) :] + b":xe"
+
+
+def expiry_marks_key(collection: bytes, shard: int) -> bytes:
+    """The index entries of one shard's documents that have a TTL, kept to remove once they expire."""
+    return INDEX_PREFIX + _tag(collection, shard)[len(PREFIX) :] + b":xm"
+
+
+# The collections that may hold documents with a TTL, which the expiry sweepers visit (``cache.documents.expiry``).
+EXPIRING = INDEX_PREFIX + b"expiring"

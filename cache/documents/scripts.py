@@ -8,6 +8,7 @@ separated by spaces (entity tags cannot contain spaces).
 
 from __future__ import annotations
 
+from cache.indexes.expiry_scripts import EXPIRY_LUA
 from cache.indexes.scripts import WRITE_LUA
 from cache.redis.script import Script
 
@@ -141,7 +142,8 @@ local function log_change(K, A, id, etag, marks)
   end
   local state = 'ji:' .. string.sub(K[2], 4, -2) .. 'fb'
   local event
-  if #fields == 6 and redis.call('HEXISTS', state, 'b') == 0 then
+  -- (An expiry's event carries its due time, t: UNMARKED_BYTES still bounds it, its ETag being empty.)
+  if (#fields == 6 or (#fields == 8 and fields[7] == 't')) and redis.call('HEXISTS', state, 'b') == 0 then
     -- No index entries in this stream yet: its events are small (UNMARKED_BYTES at most), the event cap bounds
     -- their bytes, and Redis trims it by whole nodes as it adds (half the script's cost of counting).
     event = redis.call('XADD', K[3], 'MAXLEN', '~', A[feed_at + 2], '*', unpack(fields))
@@ -200,6 +202,12 @@ local function put(K, A)
   -- Before any write: Redis making the entries may refuse the document.
   if indexed and not indexed.entries then indexed.entries = own_entries(indexed, A[1], A[2]) end
   local feed_at = feed_start(K, A)
+  if not current then
+    -- A document whose hash expired and whose expiry was not carried out yet: first its expiry (its entries
+    -- leave, its event precedes this create's), as the sweeper would have (cache.indexes.expiry_scripts).
+    local due = redis.call('ZSCORE', itag .. 'xe', A[1])
+    if due then expire_one(itag, K[2], A[1], due, K[3], K[3] and expiry_feed(A, feed_at)) end
+  end
   local stale = index_at + 2 + 2 * tonumber(A[index_at])
   local sets = {'b', A[2], 'e', A[3], 'm', A[4]}
   for i = 9, index_at - 1 do sets[#sets + 1] = A[i] end
@@ -211,10 +219,16 @@ local function put(K, A)
   if indexed then marks = move_entries(itag, indexed, held, 1, sets, dels, K[3] ~= nil) end
   redis.call('HSET', K[1], unpack(sets))
   if #dels > 0 then redis.call('HDEL', K[1], unpack(dels)) end
+  -- Each TTL set or cleared is mirrored (cache.indexes.expiry_scripts' invariant I); a write without one pays
+  -- nothing more unless its document had one.
   if A[5] == '0' then
-    if current then redis.call('PERSIST', K[1]) end  -- a hash just made has no expiry
+    -- a hash just made has no expiry
+    if current and redis.call('PERSIST', K[1]) == 1 then forget_expiry(itag, A[1]) end
   elseif A[5] ~= '' then
     redis.call('EXPIRE', K[1], A[5])
+    mirror_expiry(itag, K[1], A[1], indexed)
+  elseif indexed and current then
+    remirror(itag, K[1], A[1], indexed, held)
   end
   redis.call('ZADD', K[2], 0, A[1])
   log_change(K, A, A[1], A[3], marks)
@@ -222,7 +236,7 @@ local function put(K, A)
   return 2
 end
 """
-PUT = Script((_CONDITIONS + _FEED + WRITE_LUA + _PUT + "return put(KEYS, ARGV)\n").encode())
+PUT = Script((_CONDITIONS + _FEED + WRITE_LUA + EXPIRY_LUA + _PUT + "return put(KEYS, ARGV)\n").encode())
 
 # KEYS: document, index shard[, change feed]. ARGV: id, If-Match[, the feed's (_FEED)].
 # Returns 0 when the condition failed, -1 when missing, 1 when deleted.
@@ -231,14 +245,16 @@ local function delete(K, A)
   local current = redis.call('HGET', K[1], 'e')
   if not holds(current, A[2], '') then return 0 end
   if not current then return -1 end
-  local marks = unindex(index_tag(K[2]), K[1])  -- then the hash goes, with its index fields
+  local itag = index_tag(K[2])
+  local marks = unindex(itag, K[1])  -- then the hash goes, with its index fields
+  if redis.call('PEXPIRETIME', K[1]) > 0 then forget_expiry(itag, A[1]) end
   redis.call('DEL', K[1])
   redis.call('ZREM', K[2], A[1])
   log_change(K, A, A[1], '', marks)
   return 1
 end
 """
-DELETE = Script((_CONDITIONS + _FEED + WRITE_LUA + _DELETE + "return delete(KEYS, ARGV)\n").encode())
+DELETE = Script((_CONDITIONS + _FEED + WRITE_LUA + EXPIRY_LUA + _DELETE + "return delete(KEYS, ARGV)\n").encode())
 
 # Many writes in one call (a batch's, cache.batches.groups), each as PUT or
 # DELETE would make it alone, in order. KEYS: each write's own (document,
@@ -252,6 +268,7 @@ WRITE_MANY = Script(
         _CONDITIONS
         + _FEED
         + WRITE_LUA
+        + EXPIRY_LUA
         + _PUT
         + _DELETE
         + """
@@ -279,6 +296,37 @@ for channel, shards in pairs(nudges) do
   for shard, event in pairs(shards) do redis.call('PUBLISH', channel, shard .. ' ' .. event) end
 end
 return results
+"""
+    ).encode()
+)
+
+# What a script needs to carry out a shard's due expiries (cache.indexes.expiry_scripts): it defines
+# ``expire_due(ids_key, step, feed_key, feed_args)``, where ids_key is the shard's id index (jw:{<coll>:<shard>}:i,
+# every other key derived from it), step the most ids it looks at, and feed_key, feed_args the shard's stream and
+# FeedLog.script_parts(b"expire", ...)'s arguments as a table (both nil: no feed). A script that must not count a
+# document past its expiry (an exact count) runs it first, in the same script.
+EXPIRE_DUE_LUA = _FEED + WRITE_LUA + EXPIRY_LUA
+
+# KEYS: the shard's id index[, its change feed]. ARGV: how many due ids at most[, the feed's (_FEED), operation
+# 'expire']. The sweeper's step (cache.documents.expiry): each shard's nudge once, after its expiries.
+# Returns expire_due's {expired, looked at, next due ms or ''}.
+EXPIRE_DUE = Script(
+    (
+        EXPIRE_DUE_LUA
+        + """
+local feed_args = nil
+if KEYS[2] then
+  nudges = {}
+  feed_args = {}
+  for i = 2, #ARGV do feed_args[#feed_args + 1] = ARGV[i] end
+end
+local answer = expire_due(KEYS[1], tonumber(ARGV[1]), KEYS[2], feed_args)
+if nudges then
+  for channel, shards in pairs(nudges) do
+    for shard, event in pairs(shards) do redis.call('PUBLISH', channel, shard .. ' ' .. event) end
+  end
+end
+return answer
 """
     ).encode()
 )

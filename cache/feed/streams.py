@@ -6,10 +6,11 @@ write scripts (``cache.documents.scripts``) append the event in the same script 
 write, on Redis Cluster too, where a script may touch one slot only. One
 stream per collection would have to live in one slot, which a cluster
 cannot write atomically with documents spread over sixteen. An event is
-``o`` (``put``, ``create``, ``patch`` or ``delete``), ``i`` (the document
-id) and ``e`` (the new ETag; empty for a delete); its time is its stream
-id's milliseconds (Redis's clock when it was written). Events of one
-document are in one stream, in the order of its writes.
+``o`` (``put``, ``create``, ``patch``, ``delete`` or ``expire``), ``i`` (the
+document id) and ``e`` (the new ETag; empty for a delete or an expiry); its
+time is its stream id's milliseconds (Redis's clock when it was written). An
+expiry's event also has ``t``, when the document's TTL ran out (ms). Events
+of one document are in one stream, in the order of its writes.
 
 Each stream is capped (``FeedLog``: a length per collection, divided over
 the shards, and optionally an age), trimmed approximately (whole listpack
@@ -21,9 +22,11 @@ The write scripts also PUBLISH a nudge on the collection's channel
 (``channel``): the shard and the new id. Workers that follow the
 collection read the shard on a nudge (``handlers.feed.hub``).
 
-Expiries are not events: Redis reports them only as keyspace notifications,
-fire-and-forget pub/sub that a disconnected subscriber misses for good, and
-on a cluster each node only to its own subscribers (docs/api.md, "The change feed").
+Expiries are events too, logged by the script that carries them out
+(``cache.indexes.expiry_scripts``, run by ``cache.documents.expiry``'s sweeper
+or by a write that recreates the document), not from Redis's keyspace
+notifications, which a disconnected subscriber misses for good
+(docs/design/expiry.md).
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from cache.redis.link import Link
 from cache.redis.script import Script
 
 CHANNEL_PREFIX = b"jw:feed:"
-OPS = (b"put", b"create", b"patch", b"delete")
+OPS = (b"put", b"create", b"patch", b"delete", b"expire")
 
 # KEYS: one shard's stream. ARGV: the position to read after (ms, seq), the
 # last id to read ('+': to the end), how many at most (0: only check).
@@ -151,6 +154,7 @@ class Event:
     # In a shard that keeps indexes: the document's entries after the write (x:<name>:<v>) and, where one
     # changed, before it (w:<name>:<v>, b"" for none), as the write's script set them (cache.feed.live_queries).
     marks: Tuple[Tuple[bytes, bytes], ...] = ()
+    expired_at: int = 0  # an expiry's: when the document's TTL ran out, ms (Redis's clock)
 
     def json(self, with_doc: bool = False, doc: Optional[bytes] = None, matches: Optional[bool] = None) -> bytes:
         """``{"op","id","etag","time"[,"matches"][,"doc"]}``; ``doc`` inlined as stored, never re-encoded;
@@ -166,6 +170,8 @@ class Event:
             etag,
             iso_time(self.stream_id[0]),
         )
+        if self.expired_at:
+            head += b',"expired_at":"%s"' % iso_time(self.expired_at)
         if matches is not None:
             head += b',"matches":true' if matches else b',"matches":false'
         if not with_doc:
@@ -282,9 +288,9 @@ def _event(shard: int, entry: List[Any]) -> Event:
     stream_id, fields = entry
     values = dict(zip(fields[::2], fields[1::2]))
     marks = tuple((name, value) for name, value in values.items() if name[:2] in _MARKS) if len(values) > 3 else ()
-    return Event(
-        shard, parse_id(stream_id), values.get(b"o", b"put"), values.get(b"i", b""), values.get(b"e", b""), marks
-    )
+    op = values.get(b"o", b"put")
+    expired_at = int(values.get(b"t", 0)) if op == b"expire" else 0
+    return Event(shard, parse_id(stream_id), op, values.get(b"i", b""), values.get(b"e", b""), marks, expired_at)
 
 
 _MARKS = (b"x:", b"w:")

@@ -49,6 +49,7 @@ query's check that the document still holds an entry looks among them.
 
 from __future__ import annotations
 
+from cache.indexes.expiry_scripts import MIRROR_LUA
 from cache.indexes.values import MAX_ARRAY_ENTRIES, MAX_STRING_BYTES
 from cache.redis.script import Script
 
@@ -358,6 +359,7 @@ BUILD = Script(
     (
         _ENCODE
         + ENTRIES_LUA
+        + MIRROR_LUA
         + """
 -- Sets one document's entry (entries) in the index, adding it to the sorted set even when the document's field
 -- says it holds it already (the field of a dropped index may outlive its entries).
@@ -393,7 +395,10 @@ for _, id in ipairs(ids) do
     local entry = nil
     if ok then entry = index_entry(doc, index, id) end
     build_entry(tag, key, entry_field(index), entry)
+    mirror_entry(tag, id, entry_field(index), entry)  -- a document with a TTL: its mirror too (expiry_scripts)
     bytes = bytes + #body
+  else
+    mirror_entry(tag, id, entry_field(index), nil)  -- expired: no entry, and its mirror says none either
   end
   last = id
   if bytes >= cap then break end

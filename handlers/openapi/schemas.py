@@ -7,6 +7,7 @@ Patterns and limits come from the checks themselves (``handlers.http.validation`
 from __future__ import annotations
 
 from cache.collection_settings import MAX_REPLICAS, MAX_TTL
+from cache.feed.streams import OPS
 from cache.schemas.schema import DRAFT
 from handlers import docs
 from handlers.http import validation
@@ -188,10 +189,22 @@ def _settings() -> Json:
 def _changes() -> Json:
     event = closed(
         {
-            "op": {"enum": ["put", "create", "patch", "delete"], "description": "What the write did."},
+            "op": {
+                "enum": [op.decode() for op in OPS],
+                "description": "What the write did; `expire`: the document's TTL ran out (docs/api.md, \"The"
+                ' change feed").',
+            },
             "id": ref("schemas", "DocumentId"),
-            "etag": {"type": ["string", "null"], "description": "The document's new ETag; null for a delete."},
+            "etag": {
+                "type": ["string", "null"],
+                "description": "The document's new ETag; null for a delete or an expiry.",
+            },
             "time": {"type": "string", "format": "date-time", "description": "When Redis stored it (UTC, ms)."},
+            "expired_at": {
+                "type": "string",
+                "format": "date-time",
+                "description": "An `expire` event's only: when the document's TTL ran out (UTC, ms).",
+            },
             "matches": {
                 "type": "boolean",
                 "description": "In a live query's events only: whether the document matches the query after this"
