@@ -203,6 +203,7 @@ class ResourceHandler(JsonHandler):
         self.idempotency = idempotency
         self.collections = collections
         self.ticket_gate: Any = None  # the feed's (handlers.tickets.TicketGate): a ticket admits its own feed
+        self.validated_with = b""  # what a composed page's ETag names beside its body (its count's Content-Range)
 
     def collection_settings(self, collection: bytes) -> defer.Deferred:
         """The collection's settings (``NO_SETTINGS`` when it has none): what a write must obey."""
@@ -260,7 +261,7 @@ class ResourceHandler(JsonHandler):
         Weak: it names the page's content whether it is sent gzipped or not.
         A CRC-32 and the length: several times cheaper than MD5 or SHA-1 on PyPy, and a page needs no more.
         """
-        opaque = b'"%08x-%x"' % (zlib.crc32(body), len(body))
+        opaque = b'"%08x-%x"' % (zlib.crc32(self.validated_with, zlib.crc32(body)), len(body))
         if_none_match = self.request.headers.get("If-None-Match")
         tags = validation.entity_tags(if_none_match, weak=True)
         if tags == b"*" or opaque in tags.split():

@@ -26,12 +26,14 @@ from cache.indexes import filters as index_filters
 from cache.indexes import queries as index_queries
 from cache.memory_return import MemoryReturn
 from cache.ownership import OWNER_FIELD
+from handlers import page_counts
 from handlers.base import ResourceHandler, as_api_error, document_response
 from handlers.exports import PAGE_DOCUMENTS, NdjsonExport, OwnedExport, wants_ndjson
 from handlers.http import validation
 from handlers.http.cache_policy import policy_for
 from handlers.http.deferreds import is_deferred
 from handlers.http.errors import ApiError, bad_request
+from handlers.http.preferences import count_asked
 from handlers.http.problems import RETRY_AFTER_SECONDS
 from handlers.idempotency import respond_once
 from handlers.ownership import bound_owner, owned_document, owned_reads
@@ -95,10 +97,13 @@ class CollectionHandler(ComposedHandler):
                 return self._owned_export(name, settings, owner)
             if not ids:  # a page of the caller's documents is a query on the owner rule's index
                 filters = {**filters, OWNER_FIELD: [*filters.get(OWNER_FIELD, ()), "eq." + owner]}
+        # Prefer is read only when sent: a page that asks no count pays nothing for it.
+        prefer = self.request.headers.get("Prefer")
+        counting = count_asked(prefer) if prefer is not None else None
         if filters:
             if ids:
                 raise bad_request("ids cannot be combined with a query's filters or order", "invalid-query")
-            return self._query(name, filters)
+            return self._query(name, filters, counting)
         if wants_ndjson(self.request.headers.get("Accept")) and not ids:
             return NdjsonExport(self, name).run()
         if ids:
@@ -112,21 +117,39 @@ class CollectionHandler(ComposedHandler):
         limit = validation.limit(self.query_argument("limit"))
         after = validation.decode_cursor(self.query_argument("cursor"))
         reading = self.store.page(name, limit, after, self.response_budget)
+        if counting is not None:
+            counted = self.store.count_of(name, None, after, counting == "exact")
+            reading = page_counts.both(reading, counted).addCallback(self._counted, counting)
         return self.with_collection_policy(name, reading).addCallback(self._send_page)
 
     @defer.inlineCallbacks
-    def _query(self, name: bytes, filters: Dict[str, List[str]]) -> Any:
-        """A page of the documents a query over a declared index finds (``cache.indexes.queries``)."""
+    def _query(self, name: bytes, filters: Dict[str, List[str]], counting: Optional[str] = None) -> Any:
+        """A page of the documents a query over a declared index finds (``cache.indexes.queries``), and their
+        count when ``Prefer`` asks one (``counting``: ``exact`` or ``estimated``)."""
         limit = validation.limit(self.query_argument("limit"))
         settings = yield self.collection_settings(name)
         self.cache_control = policy_for(settings.cache_control, self.cache_control)
         try:
             query = yield self.planned_query(name, settings.indexes, filters, limit, self.query_argument("cursor"))
-            found = yield self.store.query(name, query, self.response_budget)
+            reading = self.store.query(name, query, self.response_budget)
+            if counting is not None:
+                counted = self.store.count_of(name, query, None, counting == "exact")
+                reading = page_counts.both(reading, counted).addCallback(self._counted, counting)
+            found = yield reading
         except index_queries.IndexNotReady as error:
             self._index_building(name, query, error)
         cursor = validation.encode_cursor(found.last) if found.last is not None else None
         self.send_items(found.bodies, cursor, with_next=True)
+
+    def _counted(self, read: List[Any], counting: str) -> Any:
+        """A page (or a query's ``Found``) read beside its count: the count in its headers, the page given on."""
+        page, count = read
+        answered = page_counts.content_range(count, len(page.bodies))
+        self.set_header("Content-Range", answered)
+        self.set_header("Preference-Applied", "count=" + counting)
+        self.add_header("Vary", "Prefer")
+        self.validated_with = answered.encode()  # in the page's ETag: a 304 only when the count is the same too
+        return page
 
     @defer.inlineCallbacks
     def _owned_export(self, name: bytes, settings: CollectionSettings, owner: str) -> Any:

@@ -40,6 +40,7 @@ from cache.documents.write_concern import PRIMARY_ONLY, WriteConcern
 from cache.documents.writes import DocumentWrites
 from cache.feed.streams import NO_FEED, FeedLog
 from cache.hot.cache import HotCache
+from cache.indexes import counts as index_counts
 from cache.indexes import queries as index_queries
 from cache.indexes import reads as index_reads
 from cache.indexes.builds import IndexBuilds
@@ -114,6 +115,15 @@ class DocumentStore:
     def query(self, collection: bytes, query: index_queries.Query, budget: int) -> defer.Deferred:
         """A page of a query over a declared index (``cache.indexes.queries``)."""
         return index_reads.run(self._link, collection, query, budget)
+
+    def count_of(
+        self, collection: bytes, query: Optional[index_queries.Query], after: Optional[bytes], exact: bool
+    ) -> defer.Deferred:
+        """The ``Count`` of ``query``'s documents, or (None) of the collection's list after the id ``after``
+        (``cache.indexes.counts``)."""
+        if query is None:
+            return index_counts.for_list(self._link, collection, after, exact)
+        return index_counts.for_query(self._link, collection, query, exact)
 
     def ping(self) -> defer.Deferred:
         """Fires when Redis answers a PING."""
