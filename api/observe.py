@@ -107,6 +107,19 @@ class Metrics:
         )
         self.index_builds: Optional[Any] = None  # the store's cache.indexes.builds.IndexBuilds
         self._index_steps_flushed = 0
+        self.expiries = Counter(
+            "jetway_expiries",
+            "Expiries carried out: entries removed, event logged (cache/documents/expiry.py)",
+            registry=None,
+        )
+        self.expiry_lag = Gauge(
+            "jetway_expiry_lag_seconds",
+            "How long the oldest due expiry a sweeping worker saw at its last look had been due",
+            multiprocess_mode="livemax",
+            registry=None,
+        )
+        self.expiry: Optional[Any] = None  # the worker's cache.documents.expiry.ExpirySweeper
+        self._expiries_flushed = 0
         self._bounds = (*_BUCKETS, float("inf"))
         # The status as a number: its text is made at the flush, not per request.
         self._requests: Dict[Tuple[str, str, int], int] = defaultdict(int)
@@ -156,6 +169,11 @@ class Metrics:
             steps = self.index_builds.steps
             self.index_build_steps.inc(steps - self._index_steps_flushed)
             self._index_steps_flushed = steps
+        if self.expiry is not None:
+            expired = self.expiry.expired
+            self.expiries.inc(expired - self._expiries_flushed)
+            self._expiries_flushed = expired
+            self.expiry_lag.set(self.expiry.lag_seconds)
 
     def _flush_feed(self) -> None:
         stats, flushed = self.feed_stats, self._feed_flushed

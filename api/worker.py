@@ -39,6 +39,7 @@ from cache.credentials.jwt_tokens import JwtVerifier
 from cache.credentials.tickets import TicketStore
 from cache.credentials.token_cache import TokenCache
 from cache.credentials.tokens import TokenStore
+from cache.documents.expiry import ExpirySweeper
 from cache.documents.idempotency import IdempotencyRecords
 from cache.documents.store import DocumentStore
 from cache.documents.variants import Variants
@@ -166,15 +167,18 @@ def assemble(
     if settings.write_concern.waits:
         write_link.dial()
     on_shutdown(write_link.close)
+    feed_log = (
+        FeedLog(True, settings.feed_max_events, settings.feed_max_age, settings.feed_max_bytes)
+        if settings.feed
+        else NO_FEED
+    )
     store = DocumentStore(
         link,
         write_link=write_link,
         write_concern=settings.write_concern,
         hot=hot,
         variants=Variants(settings.compress_min_bytes),
-        feed=FeedLog(True, settings.feed_max_events, settings.feed_max_age, settings.feed_max_bytes)
-        if settings.feed
-        else NO_FEED,
+        feed=feed_log,
     )
     metrics.index_builds = store.index_builds
     feed = _feed(settings, address, link, reactor)
@@ -182,6 +186,12 @@ def assemble(
     tokens = TokenCache(TokenStore(link), address, reactor, settings.redis_timeout) if settings.auth else None
     collections = SettingsCache(CollectionSettingsStore(link), address, reactor, settings.redis_timeout)
     follow_settings_changes(collections, store.index_builds)
+    # Every worker looks for due expiries; the one holding a collection's lease carries them out
+    # (cache.documents.expiry).
+    sweeper = ExpirySweeper(link, store.writes.expiring, feed_log, reactor)
+    sweeper.start()
+    metrics.expiry = sweeper
+    on_shutdown(sweeper.stop)
     on_shutdown(collections.close)
     idempotency = IdempotencyRecords(link, settings.idempotency_lease)
     # A batch's writes share script calls by slot on a cluster, and all together on one Redis (cache.batches.groups).

@@ -30,10 +30,11 @@ from cache.documents.document import (
     put_outcome,
     tag_matches,
 )
+from cache.documents.expiry import ExpiringCollections
 from cache.documents.ids import EtagFactory, UlidFactory
 from cache.documents.variants import FIELDS, Variants
 from cache.documents.write_concern import WriteConcern
-from cache.documents.write_plan import KEPT, PLAIN, Planner, WritePlan
+from cache.documents.write_plan import KEPT, NO_EXPIRY, PLAIN, Planner, WritePlan
 from cache.errors import DocumentNotFound, DocumentTooLarge, NotReplicated, PreconditionFailed, WriteConflict
 from cache.feed.streams import FeedLog
 from cache.hot.cache import HotCache
@@ -61,6 +62,7 @@ class DocumentWrites:
         hot: Optional[HotCache],
         variants: Variants,
         feed: FeedLog,
+        expiring: Optional[ExpiringCollections] = None,
     ) -> None:
         if write_concern.waits and write_link is None:
             raise ValueError("a write concern that waits for replicas needs a write link")
@@ -75,6 +77,8 @@ class DocumentWrites:
         self._hot = hot
         self._variants = variants
         self._feed = feed
+        # The registry the expiry sweepers visit (cache.documents.expiry): each collection a write gives a TTL.
+        self.expiring = ExpiringCollections(link) if expiring is None else expiring
 
     def put(
         self,
@@ -291,6 +295,8 @@ class DocumentWrites:
         ``op``: the operation its change-feed event names (``cache.feed.streams.OPS``).
         ``indexed``: its entries in the collection's declared indexes (``cache.indexes.declared.index_args``).
         """
+        if ttl and ttl != NO_EXPIRY:
+            self.expiring.note(collection)
         encoded = self._variants.encode(body)
         document = Document(body, etag or self._etags.new(), self._now_as_http_date(), encoded)
         shard = keys.shard_of(doc_id)

@@ -1,0 +1,177 @@
+"""Documents that expire by TTL leave their indexes and are told to the feed, by a paced sweeper under a lease.
+
+Consistency rule: a document whose TTL ends at T (Redis's clock) is never read
+after T (Redis's own expiry); its entries, its id in the shard's id index and
+its ``expire`` event follow within ``TICK`` plus a few steps while a sweeper
+holds its collection's lease and the due expiries stay under the sweep's rate
+(docs/design/expiry.md, "The bound"). The work is all in Redis
+(``cache.indexes.expiry_scripts``: each expiring document's id in ``xe`` with
+its expiry, its entries in ``xm``), so a sweeper that dies loses nothing: the
+lease runs out (``LEASE_MS``) and the next tick of any worker takes it.
+
+``ExpiringCollections`` is the registry the sweepers visit (``keys.EXPIRING``):
+a worker adds a collection to it as it sends its first write with a TTL, and
+adds it again whenever a tick finds it missing (a flush, a lost reply), so no
+collection with expiring documents stays out of it for longer than a tick.
+
+``ExpirySweeper``: every worker, every ``TICK``, reads the registry and, for
+each collection whose lease it holds or takes (held on while the worker lives,
+so the same worker sweeps on), reads each shard's next due time and runs
+``EXPIRE_DUE`` steps of ``STEP`` ids on the due shards, pausing ``PAUSE``
+times as long as each step took (half of Redis at most while behind).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Iterable, Set
+
+from twisted.internet import defer, reactor, task
+from twisted.logger import Logger
+
+from cache import keys
+from cache.documents.scripts import EXPIRE_DUE
+from cache.feed.streams import FeedLog
+from cache.redis.link import Link
+from cache.redis.script import Script
+
+TICK = 0.25  # seconds between looks at the due expiries: most of the bound
+STEP = 32  # ids per EXPIRE_DUE step: ~1 ms of Redis (docs/design/expiry.md, "Costs measured")
+PAUSE = 1.0  # after a step that left more due, wait as long as it took: half of Redis at most
+LEASE_MS = 3000  # a sweeper that died is taken over this long after its last tick
+# A shard is looked at once its next expiry is this close by the worker's clock: EXPIRE_DUE judges by Redis's own
+# (TIME), so a worker's clock running behind Redis's by up to this much delays nothing.
+SKEW_MS = 1000
+SWEEP_NAME = b"~expiry"  # the lease's name where a build's is its index's (keys.index_build_lease_key)
+_MEMO = 4096  # collections a worker remembers having registered; past it, it forgets (and registers again)
+_log = Logger()
+
+# KEYS: a sweep's lease. ARGV: the holder, ms. 1 when the holder holds it now (renewed, or taken), else 0.
+_LEASE = Script(
+    b"""
+local held = redis.call('GET', KEYS[1])
+if held == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+if held then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+"""
+)
+
+
+class ExpiringCollections:
+    """The registry of collections with documents that may expire: added to as a write with a TTL is sent."""
+
+    def __init__(self, link: Link) -> None:
+        self._link = link
+        self._known: Set[bytes] = set()
+
+    def note(self, collection: bytes) -> None:
+        """``collection`` gets a write with a TTL: registered once per worker (the sweeper's ``heal`` keeps it)."""
+        if collection in self._known:
+            return
+        if len(self._known) >= _MEMO:
+            self._known.clear()
+        self._known.add(collection)
+        self._link.execute(b"SADD", keys.EXPIRING, collection).addErrback(self._unsent, collection)
+
+    def _unsent(self, failure: Any, collection: bytes) -> None:
+        self._known.discard(collection)  # the next write with a TTL sends it again
+        _log.warn(
+            "{collection} not registered for expiry: {error}",
+            collection=collection.decode(),
+            error=failure.getErrorMessage(),
+        )
+
+    def heal(self, registered: Iterable[bytes]) -> defer.Deferred:
+        """Registers again the collections this worker wrote with a TTL that the registry lacks."""
+        missing = self._known.difference(registered)
+        if not missing:
+            return defer.succeed(0)
+        return self._link.execute(b"SADD", keys.EXPIRING, *sorted(missing))
+
+
+class ExpirySweeper:
+    """Carries out the due expiries of every registered collection whose lease this worker holds."""
+
+    def __init__(self, link: Link, expiring: ExpiringCollections, feed: FeedLog, clock: Any = None) -> None:
+        self._link = link
+        self._expiring = expiring
+        self._feed = feed
+        self._clock = reactor if clock is None else clock
+        self._holder = b"%d:%d" % (os.getpid(), id(self))
+        self._loop: Any = None
+        self._busy = False
+        self.expired = 0  # expiries this worker carried out (a metric)
+        self.lag_seconds = 0.0  # at the last tick: how long the oldest due expiry seen had been due (a metric)
+
+    def start(self) -> None:
+        """Look every ``TICK`` from now on."""
+        self._loop = task.LoopingCall(self.tick)
+        self._loop.clock = self._clock
+        self._loop.start(TICK, now=False)
+
+    def stop(self) -> None:
+        """No more looks (the lease runs out on its own: another worker takes it)."""
+        if self._loop is not None and self._loop.running:
+            self._loop.stop()
+
+    def tick(self) -> defer.Deferred:
+        """One look at every registered collection; a tick while the last one is under way is skipped."""
+        if self._busy:
+            return defer.succeed(None)
+        self._busy = True
+        looking = self._sweep()
+        looking.addErrback(lambda failure: _log.warn("expiry sweep: {error}", error=failure.getErrorMessage()))
+        looking.addBoth(self._idle)
+        return looking
+
+    def _idle(self, _: Any) -> None:
+        self._busy = False
+
+    @defer.inlineCallbacks
+    def _sweep(self) -> Any:
+        registered = yield self._link.execute(b"SMEMBERS", keys.EXPIRING)
+        yield self._expiring.heal(registered)
+        lag = 0.0
+        for collection in sorted(registered):
+            lag = max(lag, (yield self._collection(collection)))
+        self.lag_seconds = lag
+
+    @defer.inlineCallbacks
+    def _collection(self, collection: bytes) -> Any:
+        """The collection's due shards swept, if this worker holds its lease; how long its oldest had been due."""
+        lease = keys.index_build_lease_key(collection, SWEEP_NAME, b"")
+        held = yield self._link.run_script(_LEASE, [lease], [self._holder, LEASE_MS])
+        if not held:
+            return 0.0
+        firsts = yield self._link.pipeline(
+            [(b"ZRANGE", keys.expiry_key(collection, shard), 0, 0, b"WITHSCORES") for shard in range(keys.INDEX_SHARDS)]
+        )
+        now_ms = self._clock.seconds() * 1000
+        lag = 0.0
+        for shard, first in enumerate(firsts):
+            if not first or float(first[1]) > now_ms + SKEW_MS:
+                continue
+            lag = max(lag, (now_ms - float(first[1])) / 1000)
+            if not (yield self._shard(collection, shard, lease)):
+                break  # the lease was lost: another worker sweeps
+        return lag
+
+    @defer.inlineCallbacks
+    def _shard(self, collection: bytes, shard: int, lease: bytes) -> Any:
+        """``EXPIRE_DUE`` steps on one shard until none is due, paced; False when the lease was lost meanwhile."""
+        feed_keys, feed_args = self._feed.script_parts(b"expire", collection, shard)
+        step_keys = [keys.index_key(collection, shard), *feed_keys]
+        while True:
+            started = self._clock.seconds()
+            expired, looked, _ = yield self._link.run_script(EXPIRE_DUE, step_keys, [STEP, *feed_args])
+            self.expired += expired
+            if looked < STEP:
+                return True
+            held = yield self._link.run_script(_LEASE, [lease], [self._holder, LEASE_MS])
+            if not held:
+                return False
+            yield task.deferLater(self._clock, (self._clock.seconds() - started) * PAUSE, lambda: None)
