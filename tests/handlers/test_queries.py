@@ -377,6 +377,8 @@ RACE_READERS: Dict[str, Tuple[str, Callable[[Dict[str, Any]], bool], Callable[[D
         lambda d: (d["created"], d["id"]),
         False,
     ),
+    # A list page: every document, by id (counted by the id index).
+    "list": ("", lambda d: True, lambda d: d["id"], False),
 }
 RACE_ARRAY_INDEXES = {
     "by_tags": {"fields": [{"name": "tags", "pointer": "/tags", "type": "string[]"}]},
@@ -399,7 +401,91 @@ def holds_red(document: Dict[str, Any]) -> bool:
     return isinstance(document.get("tags"), list) and "red" in document["tags"]
 
 
-def race(api, collection: str, queries: int, readers: Sequence[str] = ("eq", "order")) -> Dict[str, int]:
+class WriteLog:
+    """Each document's writes as the racing writers make them: when each was sent and answered, what it wrote.
+
+    A write takes effect at some moment between the two, so what a document
+    may have been during a request is known within bounds (``states``). A
+    write is logged before it is sent, so a request that ends while it is in
+    flight knows of it.
+    """
+
+    # A write overtaken this long ago can no longer be what a request saw (the requests end within seconds).
+    FORGET_AFTER = 30.0
+
+    def __init__(self) -> None:
+        import threading
+
+        self.lock = threading.Lock()
+        self.writes: Dict[str, List[List[Any]]] = {}  # [sent, answered (inf: in flight), document or None]
+
+    def sent(self, doc_id: str, document: Optional[Dict[str, Any]]) -> List[Any]:
+        write = [time.monotonic(), float("inf"), document]
+        with self.lock:
+            self.writes.setdefault(doc_id, []).append(write)
+        return write
+
+    def answered(self, doc_id: str, write: List[Any]) -> None:
+        with self.lock:
+            write[1] = now = time.monotonic()
+            writes = self.writes[doc_id]
+            old = [sent for sent, answered, _ in writes if answered < now - self.FORGET_AFTER]
+            if len(old) > 1:  # those answered before an old write was sent: overtaken for every request to come
+                self.writes[doc_id] = [w for w in writes if not (w[1] < now - self.FORGET_AFTER and w[1] < max(old))]
+
+    def states(self, doc_id: str, start: float, end: float) -> List[Optional[Dict[str, Any]]]:
+        """What ``doc_id`` may have been at some moment between ``start`` and ``end`` (None: absent): every write
+        answered after ``start`` (or not yet) and sent before ``end``, and each answered before ``start`` that
+        no write sent after it answered and answered before ``start`` overtook (absent before any write)."""
+        with self.lock:
+            writes = [tuple(write) for write in self.writes.get(doc_id, ())]
+        states = [document for sent, answered, document in writes if answered >= start and sent <= end]
+        done = [(sent, answered, document) for sent, answered, document in writes if answered < start]
+        if not done:
+            return [*states, None]
+        newest = max(sent for sent, _, _ in done)
+        return states + [document for _, answered, document in done if answered >= newest]
+
+
+def counted_wrong(
+    page: Dict[str, Any], content_range: str, states: List[List[Any]], matches: Callable, before: Callable
+) -> int:
+    """1 if a page's ``Content-Range`` is not one a count could give while the documents were each in one of
+    their ``states`` during the request (stable ones: one state), else 0.
+
+    The total: at least the documents that matched throughout, at most those
+    that matched at some moment (each shard is counted at its own moment, so
+    no more can be promised). The first position: at most the documents that
+    were ever before the page's cursor (``before``), at least those always
+    before it, or lower to keep the range inside the total (handlers.page_counts).
+    """
+    answered = len(page["items"])
+    shape = re.fullmatch(r"(?:(\d+)-(\d+)|\*)/(\d+)", content_range)
+    if shape is None or (shape.group(1) is None) != (answered == 0):
+        return 1
+    total = int(shape.group(3))
+    low = sum(all(d is not None and matches(d) for d in may) for may in states)
+    high = sum(any(d is not None and matches(d) for d in may) for may in states)
+    if not low <= total <= high or answered > total:
+        return 1
+    if not answered:
+        return 0
+    first, last = int(shape.group(1)), int(shape.group(2))
+    low = sum(all(d is not None and matches(d) and before(d) for d in may) for may in states)
+    high = sum(any(d is not None and matches(d) and before(d) for d in may) for may in states)
+    return int(last != first + answered - 1 or last >= total or not min(low, total - answered) <= first <= high)
+
+
+def passed(key: Callable[[Dict[str, Any]], Any], last: Any, descending: bool) -> Callable[[Dict[str, Any]], bool]:
+    """Whether a document is at or before ``last`` (a key; None: nothing is) in a query's order."""
+    if last is None:
+        return lambda d: False
+    return (lambda d: key(d) >= last) if descending else (lambda d: key(d) <= last)
+
+
+def race(
+    api, collection: str, queries: int, readers: Sequence[str] = ("eq", "order"), counted: bool = False
+) -> Dict[str, int]:
     """Writers flip documents in and out of queries while readers page through them; counts what went wrong.
 
     A wrong answer, of any page: a document answered that does not match
@@ -408,7 +494,9 @@ def race(api, collection: str, queries: int, readers: Sequence[str] = ("eq", "or
     twice (each page goes on strictly after the last, so a whole pass is in
     order too); or a document that matched before the query began and never
     changed, missing from it. ``queries``: the requests (pages) made, shared
-    evenly among ``readers`` (``RACE_READERS``).
+    evenly among ``readers`` (``RACE_READERS``). ``counted``: each page asks
+    ``Prefer: count=exact``, and a count outside what the writes allow
+    (``counted_wrong``) is wrong too.
     """
     import threading
 
@@ -426,6 +514,8 @@ def race(api, collection: str, queries: int, readers: Sequence[str] = ("eq", "or
     stop = threading.Event()
     lock = threading.Lock()
     wrong = {"not matching": 0, "out of order": 0, "missing": 0, "failed": 0, "queries": 0, "writes": 0}
+    wrong.update({"count wrong": 0, "counted": 0})
+    log = WriteLog()
     wrong.update({f"queries {which}": 0 for which in readers})
 
     def count(**counts: int) -> None:
@@ -448,13 +538,16 @@ def race(api, collection: str, queries: int, readers: Sequence[str] = ("eq", "or
             if tags is not None:
                 document["tags"] = tags
             if rng.random() < 0.2:
+                logged = log.sent(doc_id, None)
                 session.delete(api.server.url(f"/v1/{collection}/{doc_id}"), headers=api.auth_header)
             else:
+                logged = log.sent(doc_id, document)
                 session.put(
                     api.server.url(f"/v1/{collection}/{doc_id}"),
                     data=json.dumps(document),
                     headers={**api.auth_header, "Content-Type": "application/json"},
                 )
+            log.answered(doc_id, logged)
             count(writes=1)
 
     def read(which: str, seed: int, quota: int) -> None:
@@ -464,9 +557,12 @@ def race(api, collection: str, queries: int, readers: Sequence[str] = ("eq", "or
         made = 0
         while made < quota:
             keys_seen, cursor, limit = [], None, rng.choice([3, 7, 50])
+            headers = {**api.auth_header, **({"Prefer": "count=exact"} if counted else {})}
             while True:
                 url = f"/v1/{collection}?{filters}&limit={limit}" + (f"&cursor={cursor}" if cursor else "")
-                answer = session.get(api.server.url(url), headers=api.auth_header)
+                start = time.monotonic()
+                answer = session.get(api.server.url(url), headers=headers)
+                end = time.monotonic()
                 made += 1
                 count(queries=1, **{f"queries_{which}": 1})
                 if answer.status_code != 200:
@@ -474,6 +570,12 @@ def race(api, collection: str, queries: int, readers: Sequence[str] = ("eq", "or
                     break
                 page = answer.json()
                 count(not_matching=sum(not matches(document) for document in page["items"]))
+                if counted:
+                    # Before the page: at or before the last key answered (its cursor's), in the page's order.
+                    before = passed(key, keys_seen[-1] if keys_seen else None, descending)
+                    states = [[d] for d in stable.values()] + [log.states(w, start, end) for w in churning]
+                    header = answer.headers.get("Content-Range", "")
+                    count(counted=1, count_wrong=counted_wrong(page, header, states, matches, before))
                 keys_seen += [key(document) for document in page["items"]]
                 cursor = page["next"]
                 if cursor is None:
@@ -527,6 +629,18 @@ def test_array_member_queries_racing_writers_answer_nothing_wrong(api) -> None:
     counts = race(api, "racedcs", 450, ARRAY_READERS)
     assert counts["queries"] >= 450 and counts["writes"] > 25, counts
     assert wrong_answers(counts) == NOTHING_WRONG, counts
+
+
+COUNTED_READERS = ("list", "eq", "order", "in", "in-range", "in-by-field", "like-desc", "cs", "cs-below")
+
+
+def test_counted_queries_racing_writers_count_nothing_wrong(api) -> None:
+    """Prefer: count=exact on queries of every operator and on the list, while writers move documents in and out
+    of them: each page's Content-Range within what the writes allow (``counted_wrong``); make test-slow runs
+    10,000 of them (issue 59)."""
+    counts = race(api, "racedcount", 450, COUNTED_READERS, counted=True)
+    assert counts["counted"] >= 450 and counts["writes"] > 25, counts
+    assert {**wrong_answers(counts), "count wrong": counts["count wrong"]} == {**NOTHING_WRONG, "count wrong": 0}
 
 
 def test_openapi_lists_a_collections_fields_and_orders(api) -> None:
@@ -693,6 +807,16 @@ def test_ten_thousand_array_member_queries_racing_writers_answer_nothing_wrong(a
     print(f"race: {counts}")  # make test-slow runs with -rP: the counts go in its log
     assert counts["queries"] >= 10_000 and counts["writes"] > 1_000, counts
     assert wrong_answers(counts) == NOTHING_WRONG, counts
+
+
+@pytest.mark.slow
+def test_ten_thousand_counted_queries_racing_writers_count_nothing_wrong(api) -> None:
+    """Issue 59's count for counts: 10,000 counted pages under writers, shared evenly among ``COUNTED_READERS``
+    (make test-slow; on the cluster, by hand with JETWAY_TEST_TOPOLOGY=cluster JETWAY_TEST_SLOW=1)."""
+    counts = race(api, "racedcount10k", 10_000, COUNTED_READERS, counted=True)
+    print(f"race: {counts}")  # make test-slow runs with -rP: the counts go in its log
+    assert counts["counted"] >= 10_000 and counts["writes"] > 1_000, counts
+    assert {**wrong_answers(counts), "count wrong": counts["count wrong"]} == {**NOTHING_WRONG, "count wrong": 0}
 
 
 def test_one_worker_builds_an_index_while_its_lease_holds(api, redis_client) -> None:
