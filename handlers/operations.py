@@ -365,7 +365,7 @@ OPERATIONS: Tuple[Operation, ...] = (
                 " gzip and it is at least `JETWAY_COMPRESS_MIN_BYTES`. A weak `ETag` names its content. With"
                 " `Accept: application/x-ndjson`, every document after `cursor` in id order, streamed (`limit` does"
                 " not apply): a body that ends without its last chunk was cut short; resume after its last id.",
-                headers=("ETag", "Cache-Control", "Vary", "Content-Encoding"),
+                headers=("ETag", "Cache-Control", "Vary", "Content-Encoding", "Content-Range", "Preference-Applied"),
                 optional=("ETag",),  # not on an NDJSON export
                 content={
                     JSON: {
@@ -385,11 +385,12 @@ OPERATIONS: Tuple[Operation, ...] = (
         {
             400: "Invalid collection name, `limit`, `cursor`, `with_ids` or `ids`; `ids` with `cursor`, or with a"
             " `limit` less than their number; a query's filters malformed (`invalid-query`) or answered by no"
-            " declared index (`no-index`).",
+            " declared index (`no-index`); `Prefer: handling=strict` beside a preference not applied"
+            " (`invalid-preference`).",
             409: "The query's index is being built (`index-building`); retry after `Retry-After`.",
             413: TOO_LARGE,
         },
-        parameters=("limit", "cursor", "order", "ids", "with_ids", "If-None-Match", "Accept-Encoding"),
+        parameters=("limit", "cursor", "order", "ids", "with_ids", "If-None-Match", "Accept-Encoding", "PreferCount"),
         head="headCollection",
     ),
     Operation(

@@ -136,6 +136,16 @@ def _parameters(max_ids: int) -> Json:
             "`return=minimal`: a batch's write results carry no `document` (RFC 7240).",
             {"type": "string"},
         ),
+        "PreferCount": parameter(
+            "Prefer",
+            "header",
+            "`count=exact`: the page's `Content-Range` gives the total of the query's (or the list's) documents,"
+            " counted from the index without reading any (`0-19/3573`, `*/0` when empty), each index shard exact"
+            " when it is counted; `count=estimated` the same without first expiring documents past their expiry"
+            " (some may be counted). Named in `Preference-Applied`. Other preferences are ignored (RFC 7240)"
+            " unless `handling=strict`: a 400 `invalid-preference`.",
+            {"type": "string", "examples": ["count=exact"]},
+        ),
         "If-None-Match": parameter(
             "If-None-Match",
             "header",
@@ -200,10 +210,24 @@ def headers() -> Json:
         ),
         "Vary": header(
             "`Accept-Encoding` when the document has compressed variants (on list pages and multi-gets whenever"
-            " compression is on); `Origin` beside it when `JETWAY_CORS_ORIGINS` lists origins.",
+            " compression is on); `Origin` beside it when `JETWAY_CORS_ORIGINS` lists origins; `Prefer` on a"
+            " counted page.",
             required=False,
         ),
         "Content-Encoding": header("`gzip` when the body is sent compressed.", required=False),
+        "Content-Range": header(
+            "With `Prefer: count=exact` (or `estimated`): the page's first and last positions among all the"
+            " query's (or the list's) documents, and their total, as PostgREST gives it: `0-19/3573`; `*/3573` for"
+            " an empty page. The first position is the documents before the cursor, counted with the total.",
+            required=False,
+            pattern="^([0-9]+-[0-9]+|[*])/[0-9]+$",
+            examples=["0-19/3573"],
+        ),
+        "Preference-Applied": header(
+            "The count `Prefer` asked and the page's `Content-Range` gives (RFC 7240).",
+            required=False,
+            examples=["count=exact"],
+        ),
         "Idempotency-Replayed": header(
             "`true` when the response is the stored answer to an earlier request with the same `Idempotency-Key`.",
             required=False,

@@ -30,6 +30,11 @@ PROBLEM_TYPES: Tuple[Tuple[str, str], ...] = (
     ("invalid-cursor", "400: `cursor` is not one this API made, or is given twice"),
     ("invalid-ids", "400: too many `ids`, `ids` with `cursor`, or with a `limit` less than their number"),
     (
+        "invalid-preference",
+        "400: `Prefer` says `handling=strict` beside a preference Jetway does not apply there (a list page or a"
+        " query applies `count=exact` and `count=estimated`)",
+    ),
+    (
         "invalid-query",
         "400: a query's filter is not `op.value` with a value of its field's type, two bounds on one side, ranges on"
         " two fields, an `order` on another field than the range's, or `ids` beside filters",

@@ -342,6 +342,8 @@ CASES = [
     ("GET", "/v1/users/?limit=1", None, {}, 200, COLLECTION),
     ("HEAD", "/v1/users?limit=1", None, {}, 200, COLLECTION),
     ("GET", "/v1/users?ids=u1,nope", None, {}, 200, COLLECTION),
+    ("GET", "/v1/users?limit=1", None, {"Prefer": "count=exact"}, 200, COLLECTION),
+    ("GET", "/v1/users", None, {"Prefer": "handling=strict, count=planned"}, 400, COLLECTION),
     ("GET", "/v1/users?with_ids=1", None, {"Accept": "application/x-ndjson"}, 200, COLLECTION),
     ("GET", "/v1/users?with_ids=2", None, {"Accept": "application/x-ndjson"}, 400, COLLECTION),
     ("GET", "/v1/users?limit=0", None, {}, 400, COLLECTION),
@@ -453,3 +455,17 @@ def test_unknown_path_is_a_documented_problem_type(api):
     response = api.get("/v2/nowhere")
     assert response.status_code == 404
     assert response.json()["type"] in documented_problem_types()
+
+
+def test_a_count_is_documented_where_it_is_asked_and_answered(stored):
+    """``Prefer`` (its count) on a list page or a query, ``Content-Range`` and ``Preference-Applied`` on its 200,
+    the header's pattern what a real counted page sends."""
+    listing = operations(COLLECTION)["get"]
+    prefer = [resolve(p) for p in listing["parameters"] if resolve(p)["name"] == "Prefer"]
+    assert len(prefer) == 1 and prefer[0]["in"] == "header" and "count=exact" in prefer[0]["description"]
+    answered = listing["responses"]["200"]["headers"]
+    assert not resolve(answered["Content-Range"])["required"] and "Preference-Applied" in answered
+    response = stored.get("/v1/users?limit=1", headers={"Prefer": "count=exact"})
+    assert response.headers["Preference-Applied"] == "count=exact"
+    assert re.fullmatch(resolve(answered["Content-Range"])["schema"]["pattern"], response.headers["Content-Range"])
+    assert response.headers["Content-Range"] == "0-0/1"
