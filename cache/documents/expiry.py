@@ -36,7 +36,7 @@ from cache.redis.link import Link
 from cache.redis.script import Script
 
 TICK = 0.25  # seconds between looks at the due expiries: most of the bound
-STEP = 32  # ids per EXPIRE_DUE step: ~1 ms of Redis (docs/design/expiry.md, "Costs measured")
+STEP = 32  # ids per EXPIRE_DUE step: short for Redis, as a build's (docs/design/expiry.md, "Costs measured")
 PAUSE = 1.0  # after a step that left more due, wait as long as it took: half of Redis at most
 LEASE_MS = 3000  # a sweeper that died is taken over this long after its last tick
 # A shard is looked at once its next expiry is this close by the worker's clock: EXPIRE_DUE judges by Redis's own
