@@ -297,6 +297,13 @@ def typed_contains(client: AuthenticatedClient) -> None:
         cursor = page.next_
     assert seen == [(1, tagged["c1"]), (3, tagged["c3"]), (4, tagged["c4"])], seen
     assert len({age for age, _ in seen}) == len(seen), seen
+    # Their count, with the second page: Prefer a header parameter, Content-Range a response header.
+    first = list_typed_documents.sync_detailed(client=client, tags=["cs.{red}"], limit=1)
+    counted = list_typed_documents.sync_detailed(
+        client=client, tags=["cs.{red}"], limit=1, cursor=expect(first, 200).next_, prefer="count=exact"
+    )
+    assert [item["age"] for item in expect(counted, 200).items] == [3]
+    assert counted.headers["Content-Range"] == "1-1/3" and counted.headers["Preference-Applied"] == "count=exact"
     problem(list_typed_documents.sync_detailed(client=client, tags=["cs.{red,blue}"]), 400, "invalid-query")
 
 

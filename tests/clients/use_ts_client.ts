@@ -265,6 +265,16 @@ async function typedContains(): Promise<void> {
     [4, ["green", "red"]],
   ]);
   assert.equal(new Set(seen.map((pair) => (pair as unknown[])[0])).size, seen.length);
+  // Their count, with the second page: Prefer a header parameter, Content-Range a response header.
+  const first = await client.GET("/v1/typed", { params: { query: { tags, limit: 1 } } });
+  assert.ok(first.data && typeof first.data !== "string" && "next" in first.data && first.data.next, "a page");
+  const counted = await client.GET("/v1/typed", {
+    params: { query: { tags, limit: 1, cursor: first.data.next }, header: { Prefer: "count=exact" } },
+  });
+  assert.ok(counted.data && typeof counted.data !== "string" && "next" in counted.data, "a page");
+  assert.deepEqual(counted.data.items.map((item) => item.age), [3]);
+  assert.equal(counted.response.headers.get("Content-Range"), "1-1/3");
+  assert.equal(counted.response.headers.get("Preference-Applied"), "count=exact");
   const refused = await client.GET("/v1/typed", { params: { query: { tags: ["cs.{red,blue}"] } } });
   isProblem(refused.error, 400, "invalid-query");
 }

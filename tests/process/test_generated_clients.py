@@ -44,7 +44,8 @@ def run(command: List[str], cwd: Path, env: Dict[str, str]) -> str:
 
 
 # A collection with a schema and indexes before the document is fetched, so each client gets its typed
-# operations, and its list's query parameters (each client asks one query with in and one with cs).
+# operations, and its list's query parameters (each client asks one query with in and one with cs, and counts
+# the cs query's documents with Prefer: count=exact).
 TYPED_SETTINGS = {
     "schema": {
         "type": "object",
