@@ -48,7 +48,7 @@ from loadtest._http import send
 from loadtest._servers import Processes, stop_on_sigterm
 from loadtest._token import ROOT
 from loadtest.studies._attacks import cpu_seconds
-from loadtest.studies._batch_pace import redis_cli
+from loadtest.studies._batch_pace import Client, redis_cli, script_calls
 from loadtest.studies._bulk import import_stream, redis_cpu_seconds
 from loadtest.studies._request_path import WRK_SCRIPT
 from loadtest.studies._served import append_report, serve_one
@@ -101,10 +101,13 @@ class Served:
         command = [*self.wrk_prefix, "wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "-s", str(WRK_SCRIPT)]
         command += [f"-HAuthorization: Bearer {self.token}", self.base + path]
         worker, redis = cpu_seconds(self.worker.pid), redis_cpu_seconds(self.socket)
+        _, scripts = script_calls(self.socket)
         done = subprocess.run(command, env={**os.environ, **env}, check=True, capture_output=True, text=True)
         summary = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("BENCH "))[6:])
         summary["worker_s"] = cpu_seconds(self.worker.pid) - worker
         summary["redis_s"] = redis_cpu_seconds(self.socket) - redis
+        # Of Redis's CPU, the scripts' own time (INFO commandstats): the rest is reading and answering commands.
+        summary["scripts_s"] = (script_calls(self.socket)[1] - scripts) / 1e6
         summary["rps"] = summary["requests"] / (summary["duration_us"] / 1e6)
         errors = sum(summary[kind] for kind in ("status", "timeout", "read", "write", "connect"))
         if errors:
@@ -166,11 +169,11 @@ def puts(served: Served, rounds: int, seconds: float) -> List[str]:
     ratios = [i["rps"] / p["rps"] for i, p in zip(runs["three indexes"], runs["no index"])]
     memory = index_memory(served)
     return [
-        "| | PUT req/s (median) | worker µs/PUT | Redis µs/PUT |",
-        "|---|---:|---:|---:|",
+        "| | PUT req/s (median) | worker µs/PUT | Redis µs/PUT | of which in scripts |",
+        "|---|---:|---:|---:|---:|",
         *(
             f"| {name} | {statistics.median(r['rps'] for r in rs):,.0f} | {per_request(rs, 'worker_s'):.1f}"
-            f" | {per_request(rs, 'redis_s'):.1f} |"
+            f" | {per_request(rs, 'redis_s'):.1f} | {per_request(rs, 'scripts_s'):.1f} |"
             for name, rs in runs.items()
         ),
         "",
@@ -178,6 +181,54 @@ def puts(served: Served, rounds: int, seconds: float) -> List[str]:
         f" (median **{statistics.median(ratios):.2f}x**; the target ≥ 0.85x). Fresh ids each (creates).",
         "",
         memory,
+    ]
+
+
+def batches(served: Served, rounds: int, seconds: float) -> List[str]:
+    """100-PUT batches of fresh ids into the three-index collection against the same into one with none.
+
+    On one keep-alive connection, alternating for ``seconds`` each, ``rounds`` times after a warm-up of as
+    many: documents/s of each, and the script time Redis spent per document (``INFO commandstats``).
+    """
+    client = Client(served.base, {"Authorization": f"Bearer {served.token}"})
+    names = {"no index": "plain", "three indexes": "indexed"}
+    counter = iter(range(10**9))
+
+    def batch_of_100(collection: str) -> None:
+        operations = []
+        for _ in range(100):
+            n = next(counter)
+            document = {"email": f"b{n}@x.example", "created": n, "team": f"t{n % 7}", "pad": "x" * 140}
+            operations.append({"op": "put", "collection": collection, "id": f"b{n}", "document": document})
+        status, answer = client.send("POST", "/v1/_batch", json.dumps({"operations": operations}).encode())
+        if status != 200 or any(result["status"] != 201 for result in json.loads(answer)["results"]):
+            raise RuntimeError(f"batch into {collection}: {status} {answer[:300]!r}")
+
+    rates: Dict[str, List[float]] = {name: [] for name in names}
+    scripts: Dict[str, List[float]] = {name: [] for name in names}
+    for number in range(2 * rounds):  # the first half warms the JIT up
+        for name in names if number % 2 == 0 else reversed(list(names)):
+            _, usec = script_calls(served.socket)
+            done, started = 0, time.perf_counter()
+            while time.perf_counter() - started < seconds:
+                batch_of_100(names[name])
+                done += 100
+            elapsed = time.perf_counter() - started
+            if number >= rounds:
+                rates[name].append(done / elapsed)
+                scripts[name].append((script_calls(served.socket)[1] - usec) / done)
+    ratios = [i / p for i, p in zip(rates["three indexes"], rates["no index"])]
+    return [
+        "| | documents/s in batches of 100 (median) | Redis µs in scripts per document |",
+        "|---|---:|---:|",
+        *(
+            f"| {name} | {statistics.median(rates[name]):,.0f} | {statistics.median(scripts[name]):.1f} |"
+            for name in names
+        ),
+        "",
+        f"Three indexes / none, documents/s per round: {', '.join(f'{r:.2f}x' for r in ratios)}"
+        f" (median **{statistics.median(ratios):.2f}x**; the target ≥ 0.85x). Fresh ids each (creates),"
+        " one connection.",
     ]
 
 
@@ -337,6 +388,7 @@ def main() -> int:
             ]
         if args.only in (None, "put"):
             lines += ["### PUTs into a collection with three indexes", "", *puts(served, args.rounds, args.seconds), ""]
+            lines += ["### Batches of 100 PUTs into it", "", *batches(served, args.rounds, args.seconds), ""]
         if args.only in (None, "build"):
             lines += [
                 "### Building an index, and paging through it",
