@@ -65,16 +65,15 @@ EXPIRY_LUA = (
     + r"""
 -- A write that set a TTL (key: the document's hash, just EXPIREd): xe gets the hash's own expiry (the script's
 -- frozen time plus the TTL, as Redis holds it), xm the entries the write left (indexed: index_fields', nil in a
--- shard without indexes).
+-- shard without indexes, where a mirror left from when it had some names only indexes it no longer lists).
 local function mirror_expiry(itag, key, id, indexed)
   redis.call('ZADD', itag .. 'xe', redis.call('PEXPIRETIME', key), id)
+  if not indexed then return end
   local mirrored = {}
-  if indexed then
-    for i, field in ipairs(indexed.fields) do
-      if indexed.entries[i] then
-        mirrored[#mirrored + 1] = field
-        mirrored[#mirrored + 1] = indexed.entries[i]
-      end
+  for i, field in ipairs(indexed.fields) do
+    if indexed.entries[i] then
+      mirrored[#mirrored + 1] = field
+      mirrored[#mirrored + 1] = indexed.entries[i]
     end
   end
   if #mirrored == 0 then
