@@ -261,7 +261,10 @@ class ResourceHandler(JsonHandler):
         Weak: it names the page's content whether it is sent gzipped or not.
         A CRC-32 and the length: several times cheaper than MD5 or SHA-1 on PyPy, and a page needs no more.
         """
-        opaque = b'"%08x-%x"' % (zlib.crc32(self.validated_with, zlib.crc32(body)), len(body))
+        crc = zlib.crc32(body)
+        if self.validated_with:  # a counted page: its count too (handlers.page_counts)
+            crc = zlib.crc32(self.validated_with, crc)
+        opaque = b'"%08x-%x"' % (crc, len(body))
         if_none_match = self.request.headers.get("If-None-Match")
         tags = validation.entity_tags(if_none_match, weak=True)
         if tags == b"*" or opaque in tags.split():
