@@ -17,14 +17,15 @@ collection with expiring documents stays out of it for longer than a tick.
 ``ExpirySweeper``: every worker, every ``TICK``, reads the registry and, for
 each collection whose lease it holds or takes (held on while the worker lives,
 so the same worker sweeps on), reads each shard's next due time and runs
-``EXPIRE_DUE`` steps of ``STEP`` ids on the due shards, pausing ``PAUSE``
-times as long as each step took (half of Redis at most while behind).
+``EXPIRE_DUE`` steps of up to ``STEP`` ids on the due shards (one step of each
+in one pipeline of ``ROUND`` ids at most), pausing ``PAUSE`` times as long as
+each round took (half of Redis at most while behind).
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any, Iterable, Set
+from typing import Any, Iterable, List, Set
 
 from twisted.internet import defer, reactor, task
 from twisted.logger import Logger
@@ -37,6 +38,9 @@ from cache.redis.script import Script
 
 TICK = 0.25  # seconds between looks at the due expiries: most of the bound
 STEP = 32  # ids per EXPIRE_DUE step: short for Redis, as a build's (docs/design/expiry.md, "Costs measured")
+# Ids per pipeline of steps (one per due shard): Redis runs a client's pipeline back to back, so this bounds how long
+# a sweep holds other commands, as STEP does one step's.
+ROUND = 256
 PAUSE = 1.0  # after a step that left more due, wait as long as it took: half of Redis at most
 LEASE_MS = 3000  # a sweeper that died is taken over this long after its last tick
 # A shard is looked at once its next expiry is this close by the worker's clock: EXPIRE_DUE judges by Redis's own
@@ -151,27 +155,37 @@ class ExpirySweeper:
             [(b"ZRANGE", keys.expiry_key(collection, shard), 0, 0, b"WITHSCORES") for shard in range(keys.INDEX_SHARDS)]
         )
         now_ms = self._clock.seconds() * 1000
-        lag = 0.0
-        for shard, first in enumerate(firsts):
-            if not first or float(first[1]) > now_ms + SKEW_MS:
-                continue
-            lag = max(lag, (now_ms - float(first[1])) / 1000)
-            if not (yield self._shard(collection, shard, lease)):
-                break  # the lease was lost: another worker sweeps
+        due = [
+            (shard, float(first[1]))
+            for shard, first in enumerate(firsts)
+            if first and float(first[1]) <= now_ms + SKEW_MS
+        ]
+        lag = max([(now_ms - at) / 1000 for _, at in due] + [0.0])
+        if due:
+            yield self._steps(collection, [shard for shard, _ in due], lease)
         return lag
 
     @defer.inlineCallbacks
-    def _shard(self, collection: bytes, shard: int, lease: bytes) -> Any:
-        """``EXPIRE_DUE`` steps on one shard until none is due, paced; False when the lease was lost meanwhile."""
-        feed_keys, feed_args = self._feed.script_parts(b"expire", collection, shard)
-        step_keys = [keys.index_key(collection, shard), *feed_keys]
+    def _steps(self, collection: bytes, shards: List[int], lease: bytes) -> Any:
+        """``EXPIRE_DUE`` steps on ``shards`` until none is due, paced, while this worker holds ``lease``.
+
+        One step per due shard in one pipeline (on a cluster, each node runs its own at once): a round trip per
+        step and shard left Redis idle between steps, the sweep's rate set by the round trip rather than by Redis.
+        """
+        parts = {shard: self._feed.script_parts(b"expire", collection, shard) for shard in shards}
         while True:
             started = self._clock.seconds()
-            expired, looked, _ = yield self._link.run_script(EXPIRE_DUE, step_keys, [STEP, *feed_args])
-            self.expired += expired
-            if looked < STEP:
-                return True
+            step = max(1, min(STEP, ROUND // len(shards)))
+            calls = [
+                EXPIRE_DUE.call([keys.index_key(collection, shard), *parts[shard][0]], [step, *parts[shard][1]])
+                for shard in shards
+            ]
+            replies = yield self._link.pipeline_scripts(calls, [EXPIRE_DUE])
+            self.expired += sum(reply[0] for reply in replies)
+            shards = [shard for shard, reply in zip(shards, replies) if reply[1] >= step]
+            if not shards:
+                return
             held = yield self._link.run_script(_LEASE, [lease], [self._holder, LEASE_MS])
             if not held:
-                return False
+                return  # the lease ran out and another worker took the sweep over
             yield task.deferLater(self._clock, (self._clock.seconds() - started) * PAUSE, lambda: None)
