@@ -90,11 +90,11 @@ class ExpiringCollections:
         )
 
     def heal(self, registered: Iterable[bytes]) -> defer.Deferred:
-        """Registers again the collections this worker wrote with a TTL that the registry lacks."""
-        missing = self._known.difference(registered)
+        """Registers again the collections this worker wrote with a TTL that the registry lacks; fires with them."""
+        missing = sorted(self._known.difference(registered))
         if not missing:
-            return defer.succeed(0)
-        return self._link.execute(b"SADD", keys.EXPIRING, *sorted(missing))
+            return defer.succeed(missing)
+        return self._link.execute(b"SADD", keys.EXPIRING, *missing).addCallback(lambda _: missing)
 
 
 class ExpirySweeper:
@@ -138,9 +138,9 @@ class ExpirySweeper:
     @defer.inlineCallbacks
     def _sweep(self) -> Any:
         registered = yield self._link.execute(b"SMEMBERS", keys.EXPIRING)
-        yield self._expiring.heal(registered)
+        healed = yield self._expiring.heal(registered)
         lag = 0.0
-        for collection in sorted(registered):
+        for collection in sorted({*registered, *healed}):
             lag = max(lag, (yield self._collection(collection)))
         self.lag_seconds = lag
 
