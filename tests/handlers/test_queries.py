@@ -9,6 +9,7 @@ to the same query computed in Python over what the test wrote.
 
 from __future__ import annotations
 
+import base64
 import json
 import random
 import re
@@ -450,9 +451,9 @@ class WriteLog:
 
 def counted_wrong(
     page: Dict[str, Any], content_range: str, states: List[List[Any]], matches: Callable, before: Callable
-) -> int:
-    """1 if a page's ``Content-Range`` is not one a count could give while the documents were each in one of
-    their ``states`` during the request (stable ones: one state), else 0.
+) -> str:
+    """Why a page's ``Content-Range`` is not one a count could give while the documents were each in one of
+    their ``states`` during the request (stable ones: one state); "" when it is.
 
     The total: at least the documents that matched throughout, at most those
     that matched at some moment (each shard is counted at its own moment, so
@@ -463,18 +464,20 @@ def counted_wrong(
     answered = len(page["items"])
     shape = re.fullmatch(r"(?:(\d+)-(\d+)|\*)/(\d+)", content_range)
     if shape is None or (shape.group(1) is None) != (answered == 0):
-        return 1
+        return f"{content_range!r} for {answered} documents"
     total = int(shape.group(3))
     low = sum(all(d is not None and matches(d) for d in may) for may in states)
     high = sum(any(d is not None and matches(d) for d in may) for may in states)
     if not low <= total <= high or answered > total:
-        return 1
+        return f"{content_range} for {answered} documents: the total between {low} and {high}"
     if not answered:
-        return 0
+        return ""
     first, last = int(shape.group(1)), int(shape.group(2))
     low = sum(all(d is not None and matches(d) and before(d) for d in may) for may in states)
     high = sum(any(d is not None and matches(d) and before(d) for d in may) for may in states)
-    return int(last != first + answered - 1 or last >= total or not min(low, total - answered) <= first <= high)
+    if last != first + answered - 1 or last >= total or not min(low, total - answered) <= first <= high:
+        return f"{content_range} for {answered} documents: the first between {low} and {high}"
+    return ""
 
 
 def passed(key: Callable[[Dict[str, Any]], Any], last: Any, descending: bool) -> Callable[[Dict[str, Any]], bool]:
@@ -516,6 +519,7 @@ def race(
     lock = threading.Lock()
     wrong = {"not matching": 0, "out of order": 0, "missing": 0, "failed": 0, "queries": 0, "writes": 0}
     wrong.update({"count wrong": 0, "counted": 0})
+    why_wrong: List[str] = []  # each wrong count's reader and why, printed with the counts
     log = WriteLog()
     wrong.update({f"queries {which}": 0 for which in readers})
 
@@ -558,6 +562,7 @@ def race(
         made = 0
         while made < quota:
             keys_seen, cursor, limit = [], None, rng.choice([3, 7, 50])
+            resumed: Any = None  # the key the page goes on after: the cursor's
             headers = {**api.auth_header, **({"Prefer": "count=exact"} if counted else {})}
             while True:
                 url = f"/v1/{collection}?{filters}&limit={limit}" + (f"&cursor={cursor}" if cursor else "")
@@ -573,12 +578,21 @@ def race(
                 count(not_matching=sum(not matches(document) for document in page["items"]))
                 if counted:
                     # Before the page: at or before the last key answered (its cursor's), in the page's order.
-                    before = passed(key, keys_seen[-1] if keys_seen else None, descending)
+                    before = passed(key, resumed, descending)
                     states = [[d] for d in stable.values()] + [log.states(w, start, end) for w in churning]
                     header = answer.headers.get("Content-Range", "")
-                    count(counted=1, count_wrong=counted_wrong(page, header, states, matches, before))
+                    why = counted_wrong(page, header, states, matches, before)
+                    count(counted=1, count_wrong=int(bool(why)))
+                    if why:
+                        why_wrong.append(f"{which} after {resumed!r}: {why}")
                 keys_seen += [key(document) for document in page["items"]]
                 cursor = page["next"]
+                # A list page's cursor is its last id read, which may be past its last document answered (one
+                # deleted between its id's read and its body's); a query's is its last document's key.
+                if which == "list" and cursor:
+                    resumed = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+                elif keys_seen:
+                    resumed = keys_seen[-1]
                 if cursor is None:
                     break
             ordered = sorted(keys_seen, reverse=descending)
@@ -598,6 +612,8 @@ def race(
         stop.set()
         for thread in threads:
             thread.join(timeout=60)
+    if why_wrong:
+        print("wrong counts:", *why_wrong[:20], sep="\n  ")
     return wrong
 
 
