@@ -43,16 +43,16 @@ from api.chunked import ChunkedDecoder
 from api.client_address import Network, client_address
 from api.deadline import ABORT, CLOSE, Deadline
 from api.debug_burn import burn_cpu
+from api.drain import linger
+from api.refusal import refusal
 from api.request_head import MAX_HEADER_BYTES, MAX_REQUEST_LINE, ProtocolError, RepeatedHeads, RequestHead
 from api.routed import Routed
 from api.streamed_body import STREAM_TIMEOUT_DETAIL, Drain, StreamedBody, stream_reservation
-from cache.json import codec
 from handlers.framework import CycloneConnection
 from handlers.http.body_stream import BodyLost, BodyStream
-from handlers.http.cache_policy import ERROR_POLICY
 from handlers.http.deferreds import is_deferred
 from handlers.http.errors import ApiError
-from handlers.http.reply import PROBLEM_TYPE, REASONS, Reply, header_parts, response_head
+from handlers.http.reply import Reply
 from handlers.operation import BATCH_BODY, STREAMED_BODY
 from handlers.pipeline import Exchange, failed, start
 
@@ -103,7 +103,9 @@ class JetwayConnection(CycloneConnection):
         self.transport.bufferSize = READ_SIZE
         self.transport.registerProducer(self, True)
         self.limits = self.factory.limits
-        self.closing = False
+        self.closing = False  # the worker drains (api.drain): answers say Connection: close
+        self.asked = False  # a request came: until then, one is on its way (api.drain)
+        self.lingering = False  # closed for writing, dropping what the client still sends (close)
         self.keep_alive = True
         self._buffer = bytearray()
         # The bytes of the read that filled an empty buffer, while the buffer holds just them (``_read_head``).
@@ -157,6 +159,8 @@ class JetwayConnection(CycloneConnection):
         self._drop_input()
 
     def dataReceived(self, data: bytes) -> None:
+        if self.lingering:
+            return  # never a request that can be answered (close)
         if not self.busy():
             # The first byte of a request starts its header clock; later
             # bytes do not reset it.
@@ -293,6 +297,7 @@ class JetwayConnection(CycloneConnection):
     def _dispatch(self, head: RequestHead, body: bytes, routed: Routed, stream: Optional[BodyStream] = None) -> None:
         self._deadline.disarm()
         self._head = None
+        self.asked = True
         # A streamed body's request answered before its body ended closes the connection.
         self.keep_alive = head.keep_alive and stream is None
         app = self.factory
@@ -448,30 +453,25 @@ class JetwayConnection(CycloneConnection):
         self._await_next()
 
     def close(self) -> None:
-        """Close once the queued output is sent; abort if it is not read within the send timeout."""
+        """Close once the queued output is sent; abort if it is not read within the send timeout. While the worker
+        drains it lingers instead: no reset then destroys an answer the client has not read (``api.drain``)."""
         # A registered producer would be resumed instead of the connection
         # closed when the output drains (Twisted's doWrite).
         self.transport.unregisterProducer()
-        self.transport.loseConnection()
+        if self.closing and not self._lost:
+            self.lingering = True
+            self._drop_input()
+            linger(self.transport)
+        else:
+            self.transport.loseConnection()
         self._arm_send_abort()
 
     def _reject(self, error: ProtocolError) -> None:
-        """Answer a request that cannot be served, and close.
-
-        Before the request is understood: none of the handlers' defaults
-        (``Server``, ``Date``, the request's id).
-        """
-        head = self._head
+        """Answer a request that cannot be served (``api.refusal``), and close."""
+        cors = [] if self._head is None else self.factory.cors.response_headers(self._head.headers.get("Origin"))
         self._deadline.disarm()
         self._drop_input()
-        body = codec.dumps(ApiError(error.status, error.problem, error.detail).as_problem())
-        lines = [("Content-Type", PROBLEM_TYPE), ("Content-Length", str(len(body))), *error.headers.items()]
-        lines.append(("Cache-Control", ERROR_POLICY))
-        if head is not None:
-            # A page on an allowed origin reads this problem too, not an opaque network error.
-            lines += self.factory.cors.response_headers(head.headers.get("Origin"))
-        lines.append(("Connection", "close"))
-        self.transport.write(response_head("HTTP/1.1", error.status, REASONS[error.status], header_parts(lines)) + body)
+        self.transport.write(refusal(error, cors))
         self.close()
 
     def _arm_send_abort(self) -> None:

@@ -3,9 +3,9 @@
 Started by the master (``--fd 3 --ready-fd 4 --log-pipe``) or by another
 parent such as supervisor (``--fd N``). Its log lines go to stdout through
 ``api.log_writer``: with ``--log-pipe`` stdout is a pipe this worker alone
-writes, and it is written without ever blocking. On SIGTERM/SIGINT it drains: it stops accepting,
-lets every request it holds finish (answered with ``Connection: close``),
-closes idle keep-alive connections, and exits, within ``JETWAY_GRACE``;
+writes, and it is written without ever blocking. On SIGTERM/SIGINT it drains (``api.drain``): it stops
+accepting, answers what may be in flight with ``Connection: close``, closes
+a connection only where no request can be on its way, and exits, within ``JETWAY_GRACE``;
 one that comes while it warms up stops it before it serves. It ignores
 SIGHUP: only the master reloads (``api.signals``).
 """
@@ -27,6 +27,7 @@ from twisted.python.failure import Failure
 from api.app import make_app
 from api.application import JetwayApplication
 from api.config import Settings
+from api.drain import Drain
 from api.eager_send import adopt_listening_socket
 from api.log_writer import LineWriter
 from api.logs import LineStream, start_logging
@@ -56,10 +57,6 @@ from cache.settings_cache import SettingsCache
 from handlers.feed.feed import Feed, FeedLimits
 from handlers.http.auth import Gate
 
-# A keep-alive connection idle this long during a drain is closed: long
-# enough that a client is not mid-send, short enough to keep drains quick.
-DRAIN_IDLE_CLOSE = 1.0
-DRAIN_TICK = 0.1
 # How far behind a scrape may see other workers' counts.
 METRICS_FLUSH_SECONDS = 1.0
 _PR_SET_PDEATHSIG = 1
@@ -255,54 +252,6 @@ class StopSignals:
     def warm_up_failed(self, failure: Failure) -> None:
         if not self.stopping:  # a stop cuts the warm-up short: that is no failure to report
             log.err(failure, "warm-up failed; serving without it")
-
-
-class Drain:
-    """Stop accepting, end the change-feed streams, let held requests finish, then stop the reactor."""
-
-    def __init__(
-        self,
-        app: JetwayApplication,
-        port: Any,
-        reactor: Any,
-        grace: float,
-        end_streams: Optional[Callable[[], None]] = None,
-    ) -> None:
-        self.app = app
-        self.end_streams = end_streams
-        self.port = port
-        self.reactor = reactor
-        self.grace = grace
-        self.deadline: Optional[float] = None
-
-    def start(self) -> None:
-        if self.deadline is not None:
-            return
-        self.deadline = self.reactor.seconds() + self.grace
-        # Take what is already queued on our socket before letting go of it.
-        self.port.doRead()
-        self.app.stop_accepting()
-        self.port.stopListening()
-        if self.end_streams is not None:
-            # A stream never finishes by itself: each gets a final event and
-            # closes now, so its client reconnects to a worker that serves on.
-            self.end_streams()
-        self.ticking = task.LoopingCall(self._tick)
-        self.ticking.clock = self.reactor
-        self.ticking.start(DRAIN_TICK)
-
-    def _tick(self) -> None:
-        now = self.reactor.seconds()
-        overdue = self.deadline is not None and now >= self.deadline
-        for connection in list(self.app.connections):
-            connection.closing = True
-            if overdue:
-                connection.transport.abortConnection()
-            elif not connection.busy() and now - connection.idle_since >= DRAIN_IDLE_CLOSE:
-                connection.close()
-        if not self.app.connections or overdue:
-            self.ticking.stop()
-            stop_reactor(self.reactor)
 
 
 def _nonblocking_family(fd: int) -> socket.AddressFamily:
