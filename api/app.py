@@ -26,7 +26,7 @@ from handlers.docs import DocsAssetHandler, DocsPageHandler, packaged_site
 from handlers.document_answers import DocumentAnswers
 from handlers.documents import DocumentHandler
 from handlers.feed.feed import Feed
-from handlers.health import PING_TIMEOUT, ReadinessHandler, ReadinessProbe
+from handlers.health import PING_TIMEOUT, Liveness, LivenessHandler, ReadinessHandler, ReadinessProbe
 from handlers.http.auth import Gate
 from handlers.http.cors import CorsPolicy
 from handlers.http.negotiation import Negotiator
@@ -92,6 +92,7 @@ def make_app(
         DocumentHandler: {**documents, "answers": answers},
         CollectionHandler: budgeted,
         ImportHandler: {**documents, "batches": batches},
+        LivenessHandler: {"answers": Liveness()},
         ReadinessHandler: {"probe": readiness},
         MetricsHandler: {"render": render_metrics(metrics)},
         OpenApiHandler: {

@@ -427,6 +427,7 @@ OPERATIONS: Tuple[Operation, ...] = (
         None,
         {200: R("Up.", closed({"status": {"const": "ok"}}, ["status"], "The process is up."))},
         head="headHealth",
+        pipeline="live",
     ),
     Operation(
         READYZ,

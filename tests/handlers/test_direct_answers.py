@@ -30,6 +30,7 @@ from cache.documents.store import Document, DocumentStore
 from cache.errors import RedisUnavailable
 from cache.hot.cache import HotCache
 from handlers.document_answers import HOT_READ, REDIS_READ, WRITE, DocumentAnswers
+from handlers.health import HEALTH
 from handlers.http.auth import Gate
 from handlers.http.cors import CorsPolicy
 from handlers.http.deferreds import is_deferred
@@ -652,3 +653,22 @@ def test_a_read_waiting_for_redis_when_the_worker_drains_is_answered_with_connec
 def _spin_redis(redis_server) -> None:
     with redis_server.client() as client:
         client.eval(SPIN, 0)
+
+
+@pytest.mark.parametrize("method", ["GET", "HEAD"])
+def test_healthz_is_answered_by_the_connection_as_the_handler_answers_it(servers, method):
+    """``/healthz`` runs no handler on a keep-alive connection (issue #60), and its bytes are the handler's."""
+    request = raw(method, "/healthz", None)
+    counted = lambda: _count(requests.get(servers.hot.url("/metrics"), timeout=10).text, HEALTH)  # noqa: E731
+    before = counted()
+    answered = normalized(exchange(servers.hot, request))
+    assert counted() == before + 1
+    assert answered.startswith(b"HTTP/1.1 200 ")
+    assert answered.endswith(b'{"status":"ok"}' if method == "GET" else b"\r\n\r\n")
+    assert answered == normalized(exchange(servers.full, request))
+    # HTTP/1.0 and Connection: close go to the handler, which sends the same reply and closes.
+    for left in (raw(method, "/healthz", None, version="HTTP/1.0"), raw(method, "/healthz", None, "Connection: close")):
+        before = counted()
+        head, _, body = exchange(servers.hot, left).partition(b"\r\n\r\n")
+        assert b" 200 " in head.split(b"\r\n")[0] and body == (b'{"status":"ok"}' if method == "GET" else b"")
+        assert counted() == before
