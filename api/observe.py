@@ -81,7 +81,7 @@ class Metrics:
         self.log_lines_dropped = log_lines_dropped()
         self.direct_answers = Counter(
             "jetway_direct_answers",
-            "Requests answered by the connection without Cyclone, by kind (hot_read, redis_read, write, error)",
+            "Requests answered by the connection without Cyclone, by kind (hot_read, redis_read, write, health, error)",
             ["kind"],
             registry=None,
         )
