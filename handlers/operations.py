@@ -385,8 +385,7 @@ OPERATIONS: Tuple[Operation, ...] = (
         {
             400: "Invalid collection name, `limit`, `cursor`, `with_ids` or `ids`; `ids` with `cursor`, or with a"
             " `limit` less than their number; a query's filters malformed (`invalid-query`) or answered by no"
-            " declared index (`no-index`); `Prefer: handling=strict` beside a preference not applied"
-            " (`invalid-preference`).",
+            " declared index (`no-index`); `Prefer: handling=strict` with one not applied (`invalid-preference`).",
             409: "The query's index is being built (`index-building`); retry after `Retry-After`.",
             413: TOO_LARGE,
         },
