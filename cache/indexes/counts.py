@@ -56,8 +56,9 @@ if ARGV[2] ~= '' then
 end
 if ARGV[1] == '1' then
   -- EXPIRY_STEP: the shard's documents past their expiry leave the id index and every index here, before
-  -- anything is counted (the expiry's Lua, cache/indexes/expiry*.py, called with this shard's KEYS[1]),
-  -- so that an exact count never includes a document already expired.
+  -- anything is counted, so that an exact count never includes a document already expired: the expiry's
+  -- expire_due(KEYS[1], step, feed_key, feed_args) (cache/indexes/expiry_scripts.py, its Lua prepended to
+  -- this script's, the feed's key and arguments added to this call's; docs/design/expiry.md says how many a step).
 end
 local entries = KEYS[2] or KEYS[1]
 local function counted(low, high)
