@@ -11,8 +11,11 @@ lease runs out (``LEASE_MS``) and the next tick of any worker takes it.
 
 ``ExpiringCollections`` is the registry the sweepers visit (``keys.EXPIRING``):
 a worker adds a collection to it as it sends its first write with a TTL, and
-adds it again whenever a tick finds it missing (a flush, a lost reply), so no
-collection with expiring documents stays out of it for longer than a tick.
+adds it again whenever a tick finds it missing while it holds expiring
+documents (a flush, a write lost in a failover), so none stays out of it for
+longer than a tick. The collection's sweeper takes it out once it held no
+expiring document for ``IDLE_SECONDS`` (a worker that writes it with a TTL
+again adds it back at its next tick).
 
 ``ExpirySweeper``: every worker, every ``TICK``, reads the registry and, for
 each collection whose lease it holds or takes (held on while the worker lives,
@@ -25,7 +28,7 @@ each round took (half of Redis at most while behind).
 from __future__ import annotations
 
 import os
-from typing import Any, Iterable, List, Set
+from typing import Any, Dict, Iterable, List, Set
 
 from twisted.internet import defer, reactor, task
 from twisted.logger import Logger
@@ -46,8 +49,10 @@ LEASE_MS = 3000  # a sweeper that died is taken over this long after its last ti
 # A shard is looked at once its next expiry is this close by the worker's clock: EXPIRE_DUE judges by Redis's own
 # (TIME), so a worker's clock running behind Redis's by up to this much delays nothing.
 SKEW_MS = 1000
+IDLE_SECONDS = 600  # a collection with no expiring document this long leaves the registry
 SWEEP_NAME = b"~expiry"  # the lease's name where a build's is its index's (keys.index_build_lease_key)
 _MEMO = 4096  # collections a worker remembers having registered; past it, it forgets (and registers again)
+_SHARDS = keys.INDEX_SHARDS
 _log = Logger()
 
 # KEYS: a sweep's lease. ARGV: the holder, ms. 1 when the holder holds it now (renewed, or taken), else 0.
@@ -70,15 +75,17 @@ class ExpiringCollections:
 
     def __init__(self, link: Link) -> None:
         self._link = link
-        self._known: Set[bytes] = set()
+        self._known: Set[bytes] = set()  # registered by this worker, as far as it knows
+        self._forgetting: Set[bytes] = set()  # missing from the registry with nothing due at the last look
 
     def note(self, collection: bytes) -> None:
         """``collection`` gets a write with a TTL: registered once per worker (the sweeper's ``heal`` keeps it)."""
-        if collection in self._known:
+        if collection in self._known and collection not in self._forgetting:
             return
         if len(self._known) >= _MEMO:
             self._known.clear()
         self._known.add(collection)
+        self._forgetting.discard(collection)
         self._link.execute(b"SADD", keys.EXPIRING, collection).addErrback(self._unsent, collection)
 
     def _unsent(self, failure: Any, collection: bytes) -> None:
@@ -89,12 +96,33 @@ class ExpiringCollections:
             error=failure.getErrorMessage(),
         )
 
-    def heal(self, registered: Iterable[bytes]) -> defer.Deferred:
-        """Registers again the collections this worker wrote with a TTL that the registry lacks; fires with them."""
+    @defer.inlineCallbacks
+    def heal(self, registered: Iterable[bytes]) -> Any:
+        """Registers again the collections this worker wrote with a TTL that the registry lacks (a flush, a write
+        lost in a failover) and that still hold expiring documents; fires with them.
+
+        One that holds none is forgotten at the second look that finds it so, not the first: a write with a TTL
+        sent before the first look may reach Redis after it (a write sent between the looks registers it again).
+        """
         missing = sorted(self._known.difference(registered))
         if not missing:
-            return defer.succeed(missing)
-        return self._link.execute(b"SADD", keys.EXPIRING, *missing).addCallback(lambda _: missing)
+            return []
+        found = yield self._link.pipeline(
+            [(b"EXISTS", keys.expiry_key(collection, shard)) for collection in missing for shard in range(_SHARDS)]
+        )
+        again = []
+        for at, collection in enumerate(missing):
+            if any(found[at * _SHARDS : (at + 1) * _SHARDS]):
+                again.append(collection)
+                self._forgetting.discard(collection)
+            elif collection in self._forgetting:
+                self._known.discard(collection)
+                self._forgetting.discard(collection)
+            else:
+                self._forgetting.add(collection)
+        if again:
+            yield self._link.execute(b"SADD", keys.EXPIRING, *again)
+        return again
 
 
 class ExpirySweeper:
@@ -108,6 +136,7 @@ class ExpirySweeper:
         self._holder = b"%d:%d" % (os.getpid(), id(self))
         self._loop: Any = None
         self._busy = False
+        self._idle_since: Dict[bytes, float] = {}  # collections with no expiring document, since when
         self.expired = 0  # expiries this worker carried out (a metric)
         self.lag_seconds = 0.0  # at the last tick: how long the oldest due expiry seen had been due (a metric)
 
@@ -129,10 +158,10 @@ class ExpirySweeper:
         self._busy = True
         looking = self._sweep()
         looking.addErrback(lambda failure: _log.warn("expiry sweep: {error}", error=failure.getErrorMessage()))
-        looking.addBoth(self._idle)
+        looking.addBoth(self._looked)
         return looking
 
-    def _idle(self, _: Any) -> None:
+    def _looked(self, _: Any) -> None:
         self._busy = False
 
     @defer.inlineCallbacks
@@ -155,6 +184,10 @@ class ExpirySweeper:
             [(b"ZRANGE", keys.expiry_key(collection, shard), 0, 0, b"WITHSCORES") for shard in range(keys.INDEX_SHARDS)]
         )
         now_ms = self._clock.seconds() * 1000
+        if not any(firsts):
+            yield self._forget_if_idle(collection, now_ms / 1000)
+            return 0.0
+        self._idle_since.pop(collection, None)
         due = [
             (shard, float(first[1]))
             for shard, first in enumerate(firsts)
@@ -164,6 +197,14 @@ class ExpirySweeper:
         if due:
             yield self._steps(collection, [shard for shard, _ in due], lease)
         return lag
+
+    def _forget_if_idle(self, collection: bytes, now: float) -> defer.Deferred:
+        """Out of the registry once it held no expiring document for ``IDLE_SECONDS``: no more looks at it."""
+        since = self._idle_since.setdefault(collection, now)
+        if now - since < IDLE_SECONDS:
+            return defer.succeed(None)
+        del self._idle_since[collection]
+        return self._link.execute(b"SREM", keys.EXPIRING, collection)
 
     @defer.inlineCallbacks
     def _steps(self, collection: bytes, shards: List[int], lease: bytes) -> Any:

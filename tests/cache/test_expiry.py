@@ -57,6 +57,14 @@ async def run(reactor, path):
         for _, fields in await link.execute(b"XRANGE", keys.feed_key(b"c", shard), b"-", b"+"):
             ops.append(fields[1].decode() + " " + fields[3].decode())
     figures["ops"] = sorted(ops)
+    # Nothing left to expire and the registry lost again: forgotten at the second look, not registered again.
+    await link.execute(b"DEL", keys.EXPIRING)
+    await first.tick()
+    await first.tick()
+    figures["forgotten"] = await link.execute(b"SMEMBERS", keys.EXPIRING)
+    await store.put(b"c", b"e", b'{"v":1}', plan=WritePlan(b"60"))
+    await task.deferLater(reactor, 0.05, lambda: None)
+    figures["noted_again"] = sorted(x.decode() for x in await link.execute(b"SMEMBERS", keys.EXPIRING))
     print(json.dumps(figures), flush=True)
 
 def main(reactor, path):
@@ -88,3 +96,5 @@ def test_the_registry_heals_one_sweeper_holds_the_lease_and_another_takes_it_ove
     assert figures["first"] == 2
     assert figures["second_after"] == 1  # the holder gone, the lease lapsed: the next tick of another sweeps
     assert figures["ops"] == ["expire a", "expire b", "expire d", "put a", "put b", "put d"]
+    assert figures["forgotten"] == []  # no expiring document: not put back by a look
+    assert figures["noted_again"] == ["c"]  # the next write with a TTL registers it again

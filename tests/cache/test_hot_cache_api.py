@@ -20,9 +20,11 @@ from tests.support import JetwayServer, wait_until
 
 WARM_READS = 40
 # Background commands that are no request's doing: the invalidation
-# connections' PINGs, sentinels, a replica's acknowledgements, this test's INFO.
+# connections' PINGs, sentinels, a replica's acknowledgements, this test's INFO,
+# the expiry sweepers' look at their registry (cache/documents/expiry.py).
 _BACKGROUND = (
     "cmdstat_ping",
+    "cmdstat_smembers",
     "cmdstat_info",
     "cmdstat_publish",
     "cmdstat_role",
