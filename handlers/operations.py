@@ -13,11 +13,9 @@ from __future__ import annotations
 from typing import Tuple
 
 from handlers.changes import EVENT_STREAM
-from handlers.docs import ASSET_NAMES, ASSET_TYPES, HTML_TYPE
 from handlers.http.validation import JSON, MERGE_PATCH_JSON
 from handlers.imports import NDJSON
-from handlers.metrics import METRICS_TYPE
-from handlers.openapi.parts import closed, parameter
+from handlers.openapi.parts import parameter
 from handlers.openapi.problems import FEED_OFF, KEY_IN_USE, KEY_REUSED, LOST, REDIS, STORED_REFUSED, STREAM
 from handlers.openapi.problems import RESPONSE_TOO_LARGE as TOO_LARGE
 from handlers.operation import BATCH_BODY, STREAMED_BODY, Body, Operation, Response
@@ -25,19 +23,14 @@ from handlers.resources import (
     BATCH,
     CHANGES,
     COLLECTION,
-    DOCS,
-    DOCS_ASSET,
     DOCUMENT,
-    HEALTHZ,
     IMPORT,
-    METRICS,
     MULTI_GET,
-    OPENAPI,
-    READYZ,
     SETTINGS,
     SETTINGS_LIST,
     TICKETS,
 )
+from handlers.service_operations import SERVICE_OPERATIONS
 
 R = Response
 STORED = ("ETag", "Last-Modified")
@@ -52,8 +45,6 @@ _SETTINGS_READ = R(
     ("ETag", "Index-Builds"),
     optional=("Index-Builds",),
 )
-_CACHED = ("ETag", "Cache-Control")
-_ASSET_NOT_MODIFIED = R("`If-None-Match` matches the current ETag.", headers=_CACHED)
 _DOCUMENT_BODY = Body(JSON, "The document, stored verbatim once validated.", "Document")
 
 OPERATIONS: Tuple[Operation, ...] = (
@@ -417,85 +408,5 @@ OPERATIONS: Tuple[Operation, ...] = (
         parameters=("ttl", "Idempotency-Key"),
         body=_DOCUMENT_BODY,
     ),
-    Operation(
-        HEALTHZ,
-        "GET",
-        "getHealth",
-        "Liveness",
-        "health",
-        None,
-        {200: R("Up.", closed({"status": {"const": "ok"}}, ["status"], "The process is up."))},
-        head="headHealth",
-        pipeline="live",
-    ),
-    Operation(
-        READYZ,
-        "GET",
-        "getReadiness",
-        "Readiness",
-        "health",
-        None,
-        {200: R("Ready.", closed({"status": {"const": "ready"}}, ["status"], "Redis answers."))},
-        (503,),
-        {503: "Redis does not answer in time (problem type `not-ready`)."},
-        head="headReadiness",
-    ),
-    Operation(
-        METRICS,
-        "GET",
-        "getMetrics",
-        "Metrics",
-        "meta",
-        None,
-        {200: R("Prometheus text format 0.0.4.", {"type": "string"}, media=METRICS_TYPE)},
-        head="headMetrics",
-    ),
-    Operation(
-        OPENAPI,
-        "GET",
-        "getOpenApi",
-        "This document",
-        "meta",
-        None,
-        {200: R("OK.", {"type": "object", "additionalProperties": True, "description": "This document."})},
-        head="headOpenApi",
-    ),
-    Operation(
-        DOCS,
-        "GET",
-        "getDocs",
-        "Swagger UI over this document",
-        "meta",
-        None,
-        {
-            200: R("The page.", {"type": "string"}, ("Content-Security-Policy", *_CACHED), HTML_TYPE),
-            304: _ASSET_NOT_MODIFIED,
-        },
-        parameters=("If-None-Match",),
-        head="headDocs",
-    ),
-    Operation(
-        DOCS_ASSET,
-        "GET",
-        "getDocsAsset",
-        "A script or style of the /docs page",
-        "meta",
-        None,
-        {
-            200: R(
-                "The file; `Cache-Control` says a year when `v` is its current version.",
-                headers=_CACHED,
-                content={media: {"schema": {"type": "string"}} for media in ASSET_TYPES},
-            ),
-            304: _ASSET_NOT_MODIFIED,
-        },
-        (404,),
-        {404: "No such asset (problem type `no-route`)."},
-        parameters=(
-            parameter("asset", "path", "The file.", {"type": "string", "enum": list(ASSET_NAMES)}, required=True),
-            parameter("v", "query", "The asset's version, as the page names it.", {"type": "string"}),
-            "If-None-Match",
-        ),
-        head="headDocsAsset",
-    ),
+    *SERVICE_OPERATIONS,
 )
