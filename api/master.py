@@ -8,7 +8,9 @@ pipe the master reads and passes on, whole lines only, to its own stdout
 
 - A worker that dies is restarted on the same socket; one that dies soon
   after starting is restarted after a growing back-off, so a crash loop
-  does not spin.
+  does not spin. Until its successor serves, new connections go to the
+  slots whose workers serve (``api.steering``); at start, likewise, to
+  the workers ready so far.
 - SIGTERM/SIGINT: every worker drains (see ``api.worker``); the master exits
   0 once they have, killing any still alive ``grace`` + 5 s later.
 - SIGHUP: the workers are replaced one slot at a time; the new worker is
@@ -37,6 +39,7 @@ from api.log_relay import Relay
 from api.metrics_dir import MULTIPROC_ENV
 from api.observe import worker_restarts
 from api.signals import hangups_held, on_signals, stop_reactor
+from api.steering import steer
 
 LOG_FD = 1
 LISTEN_FD = 3
@@ -99,6 +102,7 @@ class Slot:
         self.index = index
         self.listener = listener
         self.worker: Optional[WorkerProcess] = None
+        self.serving = False  # its worker said ready and has not died since
         self.backoff = 0.0
 
 
@@ -121,6 +125,7 @@ class Master:
         # A SIGHUP came during the reload under way: the workers it started may run older code.
         self.reload_again = False
         self.restarts = worker_restarts()
+        self.steering_failed = False
 
     def run(self) -> int:
         # SIGHUP at once (Twisted never sets it): one during the first spawns reloads, it does not kill.
@@ -163,8 +168,25 @@ class Master:
                 childFDs={0: "w", LOG_FD: stdout, 2: 2, LISTEN_FD: slot.listener.fileno(), READY_FD: "r"},
             ).pid
         worker.ready.addErrback(lambda failure: log.msg(f"slot {slot.index}: {failure.getErrorMessage()}"))
+        worker.ready.addCallback(self._now_serving, worker)
         slot.worker = worker
         return worker
+
+    def _now_serving(self, result: Any, worker: WorkerProcess) -> Any:
+        if result is worker and worker.slot.worker is worker and not worker.slot.serving:
+            worker.slot.serving = True
+            self._steer()
+        return result
+
+    def _steer(self) -> None:
+        """New connections to the slots whose workers serve (``api.steering``)."""
+        serving = [slot.index for slot in self.slots if slot.serving]
+        try:
+            steer(self.slots[0].listener, len(self.slots), serving)
+        except OSError as error:
+            if not self.steering_failed:  # once: connections then wait for a slot's worker, as before
+                log.msg(f"cannot steer new connections away from a slot without a worker: {error}")
+            self.steering_failed = True
 
     def worker_ended(self, worker: WorkerProcess, reason: Any) -> None:
         if os.environ.get(MULTIPROC_ENV):
@@ -174,6 +196,8 @@ class Master:
         if slot.worker is not worker or self.stopping:
             return  # replaced by a reload, or shutting down
         slot.worker = None
+        slot.serving = False
+        self._steer()
         lived = self.reactor.seconds() - worker.started
         slot.backoff = 0.0 if lived >= STABLE_AFTER else min(max(slot.backoff * 2, FIRST_BACKOFF), MAX_BACKOFF)
         log.msg(f"worker of slot {slot.index} ended ({reason}); restarting in {slot.backoff:.1f}s")

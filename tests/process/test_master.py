@@ -91,6 +91,42 @@ def test_a_killed_worker_is_replaced_and_service_goes_on(master):
     assert len(client.failures) <= 4, client.failures
 
 
+# A worker started while this file exists stops before it runs anything, as one still starting would.
+HELD_START = """import os, time
+while os.path.exists({gate!r}):
+    time.sleep(0.1)
+"""
+
+
+def test_while_a_killed_workers_successor_starts_new_connections_go_to_the_live_one(
+    redis_server, redis_client, tmp_path
+):
+    """Not one waits on the dead slot's socket for its successor (api.steering)."""
+    code, gate = tmp_path / "code", tmp_path / "hold"
+    code.mkdir()
+    (code / "sitecustomize.py").write_text(HELD_START.format(gate=str(gate)))
+    path = os.pathsep.join(filter(None, [str(code), os.environ.get("PYTHONPATH")]))
+    server = JetwayServer(redis_server.url, tmp_path / "master.log", env={"JETWAY_GRACE": "5", "PYTHONPATH": path})
+    try:
+        server.start(["--workers", str(WORKERS)])
+        wait_until(lambda: len(worker_pids(server)) == WORKERS, 10, "both workers")
+        victim, survivor = worker_pids(server)
+        gate.touch()
+        os.kill(victim, signal.SIGKILL)
+        wait_until(lambda: len(set(worker_pids(server)) - {victim, survivor}) == 1, 20, "its successor to start")
+        [successor] = set(worker_pids(server)) - {victim, survivor}
+        with ThreadPoolExecutor(8) as pool:
+            statuses = list(pool.map(lambda _: requests.get(server.url("/healthz"), timeout=10).status_code, range(64)))
+        assert statuses == [200] * 64
+        assert gate.exists() and successor not in established_by_pid(server.port)  # still held back
+        gate.unlink()
+        wait_until(lambda: requests.get(server.url("/healthz"), timeout=5).status_code == 200, 20, "the successor")
+    finally:
+        if gate.exists():
+            gate.unlink()
+        server.stop()
+
+
 def test_sigterm_lets_50_requests_in_flight_complete(master, redis_server):
     assert requests.put(
         master.url("/v1/things/a"), data=b'{"a":1}', headers={"Content-Type": "application/json"}, timeout=10
