@@ -29,6 +29,7 @@ from api.application import JetwayApplication
 from api.config import Settings
 from api.drain import Drain
 from api.eager_send import adopt_listening_socket
+from api.handoff import Receiver
 from api.log_writer import LineWriter
 from api.logs import LineStream, start_logging
 from api.observe import HotCacheMetrics, Metrics
@@ -69,11 +70,13 @@ def run_worker(
     ready_fd: Optional[int] = None,
     app_factory: Callable[..., JetwayApplication] = make_app,
     log_pipe: bool = False,
+    handoff_fd: Optional[int] = None,
 ) -> int:
     """Serve on the listening socket ``fd`` until drained; returns the exit code.
 
     ``app_factory`` is ``make_app`` but for the bench's re-encoding variant;
-    ``log_pipe``: stdout is a pipe of this worker's own (``api.log_writer``).
+    ``log_pipe``: stdout is a pipe of this worker's own (``api.log_writer``);
+    ``handoff_fd``: connections the master hands over (``api.handoff``).
     """
     ignore_hangups()
     stops = StopSignals(reactor)
@@ -96,10 +99,15 @@ def run_worker(
         port = adopt_listening_socket(reactor, fd, _nonblocking_family(fd), app)
         os.close(fd)  # the port took a copy
         app.listen_on(port)
+        if handoff_fd is not None:
+            Receiver(handoff_fd, reactor, app)
         stops.drain = Drain(app, port, reactor, settings.grace, feed.drain if feed is not None else None)
         flushing = task.LoopingCall(metrics.flush)
         flushing.clock = reactor
         flushing.start(METRICS_FLUSH_SECONDS, now=False)
+        if metrics.expiry is not None:
+            # Once serving, not in assemble: the warm-up's application is assembled too, on a stand-in Redis.
+            metrics.expiry.start()
         if ready_fd is not None:
             os.write(ready_fd, b"ready\n")
             os.close(ready_fd)
@@ -183,10 +191,9 @@ def assemble(
     tokens = TokenCache(TokenStore(link), address, reactor, settings.redis_timeout) if settings.auth else None
     collections = SettingsCache(CollectionSettingsStore(link), address, reactor, settings.redis_timeout)
     follow_settings_changes(collections, store.index_builds)
-    # Every worker looks for due expiries; the one holding a collection's lease carries them out
+    # Every worker looks for due expiries once it serves; the one holding a collection's lease carries them out
     # (cache.documents.expiry).
     sweeper = ExpirySweeper(link, store.writes.expiring, feed_log, reactor)
-    sweeper.start()
     metrics.expiry = sweeper
     on_shutdown(sweeper.stop)
     on_shutdown(collections.close)
