@@ -42,7 +42,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     from api.worker import run_worker
 
-    return run_worker(settings, reactor, args.fd, args.ready_fd, log_pipe=args.log_pipe)
+    return run_worker(settings, reactor, args.fd, args.ready_fd, log_pipe=args.log_pipe, handoff_fd=args.handoff_fd)
 
 
 def _serve(settings: config.Settings) -> int:
@@ -83,6 +83,7 @@ def _parser() -> argparse.ArgumentParser:
     working = commands.add_parser("worker", help="serve on a listening socket opened by another process")
     working.add_argument("--fd", type=int, required=True, help="the listening socket's file descriptor")
     working.add_argument("--ready-fd", type=int, help="write 'ready' here once serving (used by the master)")
+    working.add_argument("--handoff-fd", type=int, help="connections the master hands over come here (api.handoff)")
     working.add_argument(
         "--log-pipe",
         action="store_true",

@@ -9,8 +9,9 @@ pipe the master reads and passes on, whole lines only, to its own stdout
 - A worker that dies is restarted on the same socket; one that dies soon
   after starting is restarted after a growing back-off, so a crash loop
   does not spin. Until its successor serves, new connections go to the
-  slots whose workers serve (``api.steering``); at start, likewise, to
-  the workers ready so far.
+  slots whose workers serve (``api.steering``), and those its socket had
+  queued are handed to them (``api.handoff``); at start, new connections
+  go to the workers ready so far.
 - SIGTERM/SIGINT: every worker drains (see ``api.worker``); the master exits
   0 once they have, killing any still alive ``grace`` + 5 s later.
 - SIGHUP: the workers are replaced one slot at a time; the new worker is
@@ -35,6 +36,7 @@ from prometheus_client import multiprocess
 from twisted.internet import defer, protocol
 from twisted.python import log
 
+from api.handoff import HANDOFF_FD, channel_pair, hand_over_queued
 from api.log_relay import Relay
 from api.metrics_dir import MULTIPROC_ENV
 from api.observe import worker_restarts
@@ -77,6 +79,7 @@ class WorkerProcess(protocol.ProcessProtocol):
         self.started = started
         self.pid = 0
         self.ready: defer.Deferred = defer.Deferred()
+        self.channel, self.channel_end = channel_pair()  # api.handoff: ours, and the worker's HANDOFF_FD
         self.ended: defer.Deferred = defer.Deferred()
 
     def childDataReceived(self, childFD: int, data: bytes) -> None:
@@ -86,6 +89,7 @@ class WorkerProcess(protocol.ProcessProtocol):
     def processEnded(self, reason: Any) -> None:
         if not self.ready.called:
             self.ready.errback(RuntimeError(f"worker exited before it was ready: {reason.value}"))
+        self.channel.close()
         self.ended.callback(reason.value)
         self.slot.master.worker_ended(self, reason.value)
 
@@ -102,7 +106,7 @@ class Slot:
         self.index = index
         self.listener = listener
         self.worker: Optional[WorkerProcess] = None
-        self.serving = False  # its worker said ready and has not died since
+        self.serving: Optional[WorkerProcess] = None  # the worker that said ready, until it dies
         self.backoff = 0.0
 
 
@@ -143,6 +147,7 @@ class Master:
     def spawn(self, slot: Slot) -> WorkerProcess:
         worker = WorkerProcess(slot, self.reactor.seconds())
         args = [self.python, "-m", "api", "worker", "--fd", str(LISTEN_FD), "--ready-fd", str(READY_FD)]
+        args += ["--handoff-fd", str(HANDOFF_FD)]
         if self.relay.to_file:
             # The master's stdout is a file: the worker writes its whole lines there itself (api.log_relay).
             return self._spawn(slot, worker, args, LOG_FD)
@@ -159,28 +164,32 @@ class Master:
         return worker
 
     def _spawn(self, slot: Slot, worker: WorkerProcess, args: List[str], stdout: int) -> WorkerProcess:
-        with hangups_held():  # the worker ignores SIGHUP once it runs; held until then
-            worker.pid = self.reactor.spawnProcess(
-                worker,
-                self.python,
-                args,
-                env=worker_environment(os.environ),
-                childFDs={0: "w", LOG_FD: stdout, 2: 2, LISTEN_FD: slot.listener.fileno(), READY_FD: "r"},
-            ).pid
+        fds = {0: "w", LOG_FD: stdout, 2: 2, LISTEN_FD: slot.listener.fileno(), READY_FD: "r"}
+        try:
+            with hangups_held():  # the worker ignores SIGHUP once it runs; held until then
+                worker.pid = self.reactor.spawnProcess(
+                    worker,
+                    self.python,
+                    args,
+                    env=worker_environment(os.environ),
+                    childFDs={**fds, HANDOFF_FD: worker.channel_end.fileno()},
+                ).pid
+        finally:
+            worker.channel_end.close()  # the worker's copy is its own
         worker.ready.addErrback(lambda failure: log.msg(f"slot {slot.index}: {failure.getErrorMessage()}"))
         worker.ready.addCallback(self._now_serving, worker)
         slot.worker = worker
         return worker
 
     def _now_serving(self, result: Any, worker: WorkerProcess) -> Any:
-        if result is worker and worker.slot.worker is worker and not worker.slot.serving:
-            worker.slot.serving = True
+        if result is worker and worker.slot.worker is worker:
+            worker.slot.serving = worker
             self._steer()
         return result
 
     def _steer(self) -> None:
         """New connections to the slots whose workers serve (``api.steering``)."""
-        serving = [slot.index for slot in self.slots if slot.serving]
+        serving = [slot.index for slot in self.slots if slot.serving is not None]
         try:
             steer(self.slots[0].listener, len(self.slots), serving)
         except OSError as error:
@@ -196,13 +205,22 @@ class Master:
         if slot.worker is not worker or self.stopping:
             return  # replaced by a reload, or shutting down
         slot.worker = None
-        slot.serving = False
+        slot.serving = None
         self._steer()
+        self._hand_over(slot)
         lived = self.reactor.seconds() - worker.started
         slot.backoff = 0.0 if lived >= STABLE_AFTER else min(max(slot.backoff * 2, FIRST_BACKOFF), MAX_BACKOFF)
         log.msg(f"worker of slot {slot.index} ended ({reason}); restarting in {slot.backoff:.1f}s")
         self.restarts.inc()
         self.reactor.callLater(slot.backoff, self._respawn, slot)
+
+    def _hand_over(self, slot: Slot) -> None:
+        """What the dead worker's socket had queued goes to the serving workers (``api.handoff``)."""
+        channels = [other.serving.channel for other in self.slots if other.serving is not None]
+        if channels:
+            handed = hand_over_queued(slot.listener, channels)
+            if handed:
+                log.msg(f"slot {slot.index}: {handed} queued connections handed to the serving workers")
 
     def _respawn(self, slot: Slot) -> None:
         if not self.stopping and slot.worker is None:

@@ -9,7 +9,7 @@ that picks a serving slot's socket for every new connection (by the
 packet's flow hash, modulo the serving slots); once every slot serves
 again it detaches it, and the kernel's own spread by the address pair
 applies as before. Connections already queued on the dead slot's socket
-when its worker died still wait for the respawn.
+when its worker died are handed to the serving workers (``api.handoff``).
 
 Linux only (``SO_ATTACH_REUSEPORT_CBPF``, 4.5+); where it fails the master
 logs it once and connections wait as they did.

@@ -29,6 +29,7 @@ from api.application import JetwayApplication
 from api.config import Settings
 from api.drain import Drain
 from api.eager_send import adopt_listening_socket
+from api.handoff import Receiver
 from api.log_writer import LineWriter
 from api.logs import LineStream, start_logging
 from api.observe import HotCacheMetrics, Metrics
@@ -69,11 +70,13 @@ def run_worker(
     ready_fd: Optional[int] = None,
     app_factory: Callable[..., JetwayApplication] = make_app,
     log_pipe: bool = False,
+    handoff_fd: Optional[int] = None,
 ) -> int:
     """Serve on the listening socket ``fd`` until drained; returns the exit code.
 
     ``app_factory`` is ``make_app`` but for the bench's re-encoding variant;
-    ``log_pipe``: stdout is a pipe of this worker's own (``api.log_writer``).
+    ``log_pipe``: stdout is a pipe of this worker's own (``api.log_writer``);
+    ``handoff_fd``: connections the master hands over (``api.handoff``).
     """
     ignore_hangups()
     stops = StopSignals(reactor)
@@ -96,6 +99,8 @@ def run_worker(
         port = adopt_listening_socket(reactor, fd, _nonblocking_family(fd), app)
         os.close(fd)  # the port took a copy
         app.listen_on(port)
+        if handoff_fd is not None:
+            Receiver(handoff_fd, reactor, app)
         stops.drain = Drain(app, port, reactor, settings.grace, feed.drain if feed is not None else None)
         flushing = task.LoopingCall(metrics.flush)
         flushing.clock = reactor

@@ -91,6 +91,18 @@ def test_a_killed_worker_is_replaced_and_service_goes_on(master):
     assert len(client.failures) <= 4, client.failures
 
 
+def every_worker_serves(server: JetwayServer) -> bool:
+    """16 new connections answered, some by each worker (a worker still starting gets none: api.steering)."""
+    connections = [socket.create_connection(("127.0.0.1", server.port), timeout=10) for _ in range(16)]
+    try:
+        for sock in connections:
+            get_healthz(sock)
+        return set(established_by_pid(server.port)) == set(worker_pids(server))
+    finally:
+        for sock in connections:
+            sock.close()
+
+
 # A worker started while this file exists stops before it runs anything, as one still starting would.
 HELD_START = """import os, time
 while os.path.exists({gate!r}):
@@ -109,7 +121,7 @@ def test_while_a_killed_workers_successor_starts_new_connections_go_to_the_live_
     server = JetwayServer(redis_server.url, tmp_path / "master.log", env={"JETWAY_GRACE": "5", "PYTHONPATH": path})
     try:
         server.start(["--workers", str(WORKERS)])
-        wait_until(lambda: len(worker_pids(server)) == WORKERS, 10, "both workers")
+        wait_until(lambda: len(worker_pids(server)) == WORKERS and every_worker_serves(server), 20, "both workers")
         victim, survivor = worker_pids(server)
         gate.touch()
         os.kill(victim, signal.SIGKILL)
@@ -121,6 +133,34 @@ def test_while_a_killed_workers_successor_starts_new_connections_go_to_the_live_
         assert gate.exists() and successor not in established_by_pid(server.port)  # still held back
         gate.unlink()
         wait_until(lambda: requests.get(server.url("/healthz"), timeout=5).status_code == 200, 20, "the successor")
+    finally:
+        if gate.exists():
+            gate.unlink()
+        server.stop()
+
+
+def test_connections_queued_for_a_worker_as_it_dies_are_answered_by_the_live_one(redis_server, redis_client, tmp_path):
+    """Those the kernel had queued on its slot's socket are handed over (api.handoff), not kept for its successor."""
+    code, gate = tmp_path / "code", tmp_path / "hold"
+    code.mkdir()
+    (code / "sitecustomize.py").write_text(HELD_START.format(gate=str(gate)))
+    path = os.pathsep.join(filter(None, [str(code), os.environ.get("PYTHONPATH")]))
+    server = JetwayServer(redis_server.url, tmp_path / "master.log", env={"JETWAY_GRACE": "5", "PYTHONPATH": path})
+    try:
+        server.start(["--workers", str(WORKERS)])
+        wait_until(lambda: len(worker_pids(server)) == WORKERS and every_worker_serves(server), 20, "both workers")
+        victim = worker_pids(server)[0]
+        gate.touch()
+        os.kill(victim, signal.SIGSTOP)  # it accepts nothing more: its share of new connections queues
+        with ThreadPoolExecutor(32) as pool:
+            asked = [pool.submit(requests.get, server.url("/healthz"), timeout=20) for _ in range(32)]
+            wait_until(lambda: sum(future.done() for future in asked) < 32, 5, "connections queued")
+            time.sleep(0.5)
+            os.kill(victim, signal.SIGKILL)
+            statuses = [future.result().status_code for future in asked]
+        assert statuses == [200] * 32
+        assert gate.exists()  # answered while its successor was still held back
+        assert "queued connections handed to the serving workers" in Path(server.log_path).read_text()
     finally:
         if gate.exists():
             gate.unlink()
