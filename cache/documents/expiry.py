@@ -53,6 +53,7 @@ IDLE_SECONDS = 600  # a collection with no expiring document this long leaves th
 SWEEP_NAME = b"~expiry"  # the lease's name where a build's is its index's (keys.index_build_lease_key)
 _MEMO = 4096  # collections a worker remembers having registered; past it, it forgets (and registers again)
 _SHARDS = keys.INDEX_SHARDS
+_HEAL = 64  # collections a tick looks at again at most (16 EXISTS each): after a flush, the rest at the next ticks
 _log = Logger()
 
 # KEYS: a sweep's lease. ARGV: the holder, ms. 1 when the holder holds it now (renewed, or taken), else 0.
@@ -104,7 +105,7 @@ class ExpiringCollections:
         One that holds none is forgotten at the second look that finds it so, not the first: a write with a TTL
         sent before the first look may reach Redis after it (a write sent between the looks registers it again).
         """
-        missing = sorted(self._known.difference(registered))
+        missing = sorted(self._known.difference(registered))[:_HEAL]
         if not missing:
             return []
         found = yield self._link.pipeline(
