@@ -119,7 +119,7 @@ class CollectionHandler(ComposedHandler):
         reading = self.store.page(name, limit, after, self.response_budget)
         if counting is not None:
             counted = self.store.count_of(name, None, after, counting == "exact")
-            reading = page_counts.both(reading, counted).addCallback(self._counted, counting)
+            reading = page_counts.both(reading, counted).addCallback(self._counted)
         return self.with_collection_policy(name, reading).addCallback(self._send_page)
 
     @defer.inlineCallbacks
@@ -134,19 +134,20 @@ class CollectionHandler(ComposedHandler):
             reading = self.store.query(name, query, self.response_budget)
             if counting is not None:
                 counted = self.store.count_of(name, query, None, counting == "exact")
-                reading = page_counts.both(reading, counted).addCallback(self._counted, counting)
+                reading = page_counts.both(reading, counted).addCallback(self._counted)
             found = yield reading
         except index_queries.IndexNotReady as error:
             self._index_building(name, query, error)
         cursor = validation.encode_cursor(found.last) if found.last is not None else None
         self.send_items(found.bodies, cursor, with_next=True)
 
-    def _counted(self, read: List[Any], counting: str) -> Any:
+    def _counted(self, read: List[Any]) -> Any:
         """A page (or a query's ``Found``) read beside its count: the count in its headers, the page given on."""
         page, count = read
         answered = page_counts.content_range(count, len(page.bodies))
         self.set_header("Content-Range", answered)
-        self.set_header("Preference-Applied", "count=" + counting)
+        # What was applied: exact, unless asked estimated or a mass expiry kept it from being exact (Count.exact).
+        self.set_header("Preference-Applied", "count=exact" if count.exact else "count=estimated")
         self.add_header("Vary", "Prefer")
         self.validated_with = answered.encode()  # in the page's ETag: a 304 only when the count is the same too
         return page

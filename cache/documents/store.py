@@ -86,6 +86,7 @@ class DocumentStore:
         feed: FeedLog = NO_FEED,
     ) -> None:
         self._link = link
+        self._feed = feed  # an exact count logs the expiries it carries out (cache.indexes.counts)
         self.writes = DocumentWrites(link, write_link, write_concern, clock, patch_attempts, hot, variants, feed)
         self.reads = DocumentReads(link, hot)
         self.pages = DocumentPages(link)
@@ -122,8 +123,8 @@ class DocumentStore:
         """The ``Count`` of ``query``'s documents, or (None) of the collection's list after the id ``after``
         (``cache.indexes.counts``)."""
         if query is None:
-            return index_counts.for_list(self._link, collection, after, exact)
-        return index_counts.for_query(self._link, collection, query, exact)
+            return index_counts.for_list(self._link, collection, after, exact, self._feed)
+        return index_counts.for_query(self._link, collection, query, exact, self._feed)
 
     def ping(self) -> defer.Deferred:
         """Fires when Redis answers a PING."""
