@@ -2,13 +2,19 @@
 
 The reactor (``api.event_loop``) is installed before the command line is
 imported, because txredisapi takes the global reactor when it is imported.
+``serve`` (the master) first execs itself with its own PyPy GC settings,
+before any import fills the nursery (``api.master_gc``).
 """
 
 import sys
 
-from api import event_loop
-
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["serve"]:
+        from api.master_gc import exec_with_master_gc
+
+        exec_with_master_gc(sys.argv[1:])
+    from api import event_loop
+
     event_loop.install()
     from api.cli import main
 
