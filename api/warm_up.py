@@ -97,6 +97,7 @@ class WarmUpReport:
     unknown_commands: List[str] = field(default_factory=list)
     notes: List[str] = field(default_factory=list)
     error: str = ""
+    label: str = "warm-up"  # what the report line starts with
 
     @property
     def answered(self) -> int:
@@ -104,7 +105,7 @@ class WarmUpReport:
 
     def describe(self) -> str:
         by_status = ", ".join(f"{count} {status}" for status, count in sorted(self.statuses.items()))
-        text = f"warm-up: {self.answered} requests in {self.seconds:.2f} s ({by_status or 'none'})"
+        text = f"{self.label}: {self.answered} requests in {self.seconds:.2f} s ({by_status or 'none'})"
         if self.unknown_commands:
             text += f"; its Redis was asked what it does not answer: {' '.join(self.unknown_commands)}"
         if self.notes:

@@ -35,6 +35,7 @@ from api.logs import LineStream, start_logging
 from api.observe import HotCacheMetrics, Metrics
 from api.signals import ignore_hangups, on_signals, stop_reactor
 from api.warm_up import warm_up
+from api.warm_up_scratch import warm_up_on_redis
 from cache.batches.batch import BatchRunner
 from cache.collection_settings import CollectionSettingsStore
 from cache.credentials.jwt_tokens import JwtVerifier
@@ -118,6 +119,11 @@ def run_worker(
         build = partial(assemble, app_factory=app_factory)
         warming = defer.maybeDeferred(warm_up, settings, reactor, settings.warm_up, build)
         warming.addCallbacks(lambda report: log.msg(report.describe()), stops.warm_up_failed)
+        # Then the same paths for real, on a scratch collection: the writes' path through Redis (api.warm_up_scratch).
+        warming.addCallback(
+            lambda _: None if stops.stopping else warm_up_on_redis(settings, reactor, settings.warm_up, build)
+        )
+        warming.addCallbacks(lambda report: report and log.msg(report.describe()), stops.warm_up_failed)
         # As when there is no warm-up, a worker that cannot serve exits (non-zero), it does not hang.
         warming.addCallback(serve).addErrback(lambda failure: (could_not_serve.append(failure), stop_reactor(reactor)))
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from cache.json import codec
 from handlers.http.errors import ApiError, bad_request
@@ -40,6 +40,15 @@ def collection_name(text: str) -> bytes:
     if len(_COLLECTIONS) < MAX_KNOWN_COLLECTIONS:  # only valid names, and a bounded number of them
         _COLLECTIONS[text] = name
     return name
+
+
+def admit_collection(text: str) -> Callable[[], None]:
+    """Take ``text`` as a collection name, whatever the grammar, until the call returned is made.
+
+    Only for the warm-up's scratch collection (``api.warm_up_scratch``), before the worker serves: a
+    name the grammar refuses is one no client's data can be under."""
+    _COLLECTIONS[text] = text.encode("ascii")
+    return lambda: _COLLECTIONS.pop(text, None) and None
 
 
 def document_id(text: str) -> bytes:

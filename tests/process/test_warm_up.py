@@ -1,12 +1,15 @@
-"""A worker's warm-up (``api.warm_up``): every request answered, nothing of it outside the worker.
+"""A worker's warm-ups (``api.warm_up``, ``api.warm_up_scratch``): every request answered, nothing left of them.
 
 Each worker serves its warm-up requests to a throwaway copy of its
-application whose Redis is in the worker (``api.warm_up_redis``). Checked
-against a real server and a real Redis: every warm-up request answered
-200 and its Redis asked nothing it does not answer (a path that starts
-asking Redis something new shows here, not as a warm-up of an error); the
-real Redis ran no write and holds nothing of it; no access line and no
-metric counts it; the worker keeps no socket of it; and then it serves.
+application whose Redis is in the worker (``api.warm_up_redis``), then to
+one on the real Redis in a scratch collection. Checked against a real
+server and a real Redis: every stand-in warm-up request answered 200 and
+its Redis asked nothing it does not answer (a path that starts asking
+Redis something new shows here, not as a warm-up of an error); the
+scratch collection's writes ran on the real Redis before the worker
+served, and no key of them is left, a user's data unchanged; no access
+line and no metric counts them; the worker keeps no socket of them; and
+then it serves.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import json
 import re
 import time
 from pathlib import Path
-from typing import Iterator, List
+from typing import Any, Dict, Iterator, List
 
 import pytest
 import requests
@@ -69,10 +72,10 @@ def test_each_worker_warms_up_alone_and_then_serves(servers: List[JetwayServer],
         assert rest in STOPPED, report
     assert reports(cold.log_path) == []
 
-    # Nothing reached the real Redis: no write script ran, no key of it, no token made.
+    # The stand-in's documents never reached the real Redis, and the scratch collection's are gone
+    # (what the warm-up on Redis does there: test_the_warm_up_on_redis_writes_for_real_and_leaves_nothing).
     redis = own_redis.client()
-    assert "cmdstat_evalsha" not in redis.info("commandstats")
-    assert [key for key in redis.keys("*") if b"warm-up" in key] == []
+    assert [key for key in redis.keys("*") if b"warm-up" in key or b"warm.up" in key] == []
     # No socket of it is left: a warmed worker holds as many as one that was not (once a warm-up
     # cut short by its close bound has closed them: it serves meanwhile).
     for server in servers:
@@ -107,3 +110,59 @@ def test_no_warm_up_request_carries_a_body_over_the_limit() -> None:
     small_only = b"".join(_requests("jw_token", 1024))
     assert b"/v1/warm-up/w2" in everything and b"/v1/warm-up/w1" in everything
     assert b"/v1/warm-up/w2" not in small_only and small_only.count(b"PUT /v1/warm-up/w1 ") == 3
+
+
+def _snapshot(redis: Any) -> Dict[bytes, Any]:
+    """Every key and what it holds, dumped (a stream's entries and ids included)."""
+    return {key: redis.dump(key) for key in redis.scan_iter(count=1000)}
+
+
+def test_the_warm_up_on_redis_writes_for_real_and_leaves_nothing(own_redis: RedisServer, tmp_path: Path) -> None:
+    """Its scripts ran on the real Redis before the worker served; no key of its scratch collection or
+    token is left, and a user's document and feed are as they were."""
+    from api.warm_up_scratch import SCRATCH
+
+    redis = own_redis.client()
+    user = JetwayServer(own_redis.url, tmp_path / "user.log", env={"JETWAY_WORKERS": "1"})
+    try:
+        user.start()
+        assert requests.put(user.url("/v1/users/u1"), json={"name": "Ada"}, timeout=5).status_code == 201
+    finally:
+        user.stop()
+    before = _snapshot(redis)
+    assert any(key.endswith(b":f") for key in before)  # the user's feed holds the write's event
+    redis.config_resetstat()
+
+    server = JetwayServer(
+        own_redis.url, tmp_path / "warm.log", env={"JETWAY_WARM_UP": "400", "JETWAY_WORKERS": "1"}, auth=True
+    )
+    try:
+        server.start()  # healthy: its one worker warmed up and serves
+        stats = redis.info("commandstats")
+        found = [
+            json.loads(line)["message"] for line in server.log_path.read_text().splitlines() if "warm-up on" in line
+        ]
+    finally:
+        server.stop()
+    assert len(found) == 1, found
+    statuses = {int(status) for status in re.findall(r"\d+ (\d{3})", found[0].split("(")[1])}
+    # Only what its requests may meet (a 412 on purpose, a 404 when another connection deleted first).
+    assert "; stopped" not in found[0] and statuses <= {200, 201, 204, 404, 412}, found[0]
+    # No client had written: these script calls are the warm-up's, on the real Redis.
+    assert stats["cmdstat_evalsha"]["calls"] >= 100, stats.get("cmdstat_evalsha")
+    assert [key for key in redis.scan_iter(count=1000) if SCRATCH.encode() in key] == []
+    assert _snapshot(redis) == before
+
+
+def test_no_client_can_name_the_scratch_collection() -> None:
+    from api.warm_up_scratch import SCRATCH
+    from handlers.http.errors import ApiError
+    from handlers.http.validation import admit_collection, collection_name
+
+    with pytest.raises(ApiError):
+        collection_name(SCRATCH)
+    revoke = admit_collection(SCRATCH)
+    assert collection_name(SCRATCH) == SCRATCH.encode()
+    revoke()
+    with pytest.raises(ApiError):
+        collection_name(SCRATCH)
