@@ -166,3 +166,31 @@ def test_no_client_can_name_the_scratch_collection() -> None:
     revoke()
     with pytest.raises(ApiError):
         collection_name(SCRATCH)
+
+
+def _all_keys(client: Any) -> List[bytes]:
+    """Every key, on each master of a cluster (a SCAN is one node's)."""
+    if hasattr(client, "get_primaries"):
+        return [key for node in client.get_primaries() for key in client.get_redis_connection(node).scan_iter()]
+    return list(client.scan_iter(count=1000))
+
+
+def test_the_warm_up_on_redis_works_on_the_suites_topology(redis_server: RedisServer, tmp_path: Path) -> None:
+    """On one Redis, a 3-master cluster or a Sentinel group (JETWAY_TEST_TOPOLOGY): every request answered as its
+    mix expects, and no key of the scratch collection left on any node."""
+    from api.warm_up_scratch import SCRATCH
+
+    server = JetwayServer(
+        redis_server.url, tmp_path / "warm.log", env={"JETWAY_WARM_UP": "300", "JETWAY_WORKERS": "1"}, auth=True
+    )
+    try:
+        server.start()
+        found = [
+            json.loads(line)["message"] for line in server.log_path.read_text().splitlines() if "up on Redis" in line
+        ]
+    finally:
+        server.stop()
+    assert len(found) == 1, found
+    statuses = {int(status) for status in re.findall(r"\d+ (\d{3})", found[0].split("(")[1])}
+    assert "; stopped" not in found[0] and statuses <= {200, 201, 204, 404, 412}, found[0]
+    assert [key for key in _all_keys(redis_server.client()) if SCRATCH.encode() in key] == []
