@@ -7,7 +7,10 @@ worker's warm-up to end, so no sibling's warm-up shares the cores), then runs wr
 ~200 B document, ``PUT``) for ``--seconds`` at once: the cold run; then the
 same again: the warm run (its workers have written for ``--seconds`` by
 then). It reports each run's p99, max and req/s and the cold p99 over the
-warm p99, and how long the server took from its start to ``/healthz``.
+warm p99, the workers' CPU time per PUT in each run (user and system, from
+``/proc``: a compiling JIT's cost, which a loaded machine's scheduling
+delays, the p99's noise, do not add to), and how long the server took from
+its start to ``/healthz``.
 ``--tree DIR`` runs another checkout's code (the tree before a change; its
 ``.venv`` is this one's), alternating with this tree round by round.
 
@@ -36,13 +39,26 @@ WORKERS = 2
 REPORT = ROOT / "loadtest" / "results" / "cold_writes.md"
 
 
-def puts(base: str, token: str, body: Path, seconds: float) -> Dict[str, float]:
-    """One wrk run of PUTs: p99 and max in ms, req/s, errors."""
+def workers_cpu(master: int) -> float:
+    """The master's children's CPU time so far (user and system), in seconds."""
+    children = Path(f"/proc/{master}/task/{master}/children").read_text().split()
+    ticks = 0
+    for pid in children:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def puts(base: str, token: str, body: Path, seconds: float, master: int) -> Dict[str, float]:
+    """One wrk run of PUTs: p99 and max in ms, req/s, errors, and the workers' CPU per PUT in µs."""
+    cpu = workers_cpu(master)
     load = ["wrk", "-t1", "-c64", f"-d{seconds:g}s", "-s", str(WRK_SCRIPT), f"-HAuthorization: Bearer {token}"]
     env = {**os.environ, "BENCH_METHOD": "PUT", "BENCH_BODY_FILE": str(body)}
     done = subprocess.run([*load, base + DOCUMENT_PATH], env=env, check=True, capture_output=True, text=True)
+    cpu = workers_cpu(master) - cpu
     bench = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("BENCH "))[6:])
     return {
+        "cpu_us": cpu * 1e6 / max(1, bench["requests"]),
         "p99": bench["p99_us"] / 1000,
         "max": bench["max_us"] / 1000,
         "rps": bench["requests"] / (bench["duration_us"] / 1e6),
@@ -64,8 +80,9 @@ def one_round(tree: Path, seconds: float, all_ready: bool) -> Dict[str, object]:
         if all_ready:
             wait_until(lambda: len(last_reports(log, tree)) >= WORKERS, 60, "every worker's warm-up")
         ready = time.monotonic() - started
-        cold = puts(base, token, body, seconds)
-        warm = puts(base, token, body, seconds)
+        master = processes.named["jetway"].pid
+        cold = puts(base, token, body, seconds, master)
+        warm = puts(base, token, body, seconds, master)
         reports = last_reports(log, tree)
     return {"healthy": healthy, "ready": ready, "cold": cold, "warm": warm, "reports": reports}
 
@@ -83,6 +100,7 @@ def row(name: str, result: Dict) -> str:
         f"| {name} | {result['healthy']:.1f} | {result['ready']:.1f} "
         f"| {cold['p99']:.2f} | {cold['max']:.1f} | {cold['rps']:,.0f} "
         f"| {warm['p99']:.2f} | {warm['max']:.1f} | {warm['rps']:,.0f} | {cold['p99'] / warm['p99']:.2f}x "
+        f"| {cold['cpu_us']:.0f} | {warm['cpu_us']:.0f} | {cold['cpu_us'] / warm['cpu_us']:.2f}x "
         f"| {cold['errors'] + warm['errors']} |"
     )
 
@@ -110,7 +128,8 @@ def main() -> int:
             f"{' --all-ready' if args.all_ready else ''}{f' --tree {args.tree}' if args.tree else ''}`\n\n"
             "| server | to /healthz, s | measured from, s | first PUTs p99, ms | max | req/s "
             "| warm PUTs p99, ms | max | req/s "
-            "| cold p99 / warm | errors |\n|---|---|---|---|---|---|---|---|---|---|---|\n"
+            "| cold p99 / warm | CPU µs/PUT cold | warm | cold / warm | errors |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
             + "\n".join(rows)
             + "\n\nEach worker's last warm-up report:\n\n"
             + "\n".join(reports)
