@@ -51,6 +51,7 @@ from cache.hot.cache import HotCache
 from cache.hot.tracking import invalidation_feed
 from cache.indexes.upkeep import follow_settings_changes
 from cache.keys import INDEX_SHARDS
+from cache.memory_return import give_back
 from cache.redis.address import CLUSTER, RedisAddress
 from cache.redis.lazy_link import LazyLink
 from cache.redis.metered import MeteredLink
@@ -97,6 +98,9 @@ def run_worker(
     def serve(_: Any = None) -> None:
         if stops.stopping:
             return  # told to stop while warming up: nothing to drain
+        # What the warm-ups allocated and left (collected at their end, api.warm_up_scratch) goes back to
+        # the system: glibc keeps freed pages otherwise (docs/operations.md, "Memory").
+        give_back()
         port = adopt_listening_socket(reactor, fd, _nonblocking_family(fd), app)
         os.close(fd)  # the port took a copy
         app.listen_on(port)

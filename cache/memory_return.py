@@ -53,6 +53,13 @@ def _malloc_trim() -> Optional[Callable[[int], int]]:
         return None
 
 
+def give_back() -> None:
+    """The heap's free pages back to the system now (``malloc_trim``; nothing where there is none)."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
 class MemoryReturn:
     """Gives a large answer's memory back to the system soon after it is sent."""
 

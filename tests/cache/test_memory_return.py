@@ -1,8 +1,9 @@
-"""cache.memory_return: a large answer is followed by one pass of collector steps, then malloc_trim."""
+"""cache.memory_return: a pass of collector steps then malloc_trim after a large answer; give_back trims now."""
 
 from twisted.internet import task
 
-from cache.memory_return import STEP_BATCH, MemoryReturn
+from cache import memory_return
+from cache.memory_return import STEP_BATCH, MemoryReturn, give_back
 
 
 def test_a_large_answer_is_followed_by_one_pass_a_second_later():
@@ -35,3 +36,12 @@ def test_a_large_batch_is_followed_by_one_collector_step_in_the_next_turn():
     assert memory.steps == 1 and memory.passes == 0 and not clock.getDelayedCalls()
     memory.after_batch(STEP_BATCH, 10 * STEP_BATCH)  # an answer this large also gets its pass a second later
     assert sorted(call.getTime() for call in clock.getDelayedCalls()) == [0, 1.0]
+
+
+def test_give_back_asks_glibc_for_every_free_page_and_does_nothing_without_it(monkeypatch):
+    pads = []
+    monkeypatch.setattr(memory_return, "_malloc_trim", lambda: pads.append)
+    give_back()
+    assert pads == [0]
+    monkeypatch.setattr(memory_return, "_malloc_trim", lambda: None)
+    give_back()  # musl, macOS: no malloc_trim, no error
