@@ -10,13 +10,13 @@ under ``make test-cluster``.
 from __future__ import annotations
 
 import time
-from typing import Dict, Iterator, List
+from typing import Iterator
 
 import pytest
 import redis
-import requests
 
 from cache import keys
+from tests.expiring import events, redis_ms, write_expiring
 from tests.multinode import SERVICE, TOPOLOGY, SentinelServers
 from tests.support import JetwayServer, wait_until
 
@@ -47,21 +47,6 @@ def gateway(group: SentinelServers, tmp_path) -> Iterator[JetwayServer]:
         server.stop()
 
 
-def events(client: redis.Redis, op: bytes) -> Dict[bytes, List[int]]:
-    """Each document's ``op`` events' stream times (ms) in the server's streams."""
-    found: Dict[bytes, List[int]] = {}
-    for shard in range(keys.INDEX_SHARDS):
-        for stream_id, fields in client.xrange(keys.feed_key(COLLECTION, shard)):
-            if fields[b"o"] == op:
-                found.setdefault(fields[b"i"], []).append(int(stream_id.split(b"-")[0]))
-    return found
-
-
-def _ms(client: redis.Redis) -> int:
-    seconds, micros = client.time()
-    return seconds * 1000 + micros // 1000
-
-
 def _synced(port: int) -> bool:
     with redis.Redis("127.0.0.1", port, socket_timeout=5) as client:
         return client.info("replication").get("master_link_status") == "up"
@@ -71,22 +56,13 @@ def test_expiries_due_across_a_failover_are_each_carried_out_once_on_the_new_mas
     old = group.current_master()
     new = group.replica if old is group.master else group.master
     wait_until(lambda: _synced(new.port), 30, "the replica to be in sync")
-    settings = {"indexes": {"by_status": {"fields": [{"name": "status", "pointer": "/status", "type": "string"}]}}}
-    answer = requests.put(gateway.url(f"/v1/_collections/{COLLECTION.decode()}"), json=settings, timeout=10)
-    assert answer.status_code in (200, 201), answer.text
     ids = [f"d{n:03d}" for n in range(300)]
-    for at in range(0, len(ids), 100):
-        operations = [
-            {"op": "put", "collection": COLLECTION.decode(), "id": doc_id, "document": {"status": "open"}, "ttl": TTL}
-            for doc_id in ids[at : at + 100]
-        ]
-        answer = requests.post(gateway.url("/v1/_batch"), json={"operations": operations}, timeout=30)
-        assert answer.status_code == 200, answer.text
+    write_expiring(gateway.url, COLLECTION, ids, TTL)
     with redis.Redis("127.0.0.1", old.port, socket_timeout=5) as client:
-        written = {doc_id: times[-1] for doc_id, times in events(client, b"put").items()}
+        written = {doc_id: times[-1] for doc_id, times in events(client, COLLECTION, b"put").items()}
         first_due = min(written.values()) + 1000 * TTL
         wait_until(lambda: _synced(new.port), 30, "the replica to be in sync")
-        while _ms(client) < first_due - 300:
+        while redis_ms(client) < first_due - 300:
             time.sleep(0.02)
     with group.sentinels[0].client() as sentinel:
         assert sentinel.execute_command("SENTINEL", "FAILOVER", SERVICE)
@@ -95,9 +71,9 @@ def test_expiries_due_across_a_failover_are_each_carried_out_once_on_the_new_mas
     switched_ms = (time.monotonic() - failed_over) * 1000
     with redis.Redis("127.0.0.1", new.port, socket_timeout=5) as client:
         deadline = time.time() + TTL + 30  # a deadline only: nothing is asserted on it
-        while time.time() < deadline and len(events(client, b"expire")) < len(ids):
+        while time.time() < deadline and len(events(client, COLLECTION, b"expire")) < len(ids):
             time.sleep(0.2)
-        told = events(client, b"expire")
+        told = events(client, COLLECTION, b"expire")
         leftovers = {
             "ids": sum(client.zcard(keys.index_key(COLLECTION, shard)) for shard in range(keys.INDEX_SHARDS)),
             "xe": sum(client.zcard(keys.expiry_key(COLLECTION, shard)) for shard in range(keys.INDEX_SHARDS)),
