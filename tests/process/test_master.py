@@ -13,7 +13,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Iterator, List, Set
+from typing import Iterator, List, Set, Tuple
 
 import pytest
 import requests
@@ -110,15 +110,21 @@ while os.path.exists({gate!r}):
 """
 
 
-def test_while_a_killed_workers_successor_starts_new_connections_go_to_the_live_one(
-    redis_server, redis_client, tmp_path
-):
-    """Not one waits on the dead slot's socket for its successor (api.steering)."""
+def held_start_server(redis_server, tmp_path) -> Tuple[JetwayServer, Path]:
+    """A server (not started) whose workers started while the file returned exists wait before running anything."""
     code, gate = tmp_path / "code", tmp_path / "hold"
     code.mkdir()
     (code / "sitecustomize.py").write_text(HELD_START.format(gate=str(gate)))
     path = os.pathsep.join(filter(None, [str(code), os.environ.get("PYTHONPATH")]))
-    server = JetwayServer(redis_server.url, tmp_path / "master.log", env={"JETWAY_GRACE": "5", "PYTHONPATH": path})
+    env = {"JETWAY_GRACE": "5", "PYTHONPATH": path}
+    return JetwayServer(redis_server.url, tmp_path / "master.log", env=env), gate
+
+
+def test_while_a_killed_workers_successor_starts_new_connections_go_to_the_live_one(
+    redis_server, redis_client, tmp_path
+):
+    """Not one waits on the dead slot's socket for its successor (api.steering)."""
+    server, gate = held_start_server(redis_server, tmp_path)
     try:
         server.start(["--workers", str(WORKERS)])
         wait_until(lambda: len(worker_pids(server)) == WORKERS and every_worker_serves(server), 20, "both workers")
@@ -141,11 +147,7 @@ def test_while_a_killed_workers_successor_starts_new_connections_go_to_the_live_
 
 def test_connections_queued_for_a_worker_as_it_dies_are_answered_by_the_live_one(redis_server, redis_client, tmp_path):
     """Those the kernel had queued on its slot's socket are handed over (api.handoff), not kept for its successor."""
-    code, gate = tmp_path / "code", tmp_path / "hold"
-    code.mkdir()
-    (code / "sitecustomize.py").write_text(HELD_START.format(gate=str(gate)))
-    path = os.pathsep.join(filter(None, [str(code), os.environ.get("PYTHONPATH")]))
-    server = JetwayServer(redis_server.url, tmp_path / "master.log", env={"JETWAY_GRACE": "5", "PYTHONPATH": path})
+    server, gate = held_start_server(redis_server, tmp_path)
     try:
         server.start(["--workers", str(WORKERS)])
         wait_until(lambda: len(worker_pids(server)) == WORKERS and every_worker_serves(server), 20, "both workers")
