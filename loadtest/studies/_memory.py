@@ -69,9 +69,14 @@ def load(base: str, master: int, method: str, seconds: float, body: Path) -> tup
     command = ["wrk", "-t1", "-c64", f"-d{seconds:g}s", "-s", str(WRK_SCRIPT), f"{base}/v1/bench/small"]
     run = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True)
     peaks: Dict[str, Dict[str, float]] = {}
-    while run.poll() is None:
-        peak(peaks, sample(master))
-        time.sleep(0.5)
+    try:
+        while run.poll() is None:
+            peak(peaks, sample(master))
+            time.sleep(0.5)
+    finally:
+        if run.poll() is None:  # a sample failed: wrk is this study's to stop
+            run.kill()
+            run.wait()
     out = run.stdout.read() if run.stdout else ""
     summary = json.loads(next(line for line in out.splitlines() if line.startswith("BENCH "))[6:])
     return peaks, summary["requests"] / (summary["duration_us"] / 1e6)
