@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -23,6 +24,7 @@ from cache import keys
 
 # One copy of these, shared with the load tools (which never import the tests).
 from loadtest._servers import free_port, wait_until
+from tests.proc_sockets import established_by_pid
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -144,6 +146,29 @@ def worker_pids(server: JetwayServer) -> List[int]:
     pid = server.process.pid  # type: ignore[union-attr]
     children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
     return sorted(int(child) for child in children)
+
+
+def every_worker_serves(server: JetwayServer) -> bool:
+    """16 new connections answered, some by each worker (a worker still starting gets none: api.steering)."""
+    connections = [socket.create_connection(("127.0.0.1", server.port), timeout=10) for _ in range(16)]
+    try:
+        for sock in connections:
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            sock.recv(4096)
+        return set(established_by_pid(server.port)) == set(worker_pids(server))
+    finally:
+        for sock in connections:
+            sock.close()
+
+
+def wait_every_worker_serving(server: JetwayServer, workers: int, timeout: float = 30) -> None:
+    """Until ``workers`` workers run and each serves: the first one's /healthz says nothing of the others',
+    and while one still warms up the master steers every new connection to those that serve."""
+    wait_until(
+        lambda: len(worker_pids(server)) == workers and every_worker_serves(server),
+        timeout,
+        f"all {workers} workers serving",
+    )
 
 
 def keys_cli(redis_url: str, *args: str) -> subprocess.CompletedProcess:

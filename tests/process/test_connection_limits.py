@@ -13,8 +13,7 @@ import pytest
 
 from tests.proc_sockets import established_by_pid
 from tests.process.test_front_door import Conn, request
-from tests.process.test_master import worker_pids
-from tests.support import JetwayServer, wait_until
+from tests.support import JetwayServer, wait_every_worker_serving, wait_until, worker_pids
 
 HELD = 10_000
 
@@ -60,7 +59,7 @@ def test_10000_keep_alive_connections_against_2_workers(redis_server, redis_clie
     sockets: List[socket.socket] = []
     try:
         server.start(["--workers", "2"])
-        wait_until(lambda: len(worker_pids(server)) == 2, 10, "two workers")
+        wait_every_worker_serving(server, 2)  # else the first to serve is given all 10,000
         pids = worker_pids(server)
         rss_before = {pid: _rss_mb(pid) for pid in pids}
         for _ in range(HELD):

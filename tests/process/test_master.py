@@ -20,7 +20,16 @@ import requests
 
 from api.master import DEFAULT_GC_ENVIRONMENT, worker_environment
 from tests.proc_sockets import established_by_pid
-from tests.support import ROOT, JetwayServer, SteadyClient, free_port, stop_process, wait_until, worker_pids
+from tests.support import (
+    ROOT,
+    JetwayServer,
+    SteadyClient,
+    free_port,
+    stop_process,
+    wait_every_worker_serving,
+    wait_until,
+    worker_pids,
+)
 
 WORKERS = 2
 
@@ -30,7 +39,7 @@ def master(redis_server, redis_client, tmp_path) -> Iterator[JetwayServer]:
     server = JetwayServer(redis_server.url, tmp_path / "master.log", env={"JETWAY_GRACE": "5"})
     try:
         server.start(["--workers", str(WORKERS)])
-        wait_until(lambda: len(worker_pids(server)) == WORKERS, 10, "both workers")
+        wait_every_worker_serving(server, WORKERS)
         yield server
     finally:
         server.stop()
@@ -91,18 +100,6 @@ def test_a_killed_worker_is_replaced_and_service_goes_on(master):
     assert len(client.failures) <= 4, client.failures
 
 
-def every_worker_serves(server: JetwayServer) -> bool:
-    """16 new connections answered, some by each worker (a worker still starting gets none: api.steering)."""
-    connections = [socket.create_connection(("127.0.0.1", server.port), timeout=10) for _ in range(16)]
-    try:
-        for sock in connections:
-            get_healthz(sock)
-        return set(established_by_pid(server.port)) == set(worker_pids(server))
-    finally:
-        for sock in connections:
-            sock.close()
-
-
 # A worker started while this file exists stops before it runs anything, as one still starting would.
 HELD_START = """import os, time
 while os.path.exists({gate!r}):
@@ -127,7 +124,7 @@ def test_while_a_killed_workers_successor_starts_new_connections_go_to_the_live_
     server, gate = held_start_server(redis_server, tmp_path)
     try:
         server.start(["--workers", str(WORKERS)])
-        wait_until(lambda: len(worker_pids(server)) == WORKERS and every_worker_serves(server), 20, "both workers")
+        wait_every_worker_serving(server, WORKERS)
         victim, survivor = worker_pids(server)
         gate.touch()
         os.kill(victim, signal.SIGKILL)
@@ -150,7 +147,7 @@ def test_connections_queued_for_a_worker_as_it_dies_are_answered_by_the_live_one
     server, gate = held_start_server(redis_server, tmp_path)
     try:
         server.start(["--workers", str(WORKERS)])
-        wait_until(lambda: len(worker_pids(server)) == WORKERS and every_worker_serves(server), 20, "both workers")
+        wait_every_worker_serving(server, WORKERS)
         victim = worker_pids(server)[0]
         gate.touch()
         os.kill(victim, signal.SIGSTOP)  # it accepts nothing more: its share of new connections queues

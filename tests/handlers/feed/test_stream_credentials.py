@@ -24,7 +24,7 @@ from cache.credentials import tokens
 from cache.credentials.tokens import CHANGED_CHANNEL, digest_of, token_key
 from tests.proc_sockets import established_by_pid
 from tests.sse_client import SseClient
-from tests.support import JetwayServer, keys_cli, worker_pids
+from tests.support import JetwayServer, keys_cli, wait_every_worker_serving, worker_pids
 
 # Within a second of the revocation or the expiry; what reading the events takes on top is in the bound.
 WITHIN = 1.0
@@ -35,7 +35,9 @@ def server(redis_server, tmp_path_factory) -> Iterator[JetwayServer]:
     env = {"JETWAY_FEED_TICKET_TTL": "2"}
     jetway = JetwayServer(redis_server.url, tmp_path_factory.mktemp("creds") / "jetway.log", env, auth=True)
     try:
-        yield jetway.start(["--workers", "2"])
+        jetway.start(["--workers", "2"])
+        wait_every_worker_serving(jetway, 2)  # its streams must reach both
+        yield jetway
     finally:
         jetway.stop()
 
