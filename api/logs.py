@@ -115,28 +115,40 @@ class AccessLog:
         if after_each_poll is not None:
             after_each_poll(lines.flush)
 
-    def request(self, method: str, path: str, status: int, client: str, seconds: float, request_id: str) -> None:
-        """One request's line; ``seconds``: how long it took."""
+    def request(
+        self, method: str, path: str, status: int, client: str, seconds: float, request_id: str, trace_id: str = ""
+    ) -> None:
+        """One request's line; ``seconds``: how long it took; ``trace_id``: the request's trace, if it is traced."""
         now = self._clock.seconds()
         duration_ms = milliseconds(seconds)
         if self._as_json:
-            line = self._json_line(now, method, path, status, client, duration_ms, request_id)
+            line = self._json_line(now, method, path, status, client, duration_ms, request_id, trace_id)
         else:
             message = f"{method} {path} {status} ({client}) {duration_ms}ms"
-            line = f"{formatTime(now)} [{self.NAMESPACE}#info] {message}\n"
+            trace = f" trace_id={trace_id}" if trace_id else ""
+            line = f"{formatTime(now)} [{self.NAMESPACE}#info] {message}{trace}\n"
         self._lines.add(line)
         if self._flushing is None and not self._each_poll:
             # Next reactor turn: every line of this turn in one write.
             self._flushing = self._clock.callLater(0, self.flush)
 
     def _json_line(
-        self, now: float, method: str, path: str, status: int, client: str, duration_ms: str, request_id: str
+        self,
+        now: float,
+        method: str,
+        path: str,
+        status: int,
+        client: str,
+        duration_ms: str,
+        request_id: str,
+        trace_id: str,
     ) -> str:
         """``json_line``'s output for an access line, formatted by hand (tests/api/test_logs.py holds them equal).
 
         Of the fields only the path may hold a character JSON escapes (the
         request line allows ``"`` and ``\\``): the method is a token, the
-        client an address, the request id ``[A-Za-z0-9._:-]``. The time
+        client an address, the request id ``[A-Za-z0-9._:-]``, the trace id
+        hex. The time
         prefix is made once per millisecond.
         """
         if '"' in path or "\\" in path:
@@ -152,6 +164,8 @@ class AccessLog:
             moment = f"{self._second}.{fraction:03d}+00:00"
             self._prefix = f'{{"time": "{moment}", "level": "info", "namespace": "{self.NAMESPACE}", "message": "'
         request = f'"request_id": "{request_id}", ' if request_id else ""
+        if trace_id:
+            request += f'"trace_id": "{trace_id}", '
         return (
             f'{self._prefix}{method} {path} {status} ({client}) {duration_ms}ms", {request}"method": "{method}", '
             f'"path": "{path}", "status": {status}, "client": "{client}", "duration_ms": {duration_ms}}}\n'

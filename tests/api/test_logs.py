@@ -54,6 +54,26 @@ def test_an_access_line_is_what_json_line_makes(when, method, path, status, clie
     assert json.loads(lines.flushed)["path"] == path
 
 
+@pytest.mark.parametrize("request_id", ["0123456789abcdef0123456789abcdef", ""])
+def test_a_traced_requests_access_line_carries_its_trace_id(request_id):
+    clock = task.Clock()
+    clock.advance(1_700_000_000.25)
+    trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    lines = Collected()
+    log = AccessLog(lines, True, clock)
+    log.request("GET", "/v1/a/b", 200, "::1", 0.001, request_id, trace_id=trace_id)
+    log.flush()
+    fields = {"request_id": request_id} if request_id else {}
+    fields.update(trace_id=trace_id, method="GET", path="/v1/a/b", status=200, client="::1", duration_ms=1.0)
+    message = "GET /v1/a/b 200 (::1) 1.0ms"
+    assert lines.flushed == json_line(clock.seconds(), "info", AccessLog.NAMESPACE, message, fields)
+    text = Collected()
+    log = AccessLog(text, False, clock)
+    log.request("GET", "/v1/a/b", 200, "::1", 0.001, request_id, trace_id=trace_id)
+    log.flush()
+    assert f"trace_id={trace_id}" in text.flushed
+
+
 def test_a_duration_prints_as_its_milliseconds_rounded_to_two_places_would():
     chosen = random.Random(5)
     durations = [chosen.uniform(0, 0.05) for _ in range(20_000)] + [chosen.uniform(0, 100) for _ in range(2_000)]
