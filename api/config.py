@@ -26,6 +26,8 @@ __all__ = ["ConfigError", "Settings", "from_environment", "replace"]
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 # An origin as browsers send it: scheme, host and maybe a port; no path.
 _ORIGIN = re.compile(r"https?://(?:[a-z0-9.-]+|\[[0-9a-f:.]+\])(?::\d{1,5})?\Z")
+# An OTLP/HTTP collector's base URL: scheme, host, maybe a port and a path; no spaces.
+_HTTP_URL = re.compile(r"https?://[^\s/?#]+(?:/[^\s?#]*)?\Z")
 
 
 class ConfigError(ValueError):
@@ -105,6 +107,11 @@ class Settings:
     max_batch_bytes: int = 8 * 1024 * 1024
     # Swagger UI at /docs (handlers/docs.py).
     docs: bool = True
+    # Traces over OTLP/HTTP (api/tracing.py, docs/tracing.md): the collector's base URL ("": off), the share of
+    # new traces sampled (a request's traceparent decides for its own), and the service name spans carry.
+    tracing_endpoint: str = ""
+    tracing_sample: float = 1.0
+    tracing_service: str = "jetway"
 
 
 def from_environment(environ: Optional[Mapping[str, str]] = None) -> Settings:
@@ -194,6 +201,9 @@ def from_environment(environ: Optional[Mapping[str, str]] = None) -> Settings:
         max_batch_ops=read("JETWAY_MAX_BATCH_OPS", _positive_int, defaults.max_batch_ops),
         max_batch_bytes=max_batch_bytes,
         docs=read("JETWAY_DOCS", _flag, defaults.docs),
+        tracing_endpoint=read("JETWAY_TRACING_ENDPOINT", _http_url, defaults.tracing_endpoint),
+        tracing_sample=read("JETWAY_TRACING_SAMPLE", _ratio, defaults.tracing_sample),
+        tracing_service=read("JETWAY_TRACING_SERVICE", _service_name, defaults.tracing_service),
     )
 
 
@@ -217,6 +227,27 @@ def _origins(text: str) -> Tuple[str, ...]:
         if origin != "*" and not _ORIGIN.match(origin):
             raise ValueError(f"{origin!r} is not an origin (scheme://host[:port], no path) or *")
     return origins
+
+
+def _http_url(text: str) -> str:
+    if not _HTTP_URL.match(text):
+        raise ValueError(
+            "must be an http:// or https:// URL (the collector's OTLP/HTTP base, e.g. http://127.0.0.1:4318)"
+        )
+    return text
+
+
+def _ratio(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise ValueError("must be a number from 0 to 1")
+    return value
+
+
+def _service_name(text: str) -> str:
+    if len(text) > 128 or not text.isprintable():
+        raise ValueError("must be at most 128 printable characters")
+    return text
 
 
 def _log_format(text: str) -> bool:
