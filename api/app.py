@@ -11,6 +11,7 @@ from api.connection import HttpLimits
 from api.log_writer import LineWriter
 from api.logs import AccessLog, Lines
 from api.observe import Metrics, Observer, render_metrics
+from api.tracing_start import tracing_starter
 from cache.batches.batch import BatchRunner
 from cache.credentials.tickets import TicketStore
 from cache.documents.idempotency import IdempotencyRecords
@@ -123,4 +124,5 @@ def make_app(
     app.debug_burn_seconds = settings.debug_burn_us / 1e6
     app.cors = CorsPolicy(settings.cors_origins)
     app.direct_answers = settings.direct_answers
+    app.start_tracing = tracing_starter(settings, metrics, reactor)
     return app

@@ -50,6 +50,10 @@ class JetwayApplication(cyclone.web.Application):
     direct_answers = False
     # The browser origins allowed (JETWAY_CORS_ORIGINS); make_app sets it.
     cors: CorsPolicy = NO_CORS
+    # The worker's tracing (api.tracing.Tracing), started by listen_on with start_tracing (make_app sets it when
+    # JETWAY_TRACING_ENDPOINT is): a warm-up's throwaway application, which never listens, traces nothing.
+    tracing: Any = None
+    start_tracing: Any = None
 
     def __init__(self, handlers: Any, clock: Any, limits: HttpLimits, observer: Observer, **settings: Any) -> None:
         # No output transforms: every response has a Content-Length, so
@@ -103,7 +107,12 @@ class JetwayApplication(cyclone.web.Application):
     def exchange(self, method: str, routed: Routed, headers: Any, body: bytes) -> Exchange:
         """The request as a pipeline sees it, with its id (the client's ``X-Request-ID`` if sane)."""
         request_id = request_id_of(headers.get("X-Request-ID"), self.new_request_id)
-        return Exchange(method, routed.path, routed.query, routed.args, headers, body, request_id, routed.scope)
+        exchange = Exchange(method, routed.path, routed.query, routed.args, headers, body, request_id, routed.scope)
+        if self.tracing is not None:
+            operation = routed.operation  # a request with a pipeline has an operation
+            template = operation.path if operation is not None else routed.path
+            exchange.trace = self.tracing.begin(method, template, routed.path, headers, request_id, operation)
+        return exchange
 
     def route_request(self, method: str, target: str) -> Routed:
         """The route of a request, found at its head, with what its operation declares (``Routed``)."""
@@ -144,6 +153,8 @@ class JetwayApplication(cyclone.web.Application):
 
     def listen_on(self, port: Any) -> None:
         self.port = port
+        if self.start_tracing is not None and self.tracing is None:
+            self.tracing = self.start_tracing()
         if not self._sweeping.running:
             self._sweeping.start(DEADLINE_TICK, now=False)
 

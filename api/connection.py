@@ -432,7 +432,7 @@ class JetwayConnection(CycloneConnection):
         seconds = time.time() - started
         client = self._client_address(head.headers)
         app.observer.answered_directly(
-            route, head.method, head.target, status, client, seconds, exchange.request_id, reply.kind
+            route, head.method, head.target, status, client, seconds, exchange.request_id, reply.kind, exchange
         )
         self._next_after_answer()
 

@@ -1,4 +1,4 @@
-"""What the server tells about itself: access log lines and Prometheus metrics.
+"""What the server tells about itself: access log lines, Prometheus metrics, and the end of each request's span.
 
 Metrics are aggregated over all workers of an instance with
 ``prometheus_client``'s multiprocess mode: each process writes its values to
@@ -89,6 +89,13 @@ class Metrics:
         self.open_connections = 0
         self.hot_cache: Optional[HotCacheMetrics] = None
         self._dropped_lines = 0
+        self.trace_spans_dropped = Counter(
+            "jetway_trace_spans_dropped",
+            "Spans lost: the export queue was full (queue_full) or the collector did not take them (export_failed)",
+            ["reason"],
+            registry=None,
+        )
+        self.span_losses: Optional[Any] = None  # the worker's api.tracing.SpanLosses, once tracing starts
         # The change feed's counters (handlers/feed/event_stream.py), copied out at each flush.
         self.feed_subscribers = Gauge(
             "jetway_feed_subscribers", "Open change-feed streams", multiprocess_mode="livesum", registry=None
@@ -148,6 +155,9 @@ class Metrics:
         if self._dropped_lines:
             self.log_lines_dropped.inc(self._dropped_lines)
             self._dropped_lines = 0
+        if self.span_losses is not None:
+            for reason, spans in self.span_losses.taken().items():
+                self.trace_spans_dropped.labels(reason).inc(spans)
         for kind, count in self._direct_answers.items():
             self.direct_answers.labels(kind).inc(count)
         self._direct_answers.clear()
@@ -292,32 +302,58 @@ class Observer:
         self.metrics.open_connections -= 1
 
     def request_finished(self, handler: Any) -> None:
-        """Cyclone's ``log_function``: metrics always, the access line if wanted."""
+        """Cyclone's ``log_function``: metrics always, the access line if wanted, the request's span ended."""
         request = handler.request
+        status = handler.get_status()
+        trace = getattr(handler, "trace", None)
+        if trace is not None:
+            trace.finish(status, handler.path_args or (), getattr(handler, "grant", None))
         self.answered(
             getattr(handler, "ROUTE", "unknown"),
             request.method,
             request.uri,
-            handler.get_status(),
+            status,
             request.remote_ip,
             request.request_time(),
             getattr(handler, "request_id", ""),
+            "" if trace is None else trace.trace_id,
         )
 
     def answered_directly(
-        self, route: str, method: str, uri: str, status: int, client: str, seconds: float, request_id: str, kind: str
+        self,
+        route: str,
+        method: str,
+        uri: str,
+        status: int,
+        client: str,
+        seconds: float,
+        request_id: str,
+        kind: str,
+        exchange: Any = None,
     ) -> None:
-        """A request's pipeline was run and answered by the connection, without Cyclone (``handlers.pipeline``)."""
+        """A request's pipeline was run and answered by the connection, without Cyclone (``handlers.pipeline``);
+        ``exchange``: the request as its pipeline saw it, whose span (if traced) ends here."""
         self.metrics.count_direct(kind)
-        self.answered(route, method, uri, status, client, seconds, request_id)
+        trace = None if exchange is None else exchange.trace
+        if trace is not None:
+            trace.finish(status, exchange.args, exchange.grant)
+        self.answered(route, method, uri, status, client, seconds, request_id, "" if trace is None else trace.trace_id)
 
     def answered(
-        self, route: str, method: str, uri: str, status: int, client: str, seconds: float, request_id: str
+        self,
+        route: str,
+        method: str,
+        uri: str,
+        status: int,
+        client: str,
+        seconds: float,
+        request_id: str,
+        trace_id: str = "",
     ) -> None:
         """A request was answered (by a handler, or by the hot read): its metrics and its access line."""
         self.metrics.count_request(route, method, status, seconds)
         if self.access_log is not None:
-            self.access_log.request(method, redact(uri), status, client, seconds, request_id)
+            self.access_log.request(method, redact(uri), status, client, seconds, request_id, trace_id)
 
     def flush(self) -> None:
         """Metrics and access lines out now (the worker is stopping)."""

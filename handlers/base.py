@@ -30,7 +30,7 @@ from handlers.http.negotiation import IDENTITY, Negotiator, Preference
 from handlers.http.problems import RETRY_AFTER_SECONDS, as_api_error, problem_reply, rate_limited, too_large
 from handlers.http.reply import JSON_TYPE, PROBLEM_TYPE, REASONS, Reply, request_id_of
 from handlers.http.representation import negotiate
-from handlers.pipeline import both, query_argument
+from handlers.pipeline import both, query_argument, traced_reply
 
 __all__ = ["JSON_TYPE", "PROBLEM_TYPE", "RETRY_AFTER_SECONDS", "as_api_error", "request_id_of", "too_large"]
 ADMIN = "admin"
@@ -50,7 +50,12 @@ class JsonHandler(CycloneHandler):
         # and the CORS headers too.
         if not self.request_id:
             self.request_id = request_id_of(self.request.headers.get("X-Request-ID"), self.application.new_request_id)
+            tracing = self.application.tracing  # None: tracing off, and this check its only cost
+            if tracing is not None:
+                self.trace = begin_trace(tracing, self.request, self.ROUTE, self.request_id)
         self.set_default_header("X-Request-ID", self.request_id)
+        if self.trace is not None:
+            self.set_default_header("traceparent", self.trace.traceparent)
         cors = self.application.cors
         if cors.enabled:
             # Made once per origin, appended to the head as bytes (handlers/http/cors.py says why).
@@ -97,6 +102,8 @@ class JsonHandler(CycloneHandler):
     def send_reply(self, reply: Reply) -> None:
         """Send a pipeline's reply (``handlers.pipeline``): the head the connection would write, through Cyclone."""
         self.set_reply_status(reply.status, REASONS[reply.status])
+        if self.trace is not None and not any(name == "traceparent" for name, _ in reply.headers):
+            reply = traced_reply(reply, self.trace)
         self.reply = reply  # its head is the reply's own (handlers.framework, _generate_headers)
         if reply.body and reply.status != 304:
             self.write(reply.body)
@@ -123,8 +130,17 @@ class JsonHandler(CycloneHandler):
         """Cyclone's hook for an error's page: the problem's reply (``handlers.http.problems.problem_reply``)."""
         error = as_api_error(kwargs.get("exception")) or as_api_error(cyclone.web.HTTPError(status_code))
         allow = ", ".join(self.SUPPORTED_METHODS) if status_code == 405 else None
-        self.send_reply(problem_reply(error, getattr(self, "rate_headers", ()), allow))
+        self.send_reply(problem_reply(error, getattr(self, "rate_headers", ()), allow, self.trace))
         self.finish()
+
+
+def begin_trace(tracing: Any, request: Any, route: str, request_id: str) -> Any:
+    """A Cyclone request's span (``api.tracing.Tracing.begin``), named by its operation's path template when
+    the connection routed it to one (``api.routed.Routed``), else by its handler's route label."""
+    routed = getattr(request, "routed", None)
+    operation = routed.operation if routed is not None else None
+    template = operation.path if operation is not None else route
+    return tracing.begin(request.method, template, request.path, request.headers, request_id, operation)
 
 
 def document_response(status: int, document: Document, *headers: Tuple[str, str]) -> StoredResponse:

@@ -46,6 +46,7 @@ class DocumentHandler(ResourceHandler):
             request.body,
             self.request_id,
             operation.scope if operation is not None else "admin",
+            trace=self.trace,
         )
         reply = run(self.pipelines[request.method], exchange)
         if is_deferred(reply):

@@ -36,6 +36,7 @@ import cyclone.web
 from cyclone.httputil import HTTPHeaders
 from twisted.python.failure import Failure
 
+from cache.trace_scope import resuming_within, run_within
 from handlers.http.deferreds import is_deferred
 from handlers.http.problems import problem_of
 from handlers.http.reply import JSON_TYPE, SERVER, Reply, header_parts, response_head
@@ -50,6 +51,7 @@ class CycloneHandler(cyclone.web.RequestHandler):
 
     _cors_lines = b""  # this response's CORS header lines (handlers/http/cors.py)
     reply: Optional[Reply] = None  # a pipeline's reply being sent (handlers.base.JsonHandler.send_reply)
+    trace: Any = None  # the request's span (api.tracing.RequestTrace) when tracing is on (handlers.base)
 
     def __init__(self, application: Any, request: Any, **kwargs: Any) -> None:
         """Replaces Cyclone's, which also builds the template helpers (ui modules and methods) for every
@@ -90,7 +92,15 @@ class CycloneHandler(cyclone.web.RequestHandler):
         handler that overrides ``on_connection_close`` watches for the
         client going away (the change feed's). Errors go to
         ``_handle_request_exception`` as before, with their traceback.
+        A traced request's steps run with its trace active (``cache.trace_scope``).
         """
+        trace = self.trace
+        if trace is not None and trace.recording:
+            run_within(trace, self._execute_now, transforms, args, trace)
+        else:
+            self._execute_now(transforms, args, None)
+
+    def _execute_now(self, transforms: Any, args: Any, trace: Any) -> None:
         self._transforms = transforms
         try:
             if self.request.method not in self.SUPPORTED_METHODS:
@@ -102,7 +112,8 @@ class CycloneHandler(cyclone.web.RequestHandler):
             self._handle_request_exception(Failure())
             return
         if is_deferred(prepared):
-            prepared.addCallbacks(self._run_method, self._handle_request_exception)
+            # The method resumes with the request's trace (whoever fires ``prepared``).
+            prepared.addCallbacks(resuming_within(trace, self._run_method), self._handle_request_exception)
         else:
             self._run_method(None)
 

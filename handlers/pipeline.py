@@ -21,7 +21,7 @@ The same pipeline runs two ways (``run`` gives its reply, never a failure):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, Optional, Sequence, Tuple, Union
 from urllib.parse import parse_qs
 
@@ -29,6 +29,7 @@ from twisted.internet import defer
 from twisted.python.failure import Failure
 
 from cache.credentials.ratelimit import RateDecision
+from cache.trace_scope import active, resuming_within, run_within
 from handlers.http.auth import Grant
 from handlers.http.deferreds import is_deferred
 from handlers.http.errors import bad_request
@@ -60,6 +61,7 @@ class Exchange:
     scope: str = "write"
     rate_headers: Iterable[Tuple[str, str]] = ()
     grant: Optional[Grant] = None  # once admitted: who asks (a collection's owner rule reads it)
+    trace: Any = None  # its span (api.tracing.RequestTrace) when tracing is on
 
     def admit(self, grant: Grant) -> Grant:
         """Take ``grant``'s rate decision (if any): its headers, or the 429 it makes."""
@@ -94,7 +96,8 @@ def query_argument(query: str, name: str) -> Optional[str]:
 def then(value: Any, step: Callable[..., Any], *args: Any) -> Any:
     """``step(value, *args)`` now when ``value`` is at hand, else once its Deferred fires."""
     if is_deferred(value):
-        return value.addCallback(step, *args)
+        # Resumed with the trace active now (cache.trace_scope: whoever fires it may be another request).
+        return value.addCallback(resuming_within(active(), step), *args)
     return step(value, *args)
 
 
@@ -107,7 +110,9 @@ def both(first: Any, second: Any, step: Callable[..., Any], *args: Any) -> Any:
     if not is_deferred(first):
         if not is_deferred(second):
             return step(first, second, *args)  # the usual read: settings known, a hot-cache hit
+        step = resuming_within(active(), step)  # as in then
         return second.addCallback(lambda value: step(first, value, *args))
+    step = resuming_within(active(), step)
     if not is_deferred(second):
         return first.addCallback(step, second, *args)
     return first.addCallbacks(
@@ -135,12 +140,34 @@ def start(pipeline: Pipeline, exchange: Exchange) -> Step:
     For a caller that adds its own callback and errback in one link of the
     chain (the connection: every link is a step of ``_runCallbacks``).
     """
+    trace = exchange.trace
+    if trace is not None:
+        return _traced(pipeline, exchange, trace)
     try:
         return pipeline(exchange)
     except Exception:
         return failed(Failure(), exchange)
 
 
+def _traced(pipeline: Pipeline, exchange: Exchange, trace: Any) -> Step:
+    """``start`` for a traced request: its steps run with its trace active (only if it is sampled: else
+    nothing records), and its reply carries its ``traceparent``."""
+    try:
+        reply = run_within(trace if trace.recording else None, pipeline, exchange)
+    except Exception:
+        return failed(Failure(), exchange)
+    if is_deferred(reply):
+        return reply.addCallback(traced_reply, trace)
+    return traced_reply(reply, trace)
+
+
+def traced_reply(reply: Reply, trace: Any) -> Reply:
+    """``reply`` with the ``traceparent`` of the request's span (W3C Trace Context), for the client to follow."""
+    return replace(reply, headers=[*reply.headers, ("traceparent", trace.traceparent)])
+
+
 def failed(failure: Failure, exchange: Exchange) -> Reply:
-    """The reply to a request a step failed: its problem, with the rate headers decided before."""
-    return problem_reply(problem_of(failure, exchange.method, exchange.path), exchange.rate_headers)
+    """The reply to a request a step failed: its problem, with the rate headers decided before (and its trace)."""
+    return problem_reply(
+        problem_of(failure, exchange.method, exchange.path), exchange.rate_headers, trace=exchange.trace
+    )

@@ -123,12 +123,16 @@ def problem_of(failure: Any, method: str, path: str) -> ApiError:
 
 
 def problem_reply(
-    problem: ApiError, rate_headers: Iterable[Tuple[str, str]] = (), allow: Optional[str] = None
+    problem: ApiError, rate_headers: Iterable[Tuple[str, str]] = (), allow: Optional[str] = None, trace: Any = None
 ) -> Reply:
     """The reply of ``problem``: never cached, with the request's rate headers and the problem's own.
 
     A header the problem names again (a 429's ``Retry-After``) keeps its
     first place and takes the problem's value, as Cyclone's ``set_header``.
+    A traced request's (``trace``, an ``api.tracing.RequestTrace``) carries
+    its ``traceparent``, and its trace id as the problem's ``trace_id``
+    member, beside the ``X-Request-ID`` header, so a client's report leads
+    to the trace.
     """
     headers = {"Cache-Control": ERROR_POLICY}
     if allow is not None:
@@ -137,4 +141,8 @@ def problem_reply(
         headers[name] = value
     for name, value in problem.headers.items():
         headers[name] = value
-    return Reply(problem.status_code, PROBLEM_TYPE, list(headers.items()), codec.dumps(problem.as_problem()))
+    members = problem.as_problem()
+    if trace is not None:
+        headers["traceparent"] = trace.traceparent
+        members["trace_id"] = trace.trace_id
+    return Reply(problem.status_code, PROBLEM_TYPE, list(headers.items()), codec.dumps(members))
