@@ -18,8 +18,9 @@ node:
   and the command goes again to the node named. ``ASK`` (the slot is being
   migrated and the key may already be on the target): ``ASKING`` and the
   command go to the target on one connection; the map is left as it is.
-  ``TRYAGAIN`` (a script's keys are split between source and target for a
-  moment) and ``CLUSTERDOWN``: again after a short pause. ``NOSCRIPT`` (the
+  ``TRYAGAIN`` (a script's keys are split between source and target: every
+  script's are while its slot migrates, ``cache.redis.settled_slots``) and
+  ``CLUSTERDOWN``: again after a short pause. ``NOSCRIPT`` (the
   node never ran the script, e.g. it just took the slot over): loaded there,
   then the command again. None of these replies means that the command ran,
   so sending it again is safe; all of it happens within the link's deadline.
@@ -39,6 +40,7 @@ from cache.redis.address import Node, RedisAddress
 from cache.redis.errors import RedisReplyError, RedisUnavailable, StoreError
 from cache.redis.link import Arg, Command, RedisLink, endpoint_for
 from cache.redis.script import Script
+from cache.redis.settled_slots import settled_calls
 from cache.redis.slots import SLOTS, arg_bytes, command_key, first_success, key_slot, redirection, slot_owners
 
 # MOVED/ASK hops for one command; a healthy cluster needs at most two.
@@ -105,7 +107,8 @@ class ClusterLink:
         The pair goes through redirections together, so the ``WAIT`` that
         answers is always the one that followed the write on its node.
         """
-        sent = self._resolve([script.call(keys, args)], [script], wait=wait)
+        commands, scripts = settled_calls([script.call(keys, args)], [script])
+        sent = self._resolve(commands, scripts, wait=wait)
         return sent.addCallback(lambda replies: replies[0])
 
     def pipeline_outcomes(
@@ -116,6 +119,7 @@ class ClusterLink:
         With ``wait``, a ``WAIT`` follows each command on its connection, and
         the last outcome is the fewest replicas any of them reached.
         """
+        commands, scripts = settled_calls(commands, scripts)
         loaded = self._scripts_loaded(commands, scripts)
         resolved = loaded.addCallback(lambda _: self._resolve(commands, scripts, wait=wait, each=True))
         return resolved if wait is None else resolved.addCallback(_split_waits)
@@ -180,7 +184,10 @@ class ClusterLink:
 
         ``_resolve``'s bookkeeping (redirections, retries) is left to the rare
         pipeline that needs it: on PyPy it was a large part of a call's CPU.
+        Script calls declare their slot's settled key (``cache.redis.settled_slots``).
         """
+        if scripts:
+            commands, scripts = settled_calls(commands, scripts)
         groups = self._groups(commands) if self._mapped else None
         if groups is None:
             return self._resolve(commands, scripts)

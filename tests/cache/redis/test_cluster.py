@@ -295,6 +295,47 @@ def test_a_slot_caught_mid_migration_is_served_through_ask_and_tryagain(cluster,
     assert listed == [{"id": second.decode()}]
 
 
+@multinode
+def test_no_write_runs_on_a_slot_while_it_migrates(cluster, gateway):
+    """The keys a write's script derives (its index's sorted set, the feed's byte count) moved, its declared
+    keys not yet: it waits for the move (TRYAGAIN) instead of failing half done (cache.redis.settled_slots)."""
+    index = {"by_s": {"fields": [{"name": "s", "pointer": "/s", "type": "string"}]}}
+    declared = _put(gateway, "/v1/_collections/settling", {"indexes": index})
+    assert declared.status_code in (200, 201), declared.text
+    time.sleep(0.2)  # each worker's settings cache hears of the index (tests/handlers/test_queries.py's declare)
+    assert _put(gateway, "/v1/settling/d1", {"s": "a"}).status_code == 201
+    assert _put(gateway, "/v1/settling/d1", {"s": "b"}).status_code == 200
+    since = requests.get(gateway.url("/v1/_changes/settling"), timeout=10).json()["next"]
+    key = document_key(b"settling", b"d1")
+    slot, source = key_slot(key), _owner(cluster, key)
+    target = _other(cluster, source)
+    derived = [k for k in _on(cluster, source, "CLUSTER", "GETKEYSINSLOT", slot, 1000) if k.startswith(b"ji:")]
+    assert any(b":x:by_s:" in k for k in derived) and any(k.endswith(b":fb") for k in derived), derived
+    before = _redirections(cluster)
+    _begin_move(cluster, slot, source, target)
+    _migrate(cluster, source, target, derived)  # the document, its shard's id index and feed stay behind
+
+    def finish() -> None:
+        time.sleep(0.5)
+        _end_move(cluster, slot, target)
+
+    finishing = threading.Thread(target=finish)
+    finishing.start()
+    try:
+        response = _put(gateway, "/v1/settling/d1", {"s": "c"})
+    finally:
+        finishing.join()
+    assert response.status_code == 200, response.text
+    assert (_redirections(cluster) - before)["TRYAGAIN"] >= 1
+    # Written whole: the body, its index entry, its event.
+    assert _on(cluster, target, "HGET", key, "b") == b'{"s": "c"}'
+    for value, found in (("c", ["d1"]), ("b", [])):
+        page = requests.get(gateway.url(f"/v1/settling?s=eq.{value}"), timeout=10).json()
+        assert [item["s"] for item in page["items"]] == ["c"] * len(found), (value, page)
+    events = requests.get(gateway.url(f"/v1/_changes/settling?since={since}"), timeout=10).json()["events"]
+    assert [(event["op"], event["id"]) for event in events] == [("put", "d1")], events
+
+
 class _Load(ClientThreads):
     """Writers and readers through Jetway; every acknowledged write and every failure kept."""
 
