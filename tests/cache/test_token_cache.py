@@ -20,7 +20,7 @@ import requests
 from cache.credentials.tokens import digest_of, token_key
 from tests.cache.test_tracking import run_script
 from tests.held_replies import HeldReplies
-from tests.support import JetwayServer, keys_cli, make_token, wait_until, worker_pids
+from tests.support import JetwayServer, keys_cli, make_token, wait_every_worker_serving, wait_until, worker_pids
 
 TOKEN_PRELUDE = """
 from cache.credentials.token_cache import TokenCache
@@ -99,7 +99,9 @@ def relayed_server(own_redis, tmp_path) -> Iterator[Tuple[JetwayServer, HeldRepl
     # A held reply must not time out meanwhile: the CLI's revocation takes a second or two.
     server = JetwayServer(relay.url, tmp_path / "jetway.log", {"JETWAY_REDIS_TIMEOUT": "15"}, auth=True)
     try:
-        yield server.start(["--workers", "2"]), relay
+        server.start(["--workers", "2"])
+        wait_every_worker_serving(server, 2)  # "refused by every worker" needs both to take connections
+        yield server, relay
     finally:
         server.stop()
         relay.stop()
