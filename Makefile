@@ -50,7 +50,8 @@ $(CPY_VENV)/.installed: $(REQUIREMENTS) | system-packages
 
 # Serve on $(HOST):$(PORT). Without REDIS_URL a private Redis is started on a
 # unix socket under ./var/ (and left running for the next `make run`;
-# `make stop-redis` ends it).
+# `make stop-redis` ends it). Logs as text for a terminal unless
+# JETWAY_LOG_FORMAT says otherwise (JSON is the default everywhere else).
 run: setup
 	@if [ -z "$$REDIS_URL" ]; then \
 	  $(MAKE) --no-print-directory private-redis || exit 1; \
@@ -62,7 +63,7 @@ run: setup
 	  echo "development token (all scopes; a new one each run):"; \
 	  echo "  curl -H 'Authorization: Bearer $$token' http://$(HOST):$(PORT)/v1/users/u1"; \
 	fi; \
-	exec $(PY) -m api serve --host $(HOST) --port $(PORT)
+	JETWAY_LOG_FORMAT=$${JETWAY_LOG_FORMAT:-text} exec $(PY) -m api serve --host $(HOST) --port $(PORT)
 
 # The private Redis: its files in $(VAR), and an append-only file written
 # before each reply and fsynced every second, so a crash of Redis loses no

@@ -42,7 +42,9 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     from api.worker import run_worker
 
-    return run_worker(settings, reactor, args.fd, args.ready_fd, log_pipe=args.log_pipe, handoff_fd=args.handoff_fd)
+    return run_worker(
+        settings, reactor, args.fd, args.ready_fd, log_pipe=args.log_pipe, handoff_fd=args.handoff_fd, slot=args.slot
+    )
 
 
 def _serve(settings: config.Settings) -> int:
@@ -55,6 +57,7 @@ def _serve(settings: config.Settings) -> int:
         return _fail(str(error))
     with metrics_directory():
         from twisted.internet import reactor
+        from twisted.logger import Logger
 
         from api.master import Master
         from api.observe import log_lines_dropped
@@ -64,9 +67,13 @@ def _serve(settings: config.Settings) -> int:
         relay = Relay(sys.stdout.fileno(), log_lines_dropped().inc)
         start_logging(LineStream(relay), settings.json_logs)
         host = f"[{settings.host}]" if ":" in settings.host else settings.host
-        port = listeners[0].getsockname()[1]
-        relay.add(f"jetway: serving on http://{host}:{port} with {settings.workers} workers\n")
-        return Master(listeners, reactor, settings.grace, relay).run()
+        url = f"http://{host}:{listeners[0].getsockname()[1]}"
+        # The master says it serves once every worker does (api.master); each worker warms up first.
+        warming = "; each warms up for a few seconds before it serves" if settings.warm_up else ""
+        Logger().info(
+            "jetway: starting {workers} workers on {url}{warming}", workers=settings.workers, url=url, warming=warming
+        )
+        return Master(listeners, reactor, settings.grace, relay, url=url).run()
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -84,6 +91,7 @@ def _parser() -> argparse.ArgumentParser:
     working.add_argument("--fd", type=int, required=True, help="the listening socket's file descriptor")
     working.add_argument("--ready-fd", type=int, help="write 'ready' here once serving (used by the master)")
     working.add_argument("--handoff-fd", type=int, help="connections the master hands over come here (api.handoff)")
+    working.add_argument("--slot", type=int, help="the master's slot this worker serves, for its log lines")
     working.add_argument(
         "--log-pipe",
         action="store_true",

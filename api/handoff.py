@@ -15,11 +15,13 @@ import os
 import socket
 from typing import Any, Sequence
 
-from twisted.python import log
+from twisted.logger import Logger
 
 HANDOFF_FD = 5
 # Descriptors a worker takes per message read; the master sends one per message.
 _MAX_FDS = 16
+# A connection lost on its way (its client sees a reset): a warning.
+_log = Logger()
 
 
 def channel_pair() -> tuple[socket.socket, socket.socket]:
@@ -44,7 +46,7 @@ def hand_over_queued(listener: socket.socket, channels: Sequence[socket.socket])
             try:
                 socket.send_fds(channels[handed % len(channels)], [b"c"], [connection.fileno()])
             except OSError as error:
-                log.msg(f"a queued connection could not be handed to a worker: {error}")
+                _log.warn("a queued connection could not be handed to a worker: {error}", error=error)
         handed += 1
 
 
@@ -82,7 +84,7 @@ class Receiver:
                 family = probe.family
             self.reactor.adoptStreamConnection(fd, family, self.factory)
         except OSError as error:
-            log.msg(f"a handed-over connection could not be adopted: {error}")
+            _log.warn("a handed-over connection could not be adopted: {error}", error=error)
         finally:
             os.close(fd)  # adoptStreamConnection took its own copy
 

@@ -1,9 +1,17 @@
-"""Logging: one JSON object per line (the default), or plain text.
+"""Logging: one JSON object per line (the default), or plain text for a terminal.
 
-Each line has ``time``, ``level``, ``namespace`` and ``message``, plus the
-access log's fields (``request_id``, ``method``, ``path``, ``status``,
-``client``, ``duration_ms``) when it is an access line, and ``error`` with a
-traceback when one was logged.
+Each JSON line has ``time``, ``level``, ``namespace`` and ``message``, plus
+the access log's fields (``request_id``, ``trace_id``, ``method``, ``path``,
+``status``, ``client``, ``duration_ms``) when it is an access line, the
+event's ``jetway_fields`` (a worker's ``pid`` and ``slot`` on its start line), and
+``error`` with a traceback when one was logged. A text line is
+``time level message``, an access line's ids after it as ``key=value``,
+a traceback on the lines after it (docs/operations.md, "Logs").
+
+Levels: ``info`` for starts and stops, ``warn`` when an operator should look
+(a worker died, Redis unreachable), ``error``/``critical`` for a failure with
+its traceback. ``debug`` is not written. Twisted's own chatter (factories and
+ports starting and stopping) is dropped here, in one place (``chatter``).
 
 Access lines do not go through ``twisted.logger``: ``AccessLog`` formats
 them itself and hands the lines of one reactor turn to the worker's
@@ -18,10 +26,13 @@ writer (``LineStream``), so all of its lines keep their order.
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime, timezone
-from typing import Any, Dict, Optional, Protocol, TextIO
+from typing import Any, Callable, Dict, Optional, Protocol, TextIO
 
-from twisted.logger import formatEvent, formatTime, globalLogBeginner, textFileLogObserver
+from twisted.logger import LogLevel, formatEvent, globalLogBeginner
+
+Observer = Callable[[Dict[str, Any]], None]
 
 
 class Lines(Protocol):
@@ -46,16 +57,47 @@ class LineStream:
 
 
 def start_logging(stream: TextIO, as_json: bool) -> None:
-    observer = json_observer(stream) if as_json else textFileLogObserver(stream)
-    globalLogBeginner.beginLoggingTo([observer], redirectStandardIO=False)
+    observer = json_observer(stream) if as_json else text_observer(stream)
+    globalLogBeginner.beginLoggingTo([without_chatter(observer)], redirectStandardIO=False)
 
 
-def json_observer(stream: TextIO) -> Any:
+# Twisted's lines about itself, which say nothing to an operator: every
+# factory's start and stop (``Factory.doStart``/``doStop`` while ``noisy``,
+# the default), every listening port's start and close (``tcp.Port``,
+# ``unix.Port``, ``udp.Port``, through the legacy ``log.msg``), the reactor's
+# last line. A worker made about thirty of them as it started, its warm-ups'
+# connections among them. Their texts as Twisted 25.5 writes them
+# (twisted/internet/protocol.py, tcp.py, unix.py, udp.py, base.py): an
+# upgrade that changes them shows in tests/process/test_make_run.py.
+_TWISTED_FORMATS = frozenset({"Starting factory {factory!r}", "Stopping factory {factory!r}", "Main loop terminated."})
+_TWISTED_LEGACY = re.compile(r"\S+ starting on \S+|\((?:TCP |UNIX |UDP )?Port \S+ Closed\)")
+
+
+def chatter(event: Dict[str, Any]) -> bool:
+    """Whether ``event`` is Twisted's talk about itself, or below ``info``: not written."""
+    if event.get("log_level") is LogLevel.debug or event.get("log_format") in _TWISTED_FORMATS:
+        return True
+    return (
+        event.get("log_namespace") == "log_legacy" and _TWISTED_LEGACY.fullmatch(event.get("log_text", "")) is not None
+    )
+
+
+def without_chatter(observer: Observer) -> Observer:
+    def observe(event: Dict[str, Any]) -> None:
+        if not chatter(event):
+            observer(event)
+
+    return observe
+
+
+def json_observer(stream: TextIO) -> Observer:
     def observe(event: Dict[str, Any]) -> None:
         level = event.get("log_level")
         # Access lines (with their own fields) come from ``AccessLog``, not here.
+        fields = dict(event.get("jetway_fields", ()))
         failure = event.get("log_failure")
-        fields = {"error": failure.getTraceback()} if failure is not None else {}
+        if failure is not None:
+            fields["error"] = failure.getTraceback()
         namespace = event.get("log_namespace", "-")
         stream.write(
             json_line(event.get("log_time", 0), getattr(level, "name", "info"), namespace, formatEvent(event), fields)
@@ -63,6 +105,31 @@ def json_observer(stream: TextIO) -> Any:
         stream.flush()
 
     return observe
+
+
+def text_observer(stream: TextIO) -> Observer:
+    """Lines for a terminal: ``time level message``, a traceback on the lines after.
+
+    An event's ``jetway_fields`` are left out: they repeat what its message says, for a machine reading JSON.
+    """
+
+    def observe(event: Dict[str, Any]) -> None:
+        level = getattr(event.get("log_level"), "name", "info")
+        failure = event.get("log_failure")
+        error = "\n" + failure.getTraceback().rstrip("\n") if failure is not None else ""
+        stream.write(text_line(event.get("log_time", 0), level, formatEvent(event) + error))
+        stream.flush()
+
+    return observe
+
+
+def text_time(when: float) -> str:
+    """``when`` as a text line starts: UTC, to the millisecond."""
+    return datetime.fromtimestamp(when, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def text_line(when: float, level: str, message: str) -> str:
+    return f"{text_time(when)} {level:<5} {message}\n"
 
 
 def json_line(when: float, level: str, namespace: str, message: str, fields: Dict[str, Any]) -> str:
@@ -124,9 +191,9 @@ class AccessLog:
         if self._as_json:
             line = self._json_line(now, method, path, status, client, duration_ms, request_id, trace_id)
         else:
-            message = f"{method} {path} {status} ({client}) {duration_ms}ms"
+            request = f" request_id={request_id}" if request_id else ""
             trace = f" trace_id={trace_id}" if trace_id else ""
-            line = f"{formatTime(now)} [{self.NAMESPACE}#info] {message}{trace}\n"
+            line = text_line(now, "info", f"{method} {path} {status} ({client}) {duration_ms}ms{request}{trace}")
         self._lines.add(line)
         if self._flushing is None and not self._each_poll:
             # Next reactor turn: every line of this turn in one write.

@@ -34,7 +34,7 @@ from typing import Any, Dict, List, Mapping, Optional
 
 from prometheus_client import multiprocess
 from twisted.internet import defer, protocol
-from twisted.python import log
+from twisted.logger import Logger
 
 from api.handoff import HANDOFF_FD, channel_pair, hand_over_queued
 from api.log_relay import Relay
@@ -52,6 +52,9 @@ FIRST_BACKOFF = 0.5
 MAX_BACKOFF = 10.0
 READY_TIMEOUT = 60.0
 KILL_AFTER_GRACE = 5.0
+# Its lines: info for what it starts and stops, a warning where an operator
+# should look (a worker died, steering failed, a reload stopped).
+_log = Logger()
 # PyPy's GC settings for the workers, unless the environment names its own.
 # The nursery: PyPy sizes it from the CPU's cache (small on this machine),
 # and a read allocates tens of KB, so a small nursery collects every few
@@ -117,9 +120,16 @@ def worker_environment(environ: Mapping[str, str]) -> Dict[str, str]:
 
 class Master:
     def __init__(
-        self, listeners: List[socket.socket], reactor: Any, grace: float, relay: Relay, python: str = sys.executable
+        self,
+        listeners: List[socket.socket],
+        reactor: Any,
+        grace: float,
+        relay: Relay,
+        python: str = sys.executable,
+        url: str = "",
     ):
         self.reactor = reactor
+        self.url = url  # where it serves, for its lines
         self.grace = grace
         self.relay = relay
         self.python = python
@@ -130,6 +140,7 @@ class Master:
         self.reload_again = False
         self.restarts = worker_restarts()
         self.steering_failed = False
+        self.all_served = False  # every slot's first worker has said it serves
 
     def run(self) -> int:
         # SIGHUP at once (Twisted never sets it): one during the first spawns reloads, it does not kill.
@@ -147,7 +158,7 @@ class Master:
     def spawn(self, slot: Slot) -> WorkerProcess:
         worker = WorkerProcess(slot, self.reactor.seconds())
         args = [self.python, "-m", "api", "worker", "--fd", str(LISTEN_FD), "--ready-fd", str(READY_FD)]
-        args += ["--handoff-fd", str(HANDOFF_FD)]
+        args += ["--handoff-fd", str(HANDOFF_FD), "--slot", str(slot.index)]
         if self.relay.to_file:
             # The master's stdout is a file: the worker writes its whole lines there itself (api.log_relay).
             return self._spawn(slot, worker, args, LOG_FD)
@@ -176,7 +187,9 @@ class Master:
                 ).pid
         finally:
             worker.channel_end.close()  # the worker's copy is its own
-        worker.ready.addErrback(lambda failure: log.msg(f"slot {slot.index}: {failure.getErrorMessage()}"))
+        worker.ready.addErrback(
+            lambda failure: _log.warn("slot {slot}: {why}", slot=slot.index, why=failure.getErrorMessage())
+        )
         worker.ready.addCallback(self._now_serving, worker)
         slot.worker = worker
         return worker
@@ -185,6 +198,9 @@ class Master:
         if result is worker and worker.slot.worker is worker:
             worker.slot.serving = worker
             self._steer()
+            if not self.all_served and all(slot.serving is not None for slot in self.slots):
+                self.all_served = True
+                _log.info("jetway: serving on {url} with {workers} workers", url=self.url, workers=len(self.slots))
         return result
 
     def _steer(self) -> None:
@@ -194,7 +210,7 @@ class Master:
             steer(self.slots[0].listener, len(self.slots), serving)
         except OSError as error:
             if not self.steering_failed:  # once: connections then wait for a slot's worker, as before
-                log.msg(f"cannot steer new connections away from a slot without a worker: {error}")
+                _log.warn("cannot steer new connections away from a slot without a worker: {error}", error=error)
             self.steering_failed = True
 
     def worker_ended(self, worker: WorkerProcess, reason: Any) -> None:
@@ -210,7 +226,13 @@ class Master:
         self._hand_over(slot)
         lived = self.reactor.seconds() - worker.started
         slot.backoff = 0.0 if lived >= STABLE_AFTER else min(max(slot.backoff * 2, FIRST_BACKOFF), MAX_BACKOFF)
-        log.msg(f"worker of slot {slot.index} ended ({reason}); restarting in {slot.backoff:.1f}s")
+        _log.warn(
+            "worker of slot {slot} ended (pid {pid}: {reason}); restarting in {backoff:.1f}s",
+            slot=slot.index,
+            pid=worker.pid,
+            reason=reason,
+            backoff=slot.backoff,
+        )
         self.restarts.inc()
         self.reactor.callLater(slot.backoff, self._respawn, slot)
 
@@ -220,7 +242,11 @@ class Master:
         if channels:
             handed = hand_over_queued(slot.listener, channels)
             if handed:
-                log.msg(f"slot {slot.index}: {handed} queued connections handed to the serving workers")
+                _log.info(
+                    "slot {slot}: {handed} queued connections handed to the serving workers",
+                    slot=slot.index,
+                    handed=handed,
+                )
 
     def _respawn(self, slot: Slot) -> None:
         if not self.stopping and slot.worker is None:
@@ -232,7 +258,7 @@ class Master:
             return
         if self.reloading:
             if not self.reload_again:
-                log.msg("reload asked during a reload: another follows this one")
+                _log.info("reload asked during a reload: another follows this one")
             self.reload_again = True
             return
         self._replace_workers()
@@ -240,7 +266,7 @@ class Master:
     @defer.inlineCallbacks
     def _replace_workers(self) -> Any:
         self.reloading = True
-        log.msg("reloading: replacing workers one at a time")
+        _log.info("reloading: replacing workers one at a time")
         try:
             for slot in self.slots:
                 old = slot.worker
@@ -248,13 +274,18 @@ class Master:
                 try:
                     yield new.ready.addTimeout(READY_TIMEOUT, self.reactor)
                 except Exception as error:
-                    log.msg(f"reload stopped at slot {slot.index}: the new worker did not start ({error})")
+                    _log.warn(
+                        "reload stopped at slot {slot}: the new worker did not start ({error})",
+                        slot=slot.index,
+                        error=error,
+                    )
                     slot.worker = old
                     new.signal("KILL")
                     return
                 if old is not None:
                     old.signal("TERM")
                     yield old.ended
+            _log.info("reloaded: {workers} workers replaced", workers=len(self.slots))
         finally:
             self.reloading = False
             # Also after a failed reload: the later SIGHUP may be the deploy that fixes it.
@@ -267,17 +298,18 @@ class Master:
         if self.stopping:
             return
         self.stopping = True
-        log.msg("draining workers")
+        _log.info("draining workers")
         workers = [slot.worker for slot in self.slots if slot.worker is not None]
         for worker in workers:
             worker.signal("TERM")
         killing = self.reactor.callLater(self.grace + KILL_AFTER_GRACE, self._kill, workers)
         done = defer.DeferredList([worker.ended for worker in workers])
         done.addCallback(lambda _: killing.cancel() if killing.active() else None)
+        done.addCallback(lambda _: _log.info("workers drained; stopping"))
         done.addCallback(lambda _: stop_reactor(self.reactor))
 
     def _kill(self, workers: List[WorkerProcess]) -> None:
         for worker in workers:
             if not worker.ended.called:
-                log.msg("a worker outlived the grace period; killing it")
+                _log.warn("worker {pid} outlived the grace period; killing it", pid=worker.pid)
                 worker.signal("KILL")

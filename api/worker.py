@@ -21,7 +21,7 @@ from functools import partial
 from typing import Any, Callable, List, Optional, Tuple
 
 from twisted.internet import defer, task
-from twisted.python import log
+from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 
 from api.app import make_app
@@ -34,7 +34,7 @@ from api.log_writer import LineWriter
 from api.logs import LineStream, start_logging
 from api.observe import HotCacheMetrics, Metrics
 from api.signals import ignore_hangups, on_signals, stop_reactor
-from api.warm_up import warm_up
+from api.warm_up import WarmUpReport, warm_up
 from api.warm_up_scratch import warm_up_on_redis
 from cache.batches.batch import BatchRunner
 from cache.collection_settings import CollectionSettingsStore
@@ -63,6 +63,7 @@ from handlers.http.auth import Gate
 # How far behind a scrape may see other workers' counts.
 METRICS_FLUSH_SECONDS = 1.0
 _PR_SET_PDEATHSIG = 1
+_log = Logger()
 
 
 def run_worker(
@@ -73,12 +74,14 @@ def run_worker(
     app_factory: Callable[..., JetwayApplication] = make_app,
     log_pipe: bool = False,
     handoff_fd: Optional[int] = None,
+    slot: Optional[int] = None,
 ) -> int:
     """Serve on the listening socket ``fd`` until drained; returns the exit code.
 
     ``app_factory`` is ``make_app`` but for the bench's re-encoding variant;
     ``log_pipe``: stdout is a pipe of this worker's own (``api.log_writer``);
-    ``handoff_fd``: connections the master hands over (``api.handoff``).
+    ``handoff_fd``: connections the master hands over (``api.handoff``);
+    ``slot``: the master's slot it serves, for its log line.
     """
     ignore_hangups()
     stops = StopSignals(reactor)
@@ -95,7 +98,7 @@ def run_worker(
     # After the observer's flush (triggers of one phase run in order), so the last access lines go too.
     reactor.addSystemEventTrigger("before", "shutdown", lines.close)
 
-    def serve(_: Any = None) -> None:
+    def serve(warmed: Optional[List[WarmUpReport]] = None) -> None:
         if stops.stopping:
             return  # told to stop while warming up: nothing to drain
         # What the warm-ups allocated and left (collected at their end, api.warm_up_scratch) goes back to
@@ -113,6 +116,7 @@ def run_worker(
         if metrics.expiry is not None:
             # Once serving, not in assemble: the warm-up's application is assembled too, on a stand-in Redis.
             metrics.expiry.start()
+        log_serving(slot, port.getHost(), warmed)
         if ready_fd is not None:
             os.write(ready_fd, b"ready\n")
             os.close(ready_fd)
@@ -121,15 +125,18 @@ def run_worker(
 
     def warm_up_then_serve() -> None:
         build = partial(assemble, app_factory=app_factory)
+        reports: List[WarmUpReport] = []  # told in the one line that says the worker serves
         warming = defer.maybeDeferred(warm_up, settings, reactor, settings.warm_up, build)
-        warming.addCallbacks(lambda report: log.msg(report.describe()), stops.warm_up_failed)
+        warming.addCallbacks(reports.append, stops.warm_up_failed)
         # Then the same paths for real, on a scratch collection: the writes' path through Redis (api.warm_up_scratch).
         warming.addCallback(
             lambda _: None if stops.stopping else warm_up_on_redis(settings, reactor, settings.warm_up, build)
         )
-        warming.addCallbacks(lambda report: report and log.msg(report.describe()), stops.warm_up_failed)
+        warming.addCallbacks(lambda report: report and reports.append(report), stops.warm_up_failed)
         # As when there is no warm-up, a worker that cannot serve exits (non-zero), it does not hang.
-        warming.addCallback(serve).addErrback(lambda failure: (could_not_serve.append(failure), stop_reactor(reactor)))
+        warming.addCallback(lambda _: serve(reports)).addErrback(
+            lambda failure: (could_not_serve.append(failure), stop_reactor(reactor))
+        )
 
     if settings.warm_up:
         # Before the listening socket is taken: no client waits on PyPy's compiler (api.warm_up).
@@ -268,7 +275,31 @@ class StopSignals:
 
     def warm_up_failed(self, failure: Failure) -> None:
         if not self.stopping:  # a stop cuts the warm-up short: that is no failure to report
-            log.err(failure, "warm-up failed; serving without it")
+            _log.failure("warm-up failed; serving without it", failure, level=LogLevel.warn)
+
+
+def log_serving(slot: Optional[int], address: Any, warmed: Optional[List[WarmUpReport]]) -> None:
+    """The worker's one start line: its slot, pid, address and warm-up; a warning if the warm-up had trouble."""
+    pid = os.getpid()
+    where = f":{address.port}" if hasattr(address, "port") else str(getattr(address, "name", address))
+    worker = "worker" if slot is None else f"worker {slot}"
+    if warmed is None:
+        outcome = "no warm-up (JETWAY_WARM_UP=0)"
+    elif not warmed:
+        outcome = "warm-up failed"
+    else:
+        outcome = ", ".join(report.describe() for report in warmed)
+    troubled = warmed is not None and (not warmed or any(report.trouble for report in warmed))
+    fields = {"pid": pid, "slot": slot} if slot is not None else {"pid": pid}
+    _log.emit(
+        LogLevel.warn if troubled else LogLevel.info,
+        "{worker} (pid {pid}) serving on {where}: {outcome}",
+        worker=worker,
+        pid=pid,
+        where=where,
+        outcome=outcome,
+        jetway_fields=fields,
+    )
 
 
 def _nonblocking_family(fd: int) -> socket.AddressFamily:

@@ -426,7 +426,7 @@ class InvalidationFeed:
         live = bool(self.trackers) and all(tracker.is_subscribed for tracker in self.trackers.values())
         if live and not self.cache.live:
             self.cache.up()
-            _log.info("hot cache: live ({count} invalidation connections)", count=len(self.trackers))
+            _log.debug("hot cache: live ({count} invalidation connections)", count=len(self.trackers))
         elif not live:
             if self.cache.live:
                 _log.warn("hot cache: bypassed until every invalidation connection is up again")

@@ -1,15 +1,20 @@
-"""api.logs: the access line formatted by hand is the line ``json_line`` makes."""
+"""api.logs: the access line formatted by hand is the line ``json_line`` makes; Twisted's chatter is not written;
+the text and JSON lines' shapes."""
 
 from __future__ import annotations
 
+import io
 import json
 import random
+import re
 from typing import Any, List
 
 import pytest
 from twisted.internet import task
+from twisted.internet.protocol import Factory
+from twisted.logger import Logger, LogLevel, LogPublisher
 
-from api.logs import AccessLog, json_line, milliseconds
+from api.logs import AccessLog, json_line, json_observer, milliseconds, text_observer, without_chatter
 
 
 class Collected:
@@ -137,3 +142,81 @@ def test_access_lines_keep_their_time_across_milliseconds_and_seconds():
         log.flush()
         fields = {"request_id": "r", "method": "GET", "path": "/a", "status": 200, "client": "::1", "duration_ms": 1.0}
         assert lines.flushed == json_line(when, "info", AccessLog.NAMESPACE, "GET /a 200 (::1) 1.0ms", fields)
+
+
+def logged(as_json: bool, emit: Any, legacy_texts: Any = ()) -> List[str]:
+    """The lines ``start_logging``'s observer writes for what ``emit(logger)`` logs (its chatter filter included)."""
+    stream = io.StringIO()
+    observer = without_chatter(json_observer(stream) if as_json else text_observer(stream))
+    publisher = LogPublisher(observer)
+    emit(Logger(namespace="tests.logs", observer=publisher))
+    # As the legacy ``log.msg`` reaches twisted.logger (Twisted's ports write so): its text as ``log_text``.
+    legacy = Logger(namespace="log_legacy", observer=publisher)
+    for text in legacy_texts:
+        legacy.info("{log_text}", log_text=text)
+    return stream.getvalue().splitlines()
+
+
+def test_twisteds_talk_about_its_factories_and_ports_is_not_written():
+    factory = Factory()
+
+    def emit(log: Logger) -> None:
+        log.info("Starting factory {factory!r}", factory=factory)
+        log.info("Stopping factory {factory!r}", factory=factory)
+        log.info("Main loop terminated.")
+        log.debug("hot cache: live ({count} invalidation connections)", count=1)
+        log.info("JetwayApplication starting on 42431")  # not Twisted's (not a legacy line): written
+        log.warn("worker of slot {slot} ended", slot=0)
+
+    legacy = ("JetwayApplication starting on 42431", "(TCP Port 42431 Closed)", "(UNIX Port '/tmp/s' Closed)")
+    for as_json in (True, False):
+        lines = logged(as_json, emit, (*legacy, "reloading: replacing workers one at a time"))
+        assert len(lines) == 3, lines
+        assert not any("factory" in line or "0x" in line or "Closed" in line for line in lines)
+
+
+def test_a_text_line_is_time_level_message_and_its_traceback_after():
+    def emit(log: Logger) -> None:
+        log.info("worker {slot} serving", slot=1, jetway_fields={"pid": 7, "slot": 1})
+        try:
+            raise ValueError("boom")
+        except ValueError:
+            log.failure("warm-up failed", level=LogLevel.warn)
+
+    first, second, *traceback = logged(False, emit)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z info  worker 1 serving", first), first
+    assert re.fullmatch(r"\S+Z warn  warm-up failed", second), second
+    assert traceback[0].startswith("Traceback") and traceback[-1] == "builtins.ValueError: boom", traceback
+
+
+def test_a_json_line_carries_the_events_fields_and_its_error():
+    def emit(log: Logger) -> None:
+        log.info("worker {slot} serving", slot=1, jetway_fields={"pid": 7, "slot": 1})
+        try:
+            raise ValueError("boom")
+        except ValueError:
+            log.failure("warm-up failed", level=LogLevel.warn)
+
+    serving, failed = (json.loads(line) for line in logged(True, emit))
+    assert list(serving) == ["time", "level", "namespace", "message", "pid", "slot"]
+    assert (serving["level"], serving["namespace"], serving["message"], serving["pid"]) == (
+        "info",
+        "tests.logs",
+        "worker 1 serving",
+        7,
+    )
+    assert failed["level"] == "warn" and "ValueError: boom" in failed["error"]
+
+
+def test_a_text_access_line_carries_its_ids_as_key_values():
+    clock = task.Clock()
+    clock.advance(1_700_000_000.25)
+    lines = Collected()
+    log = AccessLog(lines, False, clock)
+    log.request("GET", "/v1/a/b", 200, "::1", 0.001, "r-1")
+    log.request("GET", "/v1/a/b", 200, "::1", 0.001, "r-2", trace_id="4bf92f35" * 4)
+    log.flush()
+    assert lines.flushed.splitlines() == [
+        "2023-11-14T22:13:20.250Z info  GET /v1/a/b 200 (::1) 1.0ms request_id=r-1",
+        "2023-11-14T22:13:20.250Z info  GET /v1/a/b 200 (::1) 1.0ms request_id=r-2 trace_id=" + "4bf92f35" * 4,
+    ]

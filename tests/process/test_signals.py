@@ -27,6 +27,14 @@ WORKERS = 2
 TRACEBACK_SIGNS = ("Traceback", "ReactorNotRunning", '"level": "critical"', '"level": "error"')
 
 
+def catches_sigterm(pid: int) -> bool:
+    """Whether ``pid`` handles SIGTERM: a worker does from its reactor's start, and it starts with its warm-up."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (signal.SIGTERM - 1) & 1)
+    return False
+
+
 class GroupLeader(JetwayServer):
     """The master started in a session (so a process group) of its own."""
 
@@ -142,7 +150,7 @@ def test_sigterm_while_the_workers_warm_up_stops_them_quietly(redis_server, redi
             start_new_session=True,
         )
     try:
-        wait_until(lambda: "warm_up" in log_text(server), 30, "the warm-up to start")
+        wait_until(lambda: worker_pids(server) and catches_sigterm(worker_pids(server)[0]), 30, "the warm-up to start")
         worker = worker_pids(server)[0]
         os.kill(worker, signal.SIGTERM)
         wait_until(lambda: "worker of slot 0 ended" in log_text(server), 10, "the master to see the worker end")
