@@ -40,6 +40,9 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 EXPORT_TIMEOUT = 5.0
 # Seconds a stopping worker gives its queued spans to leave.
 FLUSH_ON_STOP = 2.0
+# Redis spans one request records at most: a change-feed stream lives for hours, and a loop a request started
+# (a lazily opened subscription) keeps its context; past this, and after its span ended, calls are only counted.
+MAX_REDIS_SPANS = 256
 # What the SDK counts spans its batch processor handled in (semantic conventions, "otel.sdk.processor.span.processed").
 _PROCESSED = "otel.sdk.processor.span.processed"
 
@@ -139,7 +142,7 @@ class RequestTrace:
     carry.
     """
 
-    __slots__ = ("_context", "_operation", "_tracer", "recording", "span", "trace_id", "traceparent")
+    __slots__ = ("_context", "_operation", "_tracer", "recording", "redis_spans", "span", "trace_id", "traceparent")
 
     def __init__(self, tracer: Any, span: Any, operation: Any) -> None:
         self._tracer = tracer
@@ -150,11 +153,15 @@ class RequestTrace:
         self.trace_id = f"{context.trace_id:032x}"
         self.traceparent = f"00-{self.trace_id}-{context.span_id:016x}-{int(context.trace_flags):02x}"
         self._context = trace_api.set_span_in_context(span) if self.recording else None
+        self.redis_spans = 0  # Redis calls made under it, recorded or not (MAX_REDIS_SPANS)
 
     def redis_call(
         self, name: str, started_ns: int, ended_ns: int, error: Optional[BaseException], attributes: Mapping[str, Any]
     ) -> None:
         """A Redis round trip of this request, as a child span (``cache.redis.metered``)."""
+        self.redis_spans += 1
+        if self._context is None or self.redis_spans > MAX_REDIS_SPANS:
+            return  # not sampled, ended, or past the bound
         span = self._tracer.start_span(
             name, self._context, SpanKind.CLIENT, attributes, start_time=started_ns, record_exception=False
         )
@@ -181,6 +188,9 @@ class RequestTrace:
             if status >= 500:
                 span.set_status(Status(StatusCode.ERROR))
                 span.set_attribute("error.type", str(status))
+            if self.redis_spans > MAX_REDIS_SPANS:
+                span.set_attribute("jetway.redis_spans_dropped", self.redis_spans - MAX_REDIS_SPANS)
+        self._context = None  # calls after the end (a loop the request started) record nothing
         span.end()
 
 
