@@ -102,10 +102,12 @@ class Relay:
             own, self._own = self._own, []
             self._pipes.update(self._new_pipes)
             self._new_pipes = []
-        if own:
-            self._write(b"".join(own))
+        # The master's lines taken before the pipes are read, written after them: a line the master logs
+        # because of what a worker did (it serves, it ended) comes after the lines the worker wrote before.
         for source, fd in list(self._pipes.items()):
             self._relay_pipe(source, fd)
+        if own:
+            self._write(b"".join(own))
 
     def _relay_pipe(self, source: object, fd: int) -> None:
         while True:

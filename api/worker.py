@@ -117,6 +117,8 @@ def run_worker(
             # Once serving, not in assemble: the warm-up's application is assembled too, on a stand-in Redis.
             metrics.expiry.start()
         log_serving(slot, port.getHost(), warmed)
+        # Out before "ready": the master's "serving on" line, which "ready" causes, then comes after it (api.log_relay).
+        lines.flush()
         if ready_fd is not None:
             os.write(ready_fd, b"ready\n")
             os.close(ready_fd)

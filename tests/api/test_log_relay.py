@@ -100,6 +100,19 @@ def test_a_stdout_nobody_reads_blocks_only_the_relay_thread(pipe):
     assert len(kept) + drops.count == total
 
 
+def test_a_masters_line_comes_after_the_workers_line_written_before_it(pipe):
+    """A worker logs that it serves, then says ready; the master's "serving on" it causes comes after that line."""
+    read_end, write_end = pipe
+    relay = Relay(write_end, Drops(), interval=3600)  # one pass: the last, at close
+    source_read, source_write = os.pipe()
+    relay.watch("worker", source_read)
+    os.write(source_write, b"worker 0 serving\n")
+    relay.add("jetway: serving\n")
+    os.close(source_write)
+    relay.close(5)
+    assert read_until(read_end, 33) == b"worker 0 serving\njetway: serving\n"
+
+
 def test_a_closed_stdout_drops_and_counts_the_lines(pipe):
     read_end, write_end = pipe
     os.close(read_end)
