@@ -133,6 +133,14 @@ local function trim_feed(stream, state, added, max_len, budget, min_ms)
   redis.call('LTRIM', sizes, dropped, -1)
   redis.call('HSET', state, 'b', total - freed)
 end
+-- WRITE_MANY's: by stream state, whether its events are counted ('b' set): one HEXISTS a call, not one a write.
+local counting = nil
+local function counted(state)
+  if counting and counting[state] ~= nil then return counting[state] end
+  local found = redis.call('HEXISTS', state, 'b') == 1
+  if counting then counting[state] = found end
+  return found
+end
 local function log_change(K, A, id, etag, marks)
   if not K[3] then return end
   local feed_at = #A - 6
@@ -143,7 +151,7 @@ local function log_change(K, A, id, etag, marks)
   local state = 'ji:' .. string.sub(K[2], 4, -2) .. 'fb'
   local event
   -- (An expiry's event carries its due time, t: UNMARKED_BYTES still bounds it, its ETag being empty.)
-  if (#fields == 6 or (#fields == 8 and fields[7] == 't')) and redis.call('HEXISTS', state, 'b') == 0 then
+  if (#fields == 6 or (#fields == 8 and fields[7] == 't')) and not counted(state) then
     -- No index entries in this stream yet: its events are small (UNMARKED_BYTES at most), the event cap bounds
     -- their bytes, and Redis trims it by whole nodes as it adds (half the script's cost of counting).
     event = redis.call('XADD', K[3], 'MAXLEN', '~', A[feed_at + 2], '*', unpack(fields))
@@ -158,6 +166,7 @@ local function log_change(K, A, id, etag, marks)
       min_ms = tonumber(string.match(event, '^%d+')) - tonumber(A[feed_at + 3])
     end
     trim_feed(K[3], state, event_bytes(fields), tonumber(A[feed_at + 2]), tonumber(A[feed_at + 6]), min_ms)
+    if counting then counting[state] = true end  -- trim_feed's HINCRBY set 'b'
   end
   if nudges then
     local channel = A[feed_at + 4]
@@ -190,30 +199,33 @@ local function put(K, A)
   local itag = index_tag(K[2])
   local index_at = 9 + 2 * tonumber(A[8])
   local indexed = index_fields(itag, A, index_at)
-  local held  -- the document's ETag, then its index fields: one read
+  local stale = index_at + 2 + 2 * tonumber(A[index_at])
+  local feed_at = feed_start(K, A)
+  -- The document's ETag, then its index fields, then the variant fields this version has not: one read, so
+  -- that only a variant field an earlier version has is deleted (no HDEL a write, when none has).
+  local reads = {'e'}
   if indexed then
-    held = redis.call('HMGET', K[1], 'e', unpack(indexed.fields))
-  else
-    held = {redis.call('HGET', K[1], 'e')}
+    for i, field in ipairs(indexed.fields) do reads[i + 1] = field end
   end
+  local variants_at = #reads + 1
+  for i = stale, feed_at do reads[#reads + 1] = A[i] end
+  local held = redis.call('HMGET', K[1], unpack(reads))
   local current = held[1]
   if current == A[3] then return {3, redis.call('HGET', K[1], 'm')} end
   if not holds(current, A[6], A[7]) then return 0 end
   -- Before any write: Redis making the entries may refuse the document.
   if indexed and not indexed.entries then indexed.entries = own_entries(indexed, A[1], A[2]) end
-  local feed_at = feed_start(K, A)
   if not current then
     -- A document whose hash expired and whose expiry was not carried out yet: first its expiry (its entries
     -- leave, its event precedes this create's), as the sweeper would have (cache.indexes.expiry_scripts).
     local due = redis.call('ZSCORE', itag .. 'xe', A[1])
     if due then expire_one(itag, K[2], A[1], due, K[3], K[3] and expiry_feed(A, feed_at)) end
   end
-  local stale = index_at + 2 + 2 * tonumber(A[index_at])
   local sets = {'b', A[2], 'e', A[3], 'm', A[4]}
   for i = 9, index_at - 1 do sets[#sets + 1] = A[i] end
   local dels = {}
-  if current then
-    for i = stale, feed_at do dels[#dels + 1] = A[i] end
+  for i = variants_at, #reads do
+    if held[i] then dels[#dels + 1] = reads[i] end
   end
   local marks = nil
   if indexed then marks = move_entries(itag, indexed, held, 1, sets, dels, K[3] ~= nil) end
@@ -274,7 +286,7 @@ WRITE_MANY = Script(
         + """
 local per = tonumber(ARGV[1])
 local results = {}
-nudges = {}
+nudges, counting, digests = {}, {}, {}
 local at, k = 2, 0
 while at <= #ARGV do
   local n = tonumber(ARGV[at + 1])

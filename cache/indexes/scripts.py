@@ -198,12 +198,19 @@ local function index_tag(ids_key)
   return 'ji:' .. string.sub(ids_key, 4, -2)
 end
 
+-- WRITE_MANY's: each shard's spec digest, read once a call (only the spec's own script sets it, never a write).
+local digests = nil
+
 -- The document's fields a write reads beside its ETag and sets beside its body, one per index the shard keeps,
 -- and their entries when the write's worker made them for the shard's spec: {fields, entries}, or {fields,
 -- spec} (Redis makes the entries, own_entries); nil when the shard keeps no index. A write's arguments from
 -- `at`: their number, the digest of the spec they were made for, then field and entry ('' for none) pairs.
 local function index_fields(itag, A, at)
-  local digest = redis.call('GET', itag .. 'xd')
+  local digest = digests and digests[itag]
+  if digest == nil then
+    digest = redis.call('GET', itag .. 'xd')
+    if digests then digests[itag] = digest end
+  end
   if not digest then return nil end
   local indexed = {fields = {}}
   if digest == A[at + 1] then
