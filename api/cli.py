@@ -70,9 +70,8 @@ def _serve(settings: config.Settings) -> int:
         url = f"http://{host}:{listeners[0].getsockname()[1]}"
         # The master says it serves once every worker does (api.master); each worker warms up first.
         warming = "; each warms up for a few seconds before it serves" if settings.warm_up else ""
-        Logger().info(
-            "jetway: starting {workers} workers on {url}{warming}", workers=settings.workers, url=url, warming=warming
-        )
+        workers = f"{settings.workers} worker{'s' if settings.workers != 1 else ''}"
+        Logger().info("jetway: starting {workers} on {url}{warming}", workers=workers, url=url, warming=warming)
         return Master(listeners, reactor, settings.grace, relay, url=url).run()
 
 

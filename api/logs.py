@@ -65,11 +65,21 @@ def start_logging(stream: TextIO, as_json: bool) -> None:
 # factory's start and stop (``Factory.doStart``/``doStop`` while ``noisy``,
 # the default), every listening port's start and close (``tcp.Port``,
 # ``unix.Port``, ``udp.Port``, through the legacy ``log.msg``), the reactor's
-# last line. A worker made about thirty of them as it started, its warm-ups'
-# connections among them. Their texts as Twisted 25.5 writes them
-# (twisted/internet/protocol.py, tcp.py, unix.py, udp.py, base.py): an
-# upgrade that changes them shows in tests/process/test_make_run.py.
-_TWISTED_FORMATS = frozenset({"Starting factory {factory!r}", "Stopping factory {factory!r}", "Main loop terminated."})
+# last line, and each retry of a ``ClientService`` (every Redis connection's,
+# several a second per worker while Redis is down: what an operator needs of
+# that is the warnings of the hot cache and the expiry sweep). A worker made
+# about thirty of them as it started, its warm-ups' connections among them.
+# Their texts as Twisted 25.5 writes them (twisted/internet/protocol.py,
+# tcp.py, unix.py, udp.py, base.py, twisted/application/_client_service.py):
+# an upgrade that changes them shows in tests/process/test_make_run.py.
+_TWISTED_FORMATS = frozenset(
+    {
+        "Starting factory {factory!r}",
+        "Stopping factory {factory!r}",
+        "Main loop terminated.",
+        "Scheduling retry {attempt} to connect {endpoint} in {delay} seconds.",
+    }
+)
 _TWISTED_LEGACY = re.compile(r"\S+ starting on \S+|\((?:TCP |UNIX |UDP )?Port \S+ Closed\)")
 
 

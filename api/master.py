@@ -200,8 +200,11 @@ class Master:
             self._steer()
             if not self.all_served and all(slot.serving is not None for slot in self.slots):
                 self.all_served = True
-                _log.info("jetway: serving on {url} with {workers} workers", url=self.url, workers=len(self.slots))
+                _log.info("jetway: serving on {url} with {workers}", url=self.url, workers=self._workers())
         return result
+
+    def _workers(self) -> str:
+        return f"{len(self.slots)} worker{'s' if len(self.slots) != 1 else ''}"
 
     def _steer(self) -> None:
         """New connections to the slots whose workers serve (``api.steering``)."""
@@ -285,7 +288,7 @@ class Master:
                 if old is not None:
                     old.signal("TERM")
                     yield old.ended
-            _log.info("reloaded: {workers} workers replaced", workers=len(self.slots))
+            _log.info("reloaded: {workers} replaced", workers=self._workers())
         finally:
             self.reloading = False
             # Also after a failed reload: the later SIGHUP may be the deploy that fixes it.

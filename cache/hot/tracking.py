@@ -341,6 +341,7 @@ class InvalidationFeed:
         self.trackers: Dict[Any, Tracker] = {}
         self._on_trouble = on_trouble
         self._was_live = False
+        self._bypassed = False  # a warning said so: its end is said at info (a first start is debug)
         # The cache's read count when last looked at, and when it last changed (the cache's clock).
         self._reads_seen = -1
         self._read_at = float("-inf")
@@ -426,10 +427,13 @@ class InvalidationFeed:
         live = bool(self.trackers) and all(tracker.is_subscribed for tracker in self.trackers.values())
         if live and not self.cache.live:
             self.cache.up()
-            _log.debug("hot cache: live ({count} invalidation connections)", count=len(self.trackers))
+            (_log.info if self._bypassed else _log.debug)(
+                "hot cache: live ({count} invalidation connections)", count=len(self.trackers)
+            )
         elif not live:
             if self.cache.live:
                 _log.warn("hot cache: bypassed until every invalidation connection is up again")
+                self._bypassed = True
             self.cache.down()
         self._was_live = live
 

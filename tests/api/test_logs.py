@@ -164,6 +164,12 @@ def test_twisteds_talk_about_its_factories_and_ports_is_not_written():
         log.info("Starting factory {factory!r}", factory=factory)
         log.info("Stopping factory {factory!r}", factory=factory)
         log.info("Main loop terminated.")
+        log.info(
+            "Scheduling retry {attempt} to connect {endpoint} in {delay} seconds.",
+            attempt=1,
+            endpoint=factory,
+            delay=0.2,
+        )
         log.debug("hot cache: live ({count} invalidation connections)", count=1)
         log.info("JetwayApplication starting on 42431")  # not Twisted's (not a legacy line): written
         log.warn("worker of slot {slot} ended", slot=0)
