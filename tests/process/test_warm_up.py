@@ -111,6 +111,46 @@ def test_each_worker_warms_up_alone_and_then_serves(servers: List[JetwayServer],
     assert requests_total < 20  # the health checks of the start and this test's few, not 2 x 1,500
 
 
+def test_a_warm_up_report_names_its_statuses_only_when_in_trouble() -> None:
+    """Its part of the start line: count and time; a status not expected, a command its Redis lacks or an error
+    is trouble (the line a warning) and named; a time bound met or a slow close is not."""
+    from api.warm_up import WarmUpReport
+
+    fine = WarmUpReport({200: 1179}, 5.31, timed_out=True, notes=[f"its connections not closed in {CLOSE_SECONDS:g} s"])
+    assert not fine.trouble
+    assert fine.describe() == "warm-up 1179 requests in 5.3 s; its connections not closed in 2 s"
+    scratch = WarmUpReport({200: 5, 201: 2, 412: 1}, 1.0, label="on Redis", expected=frozenset({200, 201, 412}))
+    assert not scratch.trouble and scratch.describe() == "on Redis 8 requests in 1.0 s"
+    failing = WarmUpReport({200: 10, 500: 2}, 1.0, unknown_commands=["XADD"])
+    assert failing.trouble
+    assert failing.describe() == (
+        "warm-up 12 requests in 1.0 s (10 200, 2 500); its Redis was asked what it does not answer: XADD"
+    )
+    down = WarmUpReport({}, 0.2, error="could not warm up: Connection refused", label="on Redis")
+    assert (
+        down.trouble
+        and down.describe()
+        == "on Redis 0 requests in 0.2 s (none answered); stopped: could not warm up: Connection refused"
+    )
+
+
+def test_a_worker_whose_warm_up_cannot_reach_redis_serves_and_says_so_in_a_warning(tmp_path: Path) -> None:
+    server = JetwayServer(
+        f"unix://{tmp_path}/nobody.sock",
+        tmp_path / "down.log",
+        env={"JETWAY_WARM_UP": "100", "JETWAY_WORKERS": "1", "JETWAY_REDIS_TIMEOUT": "0.5"},
+    )
+    try:
+        server.start()  # /healthz needs no Redis: it serves
+        wait_until(lambda: serving_lines(server.log_path), 30, "the worker's start line")
+        (line,) = serving_lines(server.log_path)
+    finally:
+        server.stop()
+    assert line["level"] == "warn", line
+    assert "warm-up 100 requests in " in line["message"] and "on Redis 0 requests in " in line["message"], line
+    assert "stopped: could not warm up" in line["message"], line
+
+
 def test_no_warm_up_request_carries_a_body_over_the_limit() -> None:
     from api.warm_up import _LARGE, _SMALL, _requests
 
