@@ -124,22 +124,27 @@ class BatchHandler(ResourceHandler):
         # Ids and ETags are chosen before anything is written: an
         # Idempotency-Key's retry writes with the same ones.
         # Only a create needs a new id (a ULID is the dearer of the two).
-        plan = codec.dumps(
-            [
-                [self.store.new_id().decode() if _is(item, CREATE) else "", self.store.new_etag().decode()]
-                for item in checked
-            ]
-        )
+        chosen = [
+            [self.store.new_id().decode() if _is(item, CREATE) else "", self.store.new_etag().decode()]
+            for item in checked
+        ]
+        plan = codec.dumps(chosen)
         # A create's id is the first attempt's, unknown to a replay: no entry can predate it.
         writes = [
             (item.collection, item.doc_id)
             for item in checked
             if isinstance(item, Operation) and item.op in (PUT, PATCH, DELETE)
         ]
-        return respond_once(self, plan, lambda plan: self._run_batch(checked, values, plan), writes)
+        # The plan run is this one unless an Idempotency-Key's claim holds an earlier attempt's: parsed only then.
+        return respond_once(
+            self,
+            plan,
+            lambda held: self._run_batch(checked, values, chosen if held is plan else json.loads(held)),
+            writes,
+        )
 
     @defer.inlineCallbacks
-    def _run_batch(self, checked: List[Checked], values: List[Any], plan: bytes) -> Any:
+    def _run_batch(self, checked: List[Checked], values: List[Any], plan: List[List[str]]) -> Any:
         # Inside the Idempotency-Key's claim: an operation's 422 or 413 from
         # its collection's settings is part of the answer a retry gets again.
         rules = yield self._settings_of({item.collection for item in checked if isinstance(item, Operation)})
@@ -148,7 +153,7 @@ class BatchHandler(ResourceHandler):
         # A put's document is checked against its collection's schema here: in slices too.
         ready = yield in_turns(
             clock,
-            zip(checked, values, json.loads(plan)),
+            zip(checked, values, plan),
             lambda each: _ready(rules, *(owned_write(owners, *each) if owners else each)),
         )
         # Checked against their schemas: the parsed documents can go before the writes' round trip (a
@@ -176,6 +181,8 @@ class BatchHandler(ResourceHandler):
     def _settings_of(self, collections: Any) -> defer.Deferred:
         """Each collection's settings, read at once (most come from the worker's cache)."""
         names = sorted(collections)
+        if len(names) == 1:  # the usual batch: its one collection's, with no list of Deferreds to gather
+            return self.collection_settings(names[0]).addCallback(lambda found: {names[0]: found})
         reads = defer.gatherResults([self.collection_settings(name) for name in names], consumeErrors=True)
         return reads.addCallbacks(lambda found: dict(zip(names, found)), _first_error)
 
