@@ -28,7 +28,7 @@ from typing import Dict, List, Sequence, Tuple
 
 from cache.redis.link import Command
 from cache.redis.script import Script
-from cache.redis.slots import arg_bytes, key_slot
+from cache.redis.slots import arg_bytes, hashed_part, key_slot
 
 # Shadows the global KEYS for the whole chunk: the expression reads the global, before the local exists.
 # (A loop, not unpack: a script may declare more keys than Lua's stack takes.)
@@ -49,12 +49,7 @@ def settled(script: Script) -> Script:
 
 def settled_key(key: bytes) -> bytes:
     """The key of ``key``'s slot that is never written (its hash tag, or the whole key, as the tag)."""
-    start = key.find(b"{")
-    if start != -1:
-        end = key.find(b"}", start + 1)
-        if end > start + 1:
-            key = key[start + 1 : end]
-    return b"ji:{" + key + b"}:settled"
+    return b"ji:{" + hashed_part(key) + b"}:settled"
 
 
 def settled_calls(commands: Sequence[Command], scripts: Sequence[Script]) -> Tuple[List[Command], List[Script]]:

@@ -44,14 +44,19 @@ def crc16(data: bytes) -> int:
     return crc
 
 
-def key_slot(key: bytes) -> int:
-    """The hash slot of ``key``, honouring a ``{hash tag}``."""
+def hashed_part(key: bytes) -> bytes:
+    """What of ``key`` its slot is the hash of: its ``{hash tag}``'s content, or the whole key without one."""
     start = key.find(b"{")
     if start != -1:
         end = key.find(b"}", start + 1)
         if end > start + 1:
-            key = key[start + 1 : end]
-    return crc16(key) % SLOTS
+            return key[start + 1 : end]
+    return key
+
+
+def key_slot(key: bytes) -> int:
+    """The hash slot of ``key``, honouring a ``{hash tag}``."""
+    return crc16(hashed_part(key)) % SLOTS
 
 
 def command_key(command: Command) -> Optional[bytes]:
