@@ -88,10 +88,13 @@ def one_round(tree: Path, seconds: float, all_ready: bool) -> Dict[str, object]:
 
 
 def last_reports(log: Path, tree: Path) -> List[str]:
-    """Each worker's last warm-up report line so far: the one it serves after."""
+    """Each worker's warm-up so far: its start line, or in a tree from before issue #61 the report it serves after."""
+    messages = [json.loads(line)["message"] for line in log.read_text().splitlines() if line.startswith("{")]
+    serving = [message for message in messages if ") serving on :" in message]
+    if serving:
+        return serving
     last = "warm-up on Redis" if (tree / "api" / "warm_up_scratch.py").exists() else "warm-up: "
-    lines = [json.loads(line)["message"] for line in log.read_text().splitlines() if f'"{last}' in line]
-    return lines
+    return [message for message in messages if message.startswith(last)]
 
 
 def row(name: str, result: Dict) -> str:

@@ -61,7 +61,7 @@ run() {  # run WARM_UP: one fresh server, its warm-up by GETs, then the PUTs and
   BENCH_METHOD=PUT BENCH_BODY_FILE="$WORK/small.json" wrk -t1 -c64 -d"${DUR}s" -s loadtest/bench/wrk.lua \
     -H "Authorization: Bearer $token" "$url/v1/cold/p1" > "$WORK/put.txt"
   wrk -t1 -c64 -d"${DUR}s" -s loadtest/bench/wrk.lua -H "Authorization: Bearer $token" "$url/v1/cold/small" > "$WORK/get.txt"
-  echo "| $warm_up | $(summary "$WORK/put.txt" | awk '{printf "%s | %s | %s", $1, $2, $3}') | $(summary "$WORK/get.txt" | awk '{printf "%s | %s", $2, $3}') | $(grep -o 'warm-up: [0-9]* requests in [0-9.]* s' "$WORK/server-$warm_up.log" | awk '{print $5}' | paste -sd/ -) |"
+  echo "| $warm_up | $(summary "$WORK/put.txt" | awk '{printf "%s | %s | %s", $1, $2, $3}') | $(summary "$WORK/get.txt" | awk '{printf "%s | %s", $2, $3}') | $(grep -o 'warm-up:\? [0-9]* requests in [0-9.]* s' "$WORK/server-$warm_up.log" | awk '{print $5}' | paste -sd/ -) |"
   kill "$SERVER"; wait "$SERVER" 2>/dev/null || true; SERVER=""
   kill "$REDIS_PID"; wait "$REDIS_PID" 2>/dev/null || true; REDIS_PID=""
   rm -f "$WORK/r.sock"
