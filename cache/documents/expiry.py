@@ -28,7 +28,7 @@ each round took (half of Redis at most while behind).
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Iterable, List, Set
+from typing import Any, Dict, Iterable, List, Optional, Set
 
 from twisted.internet import defer, reactor, task
 from twisted.logger import Logger
@@ -137,6 +137,7 @@ class ExpirySweeper:
         self._holder = b"%d:%d" % (os.getpid(), id(self))
         self._loop: Any = None
         self._busy = False
+        self._failing: Optional[str] = None  # the error of the ticks failing since the last that went through
         self._idle_since: Dict[bytes, float] = {}  # collections with no expiring document, since when
         self.expired = 0  # expiries this worker carried out (a metric)
         self.lag_seconds = 0.0  # at the last tick: how long the oldest due expiry seen had been due (a metric)
@@ -158,9 +159,21 @@ class ExpirySweeper:
             return defer.succeed(None)
         self._busy = True
         looking = self._sweep()
-        looking.addErrback(lambda failure: _log.warn("expiry sweep: {error}", error=failure.getErrorMessage()))
+        looking.addCallbacks(self._recovered, self._failed)
         looking.addBoth(self._looked)
         return looking
+
+    def _failed(self, failure: Any) -> None:
+        # Once per outage: every tick fails alike while Redis is away, and its own warnings say so already.
+        error = failure.getErrorMessage()
+        if self._failing is None:
+            _log.warn("expiry sweep: {error}; trying again every {tick} s", error=error, tick=TICK)
+        self._failing = error
+
+    def _recovered(self, _: Any) -> None:
+        if self._failing is not None:
+            _log.info("expiry sweep: going on (it had failed: {error})", error=self._failing)
+        self._failing = None
 
     def _looked(self, _: Any) -> None:
         self._busy = False

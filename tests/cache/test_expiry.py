@@ -13,7 +13,7 @@ import sys
 import textwrap
 from typing import Any, Dict
 
-from tests.support import ROOT
+from tests.support import ROOT, RedisServer, stop_process
 
 SCRIPT = """
 import json, sys
@@ -98,3 +98,65 @@ def test_the_registry_heals_one_sweeper_holds_the_lease_and_another_takes_it_ove
     assert figures["ops"] == ["expire a", "expire b", "expire d", "put a", "put b", "put d"]
     assert figures["forgotten"] == []  # no expiring document: not put back by a look
     assert figures["noted_again"] == ["c"]  # the next write with a TTL registers it again
+
+
+OUTAGE_SCRIPT = """
+import json, os, sys
+from twisted.internet import defer, task
+from twisted.logger import globalLogPublisher
+from cache.documents.expiry import ExpiringCollections, ExpirySweeper
+from cache.feed.streams import FeedLog
+from cache.redis.address import parse_redis_url
+from cache.redis.link import RedisLink
+
+said = []
+globalLogPublisher.addObserver(
+    lambda event: said.append((event["log_level"].name, event.get("log_format", "")))
+    if str(event.get("log_format", "")).startswith("expiry sweep") else None
+)
+
+async def run(reactor, path):
+    link = RedisLink(parse_redis_url("unix://" + path), reactor, 1.0)
+    sweeper = ExpirySweeper(link, ExpiringCollections(link), FeedLog(), reactor)
+    for _ in range(5):  # no Redis yet: every tick fails alike
+        await sweeper.tick()
+    print("down", flush=True)
+    while not os.path.exists(path):
+        await task.deferLater(reactor, 0.05, lambda: None)
+    for _ in range(100):  # until a tick goes through (Redis answers once it has loaded)
+        await sweeper.tick()
+        if any(level == "info" for level, _ in said):
+            break
+        await task.deferLater(reactor, 0.1, lambda: None)
+    await sweeper.tick()
+    print(json.dumps(said), flush=True)
+
+def main(reactor, path):
+    return defer.ensureDeferred(run(reactor, path))
+
+task.react(main, [sys.argv[1]])
+"""
+
+
+def test_an_outage_is_one_warning_and_its_end_one_line(tmp_path) -> None:
+    """The sweeper ticks four times a second: while Redis is away it says so once, not at every tick."""
+    redis = RedisServer(tmp_path / "redis")
+    script = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(OUTAGE_SCRIPT), redis.socket_path],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert script.stdout is not None
+        assert script.stdout.readline().strip() == "down"
+        redis.start()
+        said = json.loads(script.stdout.readline())
+        assert script.wait(60) == 0, script.stderr.read() if script.stderr else ""
+    finally:
+        stop_process(script)
+        redis.stop()
+    levels = [level for level, _ in said]
+    assert levels == ["warn", "info"], said
+    assert "trying again" in said[0][1] and "going on" in said[1][1]
