@@ -21,7 +21,7 @@ The same pipeline runs two ways (``run`` gives its reply, never a failure):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional, Sequence, Tuple, Union
 from urllib.parse import parse_qs
 
@@ -163,7 +163,8 @@ def _traced(pipeline: Pipeline, exchange: Exchange, trace: Any) -> Step:
 
 def traced_reply(reply: Reply, trace: Any) -> Reply:
     """``reply`` with the ``traceparent`` of the request's span (W3C Trace Context), for the client to follow."""
-    return replace(reply, headers=[*reply.headers, ("traceparent", trace.traceparent)])
+    headers = [*reply.headers, ("traceparent", trace.traceparent)]
+    return Reply(reply.status, reply.content_type, headers, reply.body, reply.vary, reply.kind)
 
 
 def failed(failure: Failure, exchange: Exchange) -> Reply:
