@@ -28,7 +28,6 @@ import threading
 from typing import Any, Dict, Mapping, Optional, Sequence
 
 from opentelemetry import trace as trace_api
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.metrics import NoOpCounter, NoOpMeter, NoOpMeterProvider
 from opentelemetry.propagators.textmap import Getter
 from opentelemetry.sdk.resources import Resource
@@ -38,7 +37,9 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-# Seconds one export (with the exporter's retries) may take; it runs on the processor's thread.
+from api.otlp_export import OtlpHttpExporter
+
+# Seconds one export may take; it runs on the processor's thread.
 EXPORT_TIMEOUT = 5.0
 # Seconds a stopping worker gives its queued spans to leave.
 FLUSH_ON_STOP = 2.0
@@ -263,7 +264,7 @@ class Tracing:
         self._unrecorded = UnrecordedIds()
         # What reaches the SDK is sampled already (begin): a new trace, or a sampled parent's.
         self._provider = TracerProvider(sampler=ParentBased(ALWAYS_ON), resource=resource, shutdown_on_exit=False)
-        exporter = OTLPSpanExporter(endpoint=endpoint.rstrip("/") + "/v1/traces", timeout=EXPORT_TIMEOUT)
+        exporter = OtlpHttpExporter(endpoint.rstrip("/") + "/v1/traces", EXPORT_TIMEOUT)
         self._processor = BatchSpanProcessor(
             CountingExporter(exporter, losses), meter_provider=LossMeterProvider(losses)
         )

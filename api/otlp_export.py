@@ -1,0 +1,115 @@
+"""Spans to an OTLP/HTTP collector, encoded by hand in OTLP's protobuf wire format.
+
+The SDK's exporter builds opentelemetry-proto messages, which on PyPy run as
+protobuf's pure-Python implementation: about 500 µs a span to build and
+serialize (docs/tracing.md, "What it costs"), on the exporter's thread but
+holding the interpreter's lock, so the reactor waited for it. This encoder
+writes the few fields a Jetway span has straight to bytes; the test
+collector decodes them with opentelemetry-proto (tests/tracing/).
+
+One POST per batch, no retry: a batch the collector does not take within
+the timeout is dropped and counted by the caller (``api.tracing.CountingExporter``).
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any, Dict, List, Mapping, Sequence, Tuple
+
+import requests
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+_DOUBLE = struct.Struct("<d")
+_FIXED64 = struct.Struct("<Q")
+
+
+def _varint(value: int) -> bytes:
+    if value < 0:
+        value += 1 << 64  # int64, as protobuf writes a negative one
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    """A length-delimited field (wire type 2)."""
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def _any_value(value: Any) -> bytes:
+    if isinstance(value, bool):
+        return _varint(2 << 3) + _varint(int(value))
+    if isinstance(value, int):
+        return _varint(3 << 3) + _varint(value)
+    if isinstance(value, float):
+        return _varint(4 << 3 | 1) + _DOUBLE.pack(value)
+    return _field(1, str(value).encode())
+
+
+def _attributes(number: int, attributes: Mapping[str, Any]) -> bytes:
+    """Each as a KeyValue (key 1, AnyValue 2) in field ``number``."""
+    return b"".join(
+        _field(number, _field(1, key.encode()) + _field(2, _any_value(value))) for key, value in attributes.items()
+    )
+
+
+def _span(span: Any) -> bytes:
+    context = span.context
+    parts = [
+        _field(1, context.trace_id.to_bytes(16, "big")),
+        _field(2, context.span_id.to_bytes(8, "big")),
+    ]
+    if span.parent is not None:
+        parts.append(_field(4, span.parent.span_id.to_bytes(8, "big")))
+    parts += (
+        _field(5, span.name.encode()),
+        _varint(6 << 3) + _varint(span.kind.value + 1),  # the API's INTERNAL is 0, OTLP's 1
+        _varint(7 << 3 | 1) + _FIXED64.pack(span.start_time),
+        _varint(8 << 3 | 1) + _FIXED64.pack(span.end_time),
+        _attributes(9, span.attributes or {}),
+    )
+    status = span.status
+    if status.status_code.value:  # UNSET (0) is the default: not written
+        message = _field(2, status.description.encode()) if status.description else b""
+        parts.append(_field(15, message + _varint(3 << 3) + _varint(status.status_code.value)))
+    return b"".join(parts)
+
+
+def encode(spans: Sequence[Any]) -> bytes:
+    """An ``ExportTraceServiceRequest``: the spans grouped by resource, then by instrumentation scope."""
+    grouped: Dict[Any, Dict[Tuple[str, str], List[bytes]]] = {}
+    for span in spans:
+        scope = span.instrumentation_scope
+        key = (scope.name, scope.version or "") if scope is not None else ("", "")
+        grouped.setdefault(span.resource, {}).setdefault(key, []).append(_field(2, _span(span)))
+    out = []
+    for resource, scopes in grouped.items():
+        body = [_field(1, _attributes(1, resource.attributes))]
+        for (name, version), encoded in scopes.items():
+            scope = _field(1, name.encode()) + (_field(2, version.encode()) if version else b"")
+            body.append(_field(2, _field(1, scope) + b"".join(encoded)))
+        out.append(_field(1, b"".join(body)))
+    return b"".join(out)
+
+
+class OtlpHttpExporter(SpanExporter):
+    """POSTs each batch to ``<endpoint>/v1/traces`` as ``application/x-protobuf``."""
+
+    def __init__(self, url: str, timeout: float) -> None:
+        self._url = url
+        self._timeout = timeout
+        self._session = requests.Session()
+        self._session.headers["Content-Type"] = "application/x-protobuf"
+
+    def export(self, spans: Sequence[Any]) -> SpanExportResult:
+        try:
+            answer = self._session.post(self._url, data=encode(spans), timeout=self._timeout)
+        except requests.RequestException:
+            return SpanExportResult.FAILURE
+        return SpanExportResult.SUCCESS if answer.ok else SpanExportResult.FAILURE
+
+    def shutdown(self) -> None:
+        self._session.close()
