@@ -1,9 +1,10 @@
 """Spans to an OTLP/HTTP collector, encoded by hand in OTLP's protobuf wire format.
 
 The SDK's exporter builds opentelemetry-proto messages, which on PyPy run as
-protobuf's pure-Python implementation: about 500 µs a span to build and
-serialize (docs/tracing.md, "What it costs"), on the exporter's thread but
-holding the interpreter's lock, so the reactor waited for it. This encoder
+protobuf's pure-Python implementation, many times slower than this (the
+figures: docs/tracing.md, "Export, and a collector that is down"), on the
+exporter's thread but holding the interpreter's lock, so the reactor
+waited for it. This encoder
 writes the few fields a Jetway span has straight to bytes; the test
 collector decodes them with opentelemetry-proto (tests/tracing/).
 

@@ -200,9 +200,9 @@ class RequestTrace:
 class UnrecordedTrace:
     """A request that is not sampled: its trace goes on (``traceparent``, flag 00), with no SDK span at all.
 
-    The SDK's own unsampled span cost several microseconds a request on PyPy
-    (the propagator, the sampler, the span); at 1% sampling that was most of
-    what tracing cost (docs/tracing.md, "What it costs").
+    The SDK's own unsampled span (the propagator, the sampler, the span) cost
+    many times more on PyPy, on nearly every request at a low ratio
+    (docs/tracing.md, "How a request's trace follows it").
     """
 
     __slots__ = ("trace_id", "traceparent")
@@ -226,7 +226,7 @@ class UnrecordedIds:
 
     W3C asks a trace id to be unique; only with the ``random`` flag (not
     set here) must it be random. Two random numbers formatted per request
-    cost six times what a count does on PyPy, on every request at 1%.
+    cost several times what a count does on PyPy, on nearly every request.
     """
 
     def __init__(self) -> None:
