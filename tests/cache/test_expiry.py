@@ -141,22 +141,22 @@ task.react(main, [sys.argv[1]])
 def test_an_outage_is_one_warning_and_its_end_one_line(tmp_path) -> None:
     """The sweeper ticks four times a second: while Redis is away it says so once, not at every tick."""
     redis = RedisServer(tmp_path / "redis")
-    script = subprocess.Popen(
+    with subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(OUTAGE_SCRIPT), redis.socket_path],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-    )
-    try:
-        assert script.stdout is not None
-        assert script.stdout.readline().strip() == "down"
-        redis.start()
-        said = json.loads(script.stdout.readline())
-        assert script.wait(60) == 0, script.stderr.read() if script.stderr else ""
-    finally:
-        stop_process(script)
-        redis.stop()
+    ) as script:  # its pipes closed at the end
+        try:
+            assert script.stdout is not None
+            assert script.stdout.readline().strip() == "down"
+            redis.start()
+            said = json.loads(script.stdout.readline())
+            assert script.wait(60) == 0, script.stderr.read() if script.stderr else ""
+        finally:
+            stop_process(script)
+            redis.stop()
     levels = [level for level, _ in said]
     assert levels == ["warn", "info"], said
     assert "trying again" in said[0][1] and "going on" in said[1][1]

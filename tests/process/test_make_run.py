@@ -59,6 +59,7 @@ def test_make_run_says_little_before_it_serves(tmp_path: Path) -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(pid_file.read_text()), signal.SIGTERM)
     reading.join(10)
+    make.stdout.close()  # type: ignore[union-attr]
     assert len(before) <= MAX_LINES, "\n".join(before)
     assert not [line for line in lines if "factory" in line.lower() or "0x" in line or "Port" in line], lines
     # The venv's install lines come first only when it is being installed.
