@@ -38,6 +38,12 @@ def _problem() -> Json:
             "title": {"type": "string", "description": "The reason phrase of `status`."},
             "status": {"type": "integer", "minimum": 400, "maximum": 599},
             "detail": {"type": "string", "description": "What went wrong with this request."},
+            "trace_id": {
+                "type": "string",
+                "pattern": "^[0-9a-f]{32}$",
+                "description": "With tracing on (JETWAY_TRACING_ENDPOINT): the request's W3C trace id, as its"
+                " `traceparent` response header and its access line carry it (docs/tracing.md).",
+            },
             "errors": {
                 "type": "array",
                 "maxItems": 20,

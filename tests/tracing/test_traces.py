@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional
 
+import jsonschema
 import pytest
 import requests
 
@@ -207,11 +208,15 @@ def test_a_5xx_is_marked_failed_with_its_redis_error(own_redis, collector, tmp_p
     jetway = traced_server(own_redis.url, tmp_path / "jetway.log", collector.endpoint)
     try:
         assert requests.put(jetway.url("/v1/users/u5"), data=b"{}", headers=JSON).status_code == 201
+        spec = requests.get(jetway.url("/openapi.json"), timeout=10).json()  # while Redis answers
         own_redis.stop()
         response = requests.put(jetway.url("/v1/users/u5"), data=b'{"a":1}', headers=JSON, timeout=20)
         assert response.status_code in (503, 504)
         given = trace_of(response)
         assert response.json()["trace_id"] == given["trace_id"]
+        # The problem, its trace_id member among them, is what /openapi.json documents.
+        problem = {"$ref": "#/components/schemas/Problem", "components": spec["components"]}
+        jsonschema.Draft202012Validator(problem).validate(response.json())
         root = server_span(collector, given["trace_id"], given["span_id"])
         assert root.status_code == 2
         assert root.attributes["error.type"] == str(response.status_code)
