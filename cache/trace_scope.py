@@ -28,7 +28,9 @@ T = TypeVar("T")
 
 
 class Traced(Protocol):
-    """A traced request as the Redis layer records its calls into it."""
+    """A traced request as the Redis layer records its calls into it (and the change feed names it by)."""
+
+    traceparent: str
 
     def redis_call(
         self, name: str, started_ns: int, ended_ns: int, error: Optional[BaseException], attributes: Mapping[str, Any]

@@ -33,7 +33,9 @@ end
 # script of the write itself: no write is stored without its event, and
 # no event describes a write that did not happen. Only with a third key
 # (the shard's stream); then the last FEED_ARGS of ARGV are the event's
-# operation, the stream's length cap, its age cap in ms (0: none), the
+# operation (followed by a space and the writing request's traceparent when
+# it was sampled for tracing, logged as the event's c: cache.feed.streams),
+# the stream's length cap, its age cap in ms (0: none), the
 # channel to nudge, the shard's name and the stream's byte budget. The
 # nudge is the shard and the new event's id: a worker that follows the
 # collection reads the shard. WRITE_MANY nudges each shard once, after
@@ -54,7 +56,7 @@ end
 # the budget (1/FEED_STEP of it), so a write at the cap reads the oldest
 # events once every few writes, as MAXLEN ~ trims by whole nodes. A stream
 # none of whose events carried entries is capped as before, by MAXLEN ~
-# (its events are at most UNMARKED_BYTES, 320, as counted): the counting
+# (its events are at most UNMARKED_BYTES, 392, as counted): the counting
 # doubled the PUT script's Redis CPU at the cap for small events; with
 # entries it adds a little (reading the trimmed events for their sizes
 # instead of the list, more). The figures: docs/limits.md, "What one write
@@ -144,14 +146,23 @@ end
 local function log_change(K, A, id, etag, marks)
   if not K[3] then return end
   local feed_at = #A - 6
-  local fields = {'o', A[feed_at + 1], 'i', id, 'e', etag}
+  local op, trace = A[feed_at + 1], nil
+  local traced_at = string.find(op, ' ', 1, true)
+  if traced_at then op, trace = string.sub(op, 1, traced_at - 1), string.sub(op, traced_at + 1) end
+  local fields = {'o', op, 'i', id, 'e', etag}
   if marks then
     for i = 1, #marks do fields[6 + i] = marks[i] end
   end
+  local unmarked = #fields == 6 or (#fields == 8 and fields[7] == 't')
+  if trace then
+    fields[#fields + 1] = 'c'
+    fields[#fields + 1] = trace
+  end
   local state = 'ji:' .. string.sub(K[2], 4, -2) .. 'fb'
   local event
-  -- (An expiry's event carries its due time, t: UNMARKED_BYTES still bounds it, its ETag being empty.)
-  if (#fields == 6 or (#fields == 8 and fields[7] == 't')) and not counted(state) then
+  -- (An expiry's event carries its due time, t, and a sampled write's its traceparent, c: UNMARKED_BYTES still
+  -- bounds them, an expiry's ETag being empty and an expiry never traced.)
+  if unmarked and not counted(state) then
     -- No index entries in this stream yet: its events are small (UNMARKED_BYTES at most), the event cap bounds
     -- their bytes, and Redis trims it by whole nodes as it adds (half the script's cost of counting).
     event = redis.call('XADD', K[3], 'MAXLEN', '~', A[feed_at + 2], '*', unpack(fields))
@@ -176,7 +187,7 @@ local function log_change(K, A, id, etag, marks)
     redis.call('PUBLISH', A[feed_at + 4], A[feed_at + 5] .. ' ' .. event)
   end
 end
-""".replace("FEED_STEP", "32").replace("UNMARKED_BYTES", "320")
+""".replace("FEED_STEP", "32").replace("UNMARKED_BYTES", "392")
 FEED_ARGS = 6
 
 

@@ -9,8 +9,10 @@ cannot write atomically with documents spread over sixteen. An event is
 ``o`` (``put``, ``create``, ``patch``, ``delete`` or ``expire``), ``i`` (the
 document id) and ``e`` (the new ETag; empty for a delete or an expiry); its
 time is its stream id's milliseconds (Redis's clock when it was written). An
-expiry's event also has ``t``, when the document's TTL ran out (ms). Events
-of one document are in one stream, in the order of its writes.
+expiry's event also has ``t``, when the document's TTL ran out (ms); the
+event of a write whose request was sampled for tracing has ``c``, that
+request's W3C ``traceparent`` (``FeedLog.script_parts``). Events of one
+document are in one stream, in the order of its writes.
 
 Each stream is capped (``FeedLog``: a length per collection, divided over
 the shards, and optionally an age), trimmed approximately (whole listpack
@@ -38,7 +40,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 from twisted.internet import defer
 
-from cache import keys
+from cache import keys, trace_scope
 from cache.feed.position import ZERO, Position, StreamId, advanced, format_id, parse_id
 from cache.indexes.declared import MAX_FIELDS, MAX_INDEXES
 from cache.indexes.values import MAX_STRING_BYTES
@@ -91,9 +93,10 @@ MAX_ID_BYTES = 128  # a document id's most (handlers.http.validation)
 # quarter more for the allocator): o, i, e with the longest operation, id and ETag, and with MAX_INDEXES indexes
 # each entry after the write (x:<name>:<version>) and the one before (w:...), the longest names and entries of
 # MAX_FIELDS strings of MAX_STRING_BYTES bytes, all NULs (each escaped in two bytes, then a two-byte end), then
-# the longest id: 65,418 bytes.
+# the longest id, and a sampled request's traceparent (c, 55 bytes): 65,491 bytes.
 _MARK = 2 + 32 + 1 + 12 + 1 + MAX_FIELDS * (2 * MAX_STRING_BYTES + 2) + MAX_ID_BYTES + 1
-MAX_EVENT_BYTES = (48 + (2 + 7 + 2 + MAX_ID_BYTES + 1 + 2 + 65) + 2 * MAX_INDEXES * _MARK) * 5 // 4
+_TRACE = 2 + 55 + 1
+MAX_EVENT_BYTES = (48 + (2 + 7 + 2 + MAX_ID_BYTES + 1 + 2 + 65) + _TRACE + 2 * MAX_INDEXES * _MARK) * 5 // 4
 
 # Each shard as the nudge names it: two hex digits.
 _SHARD_NAMES = tuple(b"%02x" % shard for shard in range(keys.INDEX_SHARDS))
@@ -130,9 +133,20 @@ class FeedLog:
         return self.script_parts(op, collection, keys.shard_of(doc_id))[1]
 
     def script_parts(self, op: bytes, collection: bytes, shard: int) -> Tuple[List[bytes], List[Any]]:
-        """``script_keys`` and ``script_args`` of a write to ``shard`` (its id hashed once, by the caller)."""
+        """``script_keys`` and ``script_args`` of a write to ``shard`` (its id hashed once, by the caller).
+
+        Made while a request sampled for tracing runs (``cache.trace_scope``),
+        the operation is followed by a space and the request's
+        ``traceparent``, which the script logs as the event's ``c``: a feed
+        consumer links its work to the write's trace. One argument more per
+        write would cost every batch; only sampled writes pay this. An expiry
+        is no request's doing: its event never carries one.
+        """
         if not self.enabled:
             return [], []
+        traced = trace_scope.active()
+        if traced is not None and op != b"expire":
+            op = b"%s %s" % (op, traced.traceparent.encode())
         per_shard = -(-self.max_events // keys.INDEX_SHARDS)
         budget = max(self.max_bytes // keys.INDEX_SHARDS, MAX_EVENT_BYTES)
         args = [op, per_shard, self.max_age * 1000, channel(collection), _SHARD_NAMES[shard], budget]
@@ -155,10 +169,11 @@ class Event:
     # changed, before it (w:<name>:<v>, b"" for none), as the write's script set them (cache.feed.live_queries).
     marks: Tuple[Tuple[bytes, bytes], ...] = ()
     expired_at: int = 0  # an expiry's: when the document's TTL ran out, ms (Redis's clock)
+    trace: bytes = b""  # the writing request's traceparent, when it was sampled for tracing
 
     def json(self, with_doc: bool = False, doc: Optional[bytes] = None, matches: Optional[bool] = None) -> bytes:
-        """``{"op","id","etag","time"[,"matches"][,"doc"]}``; ``doc`` inlined as stored, never re-encoded;
-        ``matches``: a live query's judgement (``cache.feed.live_queries``).
+        """``{"op","id","etag","time"[,"expired_at"][,"trace"][,"matches"][,"doc"]}``; ``doc`` inlined as
+        stored, never re-encoded; ``matches``: a live query's judgement (``cache.feed.live_queries``).
 
         Ids match ``[A-Za-z0-9._~-]`` and ETags are quoted base64url with a
         counter (``cache.documents.ids``), so only the ETag's quotes need escaping.
@@ -172,6 +187,8 @@ class Event:
         )
         if self.expired_at:
             head += b',"expired_at":"%s"' % iso_time(self.expired_at)
+        if self.trace:  # lower-case hex and dashes (api.tracing formats it): nothing to escape
+            head += b',"trace":"%s"' % self.trace
         if matches is not None:
             head += b',"matches":true' if matches else b',"matches":false'
         if not with_doc:
@@ -290,7 +307,8 @@ def _event(shard: int, entry: List[Any]) -> Event:
     marks = tuple((name, value) for name, value in values.items() if name[:2] in _MARKS) if len(values) > 3 else ()
     op = values.get(b"o", b"put")
     expired_at = int(values.get(b"t", 0)) if op == b"expire" else 0
-    return Event(shard, parse_id(stream_id), op, values.get(b"i", b""), values.get(b"e", b""), marks, expired_at)
+    doc_id, etag, trace = values.get(b"i", b""), values.get(b"e", b""), values.get(b"c", b"")
+    return Event(shard, parse_id(stream_id), op, doc_id, etag, marks, expired_at, trace)
 
 
 _MARKS = (b"x:", b"w:")

@@ -211,6 +211,13 @@ def _changes() -> Json:
                 "format": "date-time",
                 "description": "An `expire` event's only: when the document's TTL ran out (UTC, ms).",
             },
+            "trace": {
+                "type": "string",
+                "pattern": "^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$",
+                "description": "With tracing on, a write sampled for it only: the W3C `traceparent` of the request"
+                " that wrote it (its trace id, then its span's), so a consumer can link its own work to the write"
+                ' (docs/tracing.md, "The trace id elsewhere").',
+            },
             "matches": {
                 "type": "boolean",
                 "description": "In a live query's events only: whether the document matches the query after this"
