@@ -249,7 +249,7 @@ test-deploy: setup $(DEPLOY_BASE)/.jetway-base-complete
 API_TESTS := tests/handlers/test_documents.py tests/handlers/test_collections.py tests/handlers/test_queries.py tests/handlers/test_multi_get.py tests/cache/test_response_budget.py tests/handlers/http/test_errors.py tests/handlers/http/test_auth.py tests/cache/test_hot_cache_api.py
 
 test-cluster: setup
-	JETWAY_TEST_TOPOLOGY=cluster $(PY) -m pytest -rP $(API_TESTS) tests/handlers/test_changes.py tests/handlers/test_live_queries.py tests/handlers/test_expiry.py tests/handlers/test_query_arrays.py tests/handlers/test_query_counts.py tests/handlers/test_count_expiry.py tests/handlers/test_batch_indexes.py tests/cache/redis/test_cluster.py tests/cache/redis/test_cluster_failover.py tests/cache/redis/test_sentinel.py tests/cache/redis/test_sentinel_switch.py tests/cache/redis/test_expiry_failover.py tests/cache/test_write_concern_failover.py
+	JETWAY_TEST_TOPOLOGY=cluster $(PY) -m pytest -rP $(API_TESTS) tests/handlers/test_changes.py tests/handlers/test_live_queries.py tests/handlers/test_expiry.py tests/handlers/test_query_arrays.py tests/handlers/test_query_counts.py tests/handlers/test_count_expiry.py tests/handlers/test_batch_indexes.py tests/cache/redis/test_cluster.py tests/cache/redis/test_cluster_failover.py tests/cache/redis/test_sentinel.py tests/cache/redis/test_sentinel_switch.py tests/cache/redis/test_expiry_failover.py tests/cache/test_write_concern_failover.py tests/tracing/test_traces.py tests/tracing/test_feed_traces.py
 	JETWAY_TEST_TOPOLOGY=sentinel $(PY) -m pytest $(filter-out tests/handlers/http/test_errors.py,$(API_TESTS))
 
 # --- Consistency: tests/consistency/ (issue #56), see tests/consistency/README.md

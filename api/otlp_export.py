@@ -47,6 +47,8 @@ def _any_value(value: Any) -> bytes:
         return _varint(3 << 3) + _varint(value)
     if isinstance(value, float):
         return _varint(4 << 3 | 1) + _DOUBLE.pack(value)
+    if isinstance(value, (tuple, list)):  # an ArrayValue (5) of AnyValues (1); the SDK keeps a list as a tuple
+        return _field(5, b"".join(_field(1, _any_value(item)) for item in value))
     return _field(1, str(value).encode())
 
 

@@ -336,6 +336,16 @@ class ClusterLink:
             return [(attempt, node, False, error) for attempt in attempts]
         return [(attempt, node, *_with_wait(attempt, results, place)) for attempt, place in zip(attempts, places)]
 
+    def nodes_of(self, routing_keys: Sequence[Optional[bytes]]) -> List[Node]:
+        """The masters the slot map names for ``routing_keys`` now, each once (a traced call's span names them:
+        ``cache.redis.metered``); a key with no known owner, or None (any node), names none."""
+        nodes: List[Node] = []
+        for key in routing_keys:
+            owner = None if key is None else self._owners[key_slot(key)]
+            if owner is not None and owner not in nodes:
+                nodes.append(owner)
+        return nodes
+
     def _owner(self, command: Command) -> Node:
         key = command_key(command)
         if key is None:

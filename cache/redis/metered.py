@@ -4,9 +4,10 @@ It knows nothing of the metrics or the tracing library: it hands
 ``(operation, seconds, error kind or None)`` to a callback, so any link (one
 Redis, Sentinel, Cluster) is measured the same way; and when a request's
 trace is active (``cache.trace_scope``) it hands that trace the call's name,
-times and outcome, and fires the caller's continuation with the trace active
-again (the module's docstring says why). With tracing off the cost is one
-context-variable read per call.
+times and outcome (on a cluster, the nodes the call went to), and fires the
+caller's continuation with the trace active again (``cache.trace_scope``'s
+docstring says why). With tracing off the cost is one context-variable read
+per call.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from twisted.python.failure import Failure
 
 from cache.redis.errors import RedisReplyError, RedisTimeout, RedisUnavailable
 from cache.redis.script import Script
+from cache.redis.slots import command_key
 from cache.trace_scope import Traced, active, run_within
 
 Observe = Callable[[str, float, Optional[str]], None]
@@ -50,11 +52,12 @@ class MeteredLink:
         return self._timed("pipeline", self._link.pipeline_scripts(commands, scripts), active(), commands, scripts)
 
     def run_script(self, script: Any, keys: Any, args: Any) -> defer.Deferred:
-        return self._timed("script", self._link.run_script(script, keys, args), active(), _A_SCRIPT, (script,))
+        pending = self._link.run_script(script, keys, args)
+        return self._timed("script", pending, active(), _A_SCRIPT, (script,), routed_by=keys[:1])
 
     def run_script_waiting(self, script: Any, keys: Any, args: Any, wait: Any) -> defer.Deferred:
         pending = self._link.run_script_waiting(script, keys, args, wait)
-        return self._timed("script", pending, active(), (_A_SCRIPT[0], wait), (script,), wait)
+        return self._timed("script", pending, active(), (_A_SCRIPT[0], wait), (script,), wait, keys[:1])
 
     def pipeline_outcomes(self, commands: Any, scripts: Any, wait: Any = None) -> defer.Deferred:
         pending = self._link.pipeline_outcomes(commands, scripts, wait)
@@ -69,9 +72,11 @@ class MeteredLink:
         commands: Sequence[Any],
         scripts: Sequence[Script] = (),
         wait: Any = None,
+        routed_by: Optional[Sequence[bytes]] = None,
     ) -> defer.Deferred:
+        """``routed_by``: the keys that route the call on a cluster (None: each command's own)."""
         if trace is not None:
-            return self._traced(operation, pending, trace, commands, scripts, wait)
+            return self._traced(operation, pending, trace, commands, scripts, wait, routed_by)
         # A bound method and its arguments, not a closure made per call.
         return pending.addBoth(self._done, operation, self._clock())
 
@@ -87,6 +92,7 @@ class MeteredLink:
         commands: Sequence[Any],
         scripts: Sequence[Script],
         wait: Any,
+        routed_by: Optional[Sequence[bytes]],
     ) -> defer.Deferred:
         """The call's span recorded once it is answered, and its caller resumed with ``trace`` active.
 
@@ -96,17 +102,31 @@ class MeteredLink:
         """
         relay = defer.Deferred(lambda _: pending.cancel())
         started, started_ns = self._clock(), time.time_ns()
+        nodes = self._nodes(commands, routed_by)
 
         def answered(result: Any) -> None:
             error = _error(result)
             self._observe(operation, self._clock() - started, _kind(result))
             attributes = _attributes(commands, scripts, wait, result)
+            if nodes:
+                attributes.update(nodes)
             trace.redis_call(_span_name(commands, scripts, wait), started_ns, time.time_ns(), error, attributes)
             if not relay.called:
                 run_within(trace, relay.callback, result)
 
         pending.addBoth(answered)
         return relay
+
+    def _nodes(self, commands: Sequence[Any], routed_by: Optional[Sequence[bytes]]) -> Dict[str, Any]:
+        """On a cluster, the span's nodes: the masters the slot map named when the call was sent (a command a
+        MOVED or ASK sent on elsewhere is not followed); nothing on one Redis or a Sentinel group."""
+        nodes_of = getattr(self._link, "nodes_of", None)
+        if nodes_of is None:
+            return {}
+        nodes = nodes_of([command_key(command) for command in commands] if routed_by is None else routed_by)
+        if len(nodes) == 1:
+            return {"server.address": nodes[0][0], "server.port": nodes[0][1]}
+        return {"jetway.redis.nodes": [f"{host}:{port}" for host, port in nodes]} if nodes else {}
 
 
 def _error(result: Any) -> Optional[BaseException]:

@@ -37,6 +37,8 @@ class Span:
 
 def _value(any_value: Any) -> Any:
     kind = any_value.WhichOneof("value")
+    if kind == "array_value":
+        return [_value(item) for item in any_value.array_value.values]
     return getattr(any_value, kind) if kind else None
 
 

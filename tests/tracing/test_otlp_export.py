@@ -33,6 +33,7 @@ def test_the_encoding_is_the_sdks():
     provider.add_span_processor(SimpleSpanProcessor(exported))
     tracer = provider.get_tracer("jetway")
     attributes = {"http.route": "/v1/{collection}/{id}", "count": 5, "negative": -3, "ratio": 0.5, "flag": True}
+    attributes["jetway.redis.nodes"] = ["10.0.0.1:6379", "10.0.0.2:6379"]  # an array
     request = tracer.start_span("PUT /v1/{collection}/{id}", kind=SpanKind.SERVER, attributes=attributes)
     call = tracer.start_span("EVALSHA put", trace_api.set_span_in_context(request), SpanKind.CLIENT)
     call.set_status(Status(StatusCode.ERROR, "RedisTimeout"))

@@ -17,6 +17,7 @@ import jsonschema
 import pytest
 import requests
 
+from tests.multinode import TOPOLOGY
 from tests.support import JetwayServer, free_port, wait_until
 from tests.tracing.collector import Collector, Span, render, tree
 
@@ -103,6 +104,28 @@ def test_a_put_is_one_trace_with_its_redis_calls_under_the_incoming_parent(serve
     access = [json.loads(line) for line in server.log_path.read_text().splitlines() if '"jetway.access"' in line]
     line = next(line for line in access if line["request_id"] == response.headers["X-Request-ID"])
     assert line["trace_id"] == PARENT_TRACE
+
+
+def test_a_redis_span_names_the_cluster_nodes_it_went_to(redis_server, server, collector):
+    """On a cluster (make test-cluster) a script's span names its node, and a multi-get over every shard's slots
+    names each master; one Redis or a Sentinel group names none."""
+    put = requests.put(server.url("/v1/users/n1"), data=b"{}", headers=JSON, timeout=10)
+    ids = [f"n{number}" for number in range(40)]
+    many = requests.post(server.url("/v1/_get/users"), json={"ids": ids}, timeout=10)
+    assert (put.status_code, many.status_code) == (201, 200)
+    [script] = [
+        s
+        for s in collector.wait_for(lambda: children(collector, server_span(collector, trace_of(put)["trace_id"])))
+        if s.name == "EVALSHA put"
+    ]
+    reads = collector.wait_for(lambda: children(collector, server_span(collector, trace_of(many)["trace_id"])))
+    if TOPOLOGY != "cluster":
+        assert "server.address" not in script.attributes and "jetway.redis.nodes" not in reads[0].attributes
+        return
+    masters = {f"127.0.0.1:{node.port}" for node in redis_server.nodes}
+    assert f"{script.attributes['server.address']}:{script.attributes['server.port']}" in masters
+    named = {node for span in reads for node in span.attributes.get("jetway.redis.nodes", [])}
+    assert len(named) >= 2 and named <= masters, [span.attributes for span in reads]
 
 
 @pytest.mark.parametrize("connection", ["keep-alive", "close"], ids=["answered-by-the-connection", "by-cyclone"])
