@@ -114,12 +114,16 @@ def roles(operation: Operation) -> List[str]:
     return []  # any valid token: a batch checks each of its operations' own scope
 
 
+# On every response: the request's id (but on a refusal before its head was read), its traceparent with tracing
+# on (components.headers).
+_EVERY_RESPONSE = ("X-Request-ID", "traceparent")
+
+
 def response(answer: Response) -> Json:
     built: Json = {"description": answer.description}
-    if answer.headers:
-        built["headers"] = {name: ref("headers", name) for name in answer.headers}
-        for name in answer.optional:  # inline: a reference cannot say "not required"
-            built["headers"][name] = {**headers()[name], "required": False}
+    built["headers"] = {name: ref("headers", name) for name in answer.headers}
+    for name in (*answer.optional, *_EVERY_RESPONSE):  # inline: a reference cannot say "not required"
+        built["headers"][name] = {**headers()[name], "required": False}
     if answer.content is not None:
         built["content"] = answer.content
     elif answer.schema is not None:

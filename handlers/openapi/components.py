@@ -232,6 +232,18 @@ def headers() -> Json:
             "`true` when the response is the stored answer to an earlier request with the same `Idempotency-Key`.",
             required=False,
         ),
+        "X-Request-ID": header(
+            "The request's id: the client's own `X-Request-ID` when it sent a valid one, else one the worker made;"
+            " its access log line carries it too. Every response has one but a refusal of a request whose head or"
+            " body could not be read (a 408, 413, 414 or 431 that closes the connection: no handler saw it).",
+            required=False,
+        ),
+        "traceparent": header(
+            "With tracing on (`JETWAY_TRACING_ENDPOINT`): the W3C trace context of the request's span, in the"
+            " client's trace when it sent a valid `traceparent`; flag `00` when it was not sampled (docs/tracing.md).",
+            required=False,
+            pattern="^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$",
+        ),
         "Last-Modified": header("When the document was last written (HTTP date)."),
         "Location": header("The path of the new document.", examples=["/v1/orders/01J0000000000000000000000"]),
         "Retry-After": header("Seconds to wait before retrying.", pattern="^[0-9]+$", examples=[RETRY_AFTER_SECONDS]),
