@@ -278,7 +278,8 @@ class Tracing:
         request's ``traceparent`` if valid (``route``: its path template; ``operation``: its
         ``handlers.operation.Operation``, None when it has none)."""
         parent = None
-        if headers.get("Traceparent") is not None:
+        # The stored name, past Cyclone's get (which normalizes the name it is given, on every request).
+        if dict.get(headers, "Traceparent") is not None:
             parent = self._propagator.extract(headers, getter=_HEADERS)
             given = trace_api.get_current_span(parent).get_span_context()
             if given.is_valid and not given.trace_flags.sampled:

@@ -153,7 +153,9 @@ def _traced(pipeline: Pipeline, exchange: Exchange, trace: Any) -> Step:
     """``start`` for a traced request: its steps run with its trace active (only if it is sampled: else
     nothing records), and its reply carries its ``traceparent``."""
     try:
-        reply = run_within(trace if trace.recording else None, pipeline, exchange)
+        # Not sampled: nothing to make active, and a context variable set and reset costs PyPy more than the
+        # rest of the unsampled trace (vmprof at 1 %: docs/tracing.md, "What it costs").
+        reply = run_within(trace, pipeline, exchange) if trace.recording else pipeline(exchange)
     except Exception:
         return failed(Failure(), exchange)
     if is_deferred(reply):
