@@ -16,6 +16,9 @@ and attribute means and what tracing costs.
 - The spans of a request's Redis calls are recorded when each is answered,
   under the request's span (``cache.trace_scope`` says how the request is
   known there).
+- A sampled request gathers plain data while it runs; the SDK's spans
+  (``ReadableSpan``) are made from it after it ended, once a tick
+  (``SpanRecorder``), and handed to the processor there.
 """
 
 from __future__ import annotations
@@ -25,16 +28,17 @@ import os
 import random
 import socket
 import threading
-from typing import Any, Dict, Mapping, Optional, Sequence
+import time
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from opentelemetry import trace as trace_api
 from opentelemetry.metrics import NoOpCounter, NoOpMeter, NoOpMeterProvider
 from opentelemetry.propagators.textmap import Getter
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
-from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
-from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from api.otlp_export import OtlpHttpExporter
@@ -43,11 +47,15 @@ from api.otlp_export import OtlpHttpExporter
 EXPORT_TIMEOUT = 5.0
 # Seconds a stopping worker gives its queued spans to leave.
 FLUSH_ON_STOP = 2.0
+# Seconds between a sampled request's end and its spans' handing to the batch processor (SpanRecorder).
+FLUSH_EVERY = 0.05
 # Redis spans one request records at most: a change-feed stream lives for hours, and a loop a request started
 # (a lazily opened subscription) keeps its context; past this, and after its span ended, calls are only counted.
 MAX_REDIS_SPANS = 256
 # What the SDK counts spans its batch processor handled in (semantic conventions, "otel.sdk.processor.span.processed").
 _PROCESSED = "otel.sdk.processor.span.processed"
+_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+_OK = Status()  # unset, as the SDK leaves a span that ended well
 
 
 class SpanLosses:
@@ -137,64 +145,172 @@ _HEADERS = _HeaderGetter()
 
 
 class RequestTrace:
-    """One request's span: begun when its head is read, ended when it is answered.
+    """One sampled request's span: begun when its head is read, ended when it is answered.
 
-    ``recording``: it was sampled; only then is it made active for the
-    request's Redis calls (``cache.trace_scope``). ``traceparent``: what the
-    response carries; ``trace_id``: what the access line and problem details
-    carry.
+    While the request runs it only gathers plain data (its attributes, each
+    Redis call's name, times and outcome); ``finish`` hands it to the
+    ``SpanRecorder``, which makes the SDK's spans off the request path. On
+    PyPy the SDK's own live spans (a lock each, bounded attributes, the
+    sampler, its metrics) made the rare sampled request cost the JIT far
+    more than its share (docs/tracing.md, "What it costs").
+
+    ``recording``: always, for this class (``UnrecordedTrace`` is the
+    other); only a recording trace is made active for the request's Redis
+    calls (``cache.trace_scope``). ``traceparent``: what the response
+    carries; ``trace_id``: what the access line and problem details carry.
     """
 
-    __slots__ = ("_context", "_operation", "_tracer", "recording", "redis_spans", "span", "trace_id", "traceparent")
+    __slots__ = (
+        "_operation",
+        "_recorder",
+        "attributes",
+        "calls",
+        "context",
+        "end_ns",
+        "failed",
+        "name",
+        "parent",
+        "recording",
+        "redis_spans",
+        "start_ns",
+        "trace_id",
+        "traceparent",
+    )
 
-    def __init__(self, tracer: Any, span: Any, operation: Any) -> None:
-        self._tracer = tracer
+    def __init__(
+        self,
+        recorder: SpanRecorder,
+        name: str,
+        attributes: Dict[str, Any],
+        parent: Optional[SpanContext],
+        operation: Any,
+    ) -> None:
+        self._recorder = recorder
         self._operation = operation
-        self.span = span
-        context = span.get_span_context()
-        self.recording = span.is_recording()
-        self.trace_id = f"{context.trace_id:032x}"
-        self.traceparent = f"00-{self.trace_id}-{context.span_id:016x}-{int(context.trace_flags):02x}"
-        self._context = trace_api.set_span_in_context(span) if self.recording else None
-        self.redis_spans = 0  # Redis calls made under it, recorded or not (MAX_REDIS_SPANS)
+        self.name = name
+        self.attributes = attributes
+        self.parent = parent
+        trace_id = parent.trace_id if parent is not None else _new_id(128)
+        state = parent.trace_state if parent is not None else None
+        self.context = SpanContext(trace_id, _new_id(64), False, _SAMPLED, state)
+        self.trace_id = f"{trace_id:032x}"
+        self.traceparent = f"00-{self.trace_id}-{self.context.span_id:016x}-01"
+        self.recording = True
+        self.redis_spans = 0  # Redis calls made under it, kept or not (MAX_REDIS_SPANS)
+        self.calls: Optional[List[Tuple[str, int, int, Optional[str], Mapping[str, Any]]]] = []
+        self.failed = False
+        self.start_ns = time.time_ns()
+        self.end_ns = 0
 
     def redis_call(
         self, name: str, started_ns: int, ended_ns: int, error: Optional[BaseException], attributes: Mapping[str, Any]
     ) -> None:
-        """A Redis round trip of this request, as a child span (``cache.redis.metered``)."""
+        """A Redis round trip of this request, kept to become a child span (``cache.redis.metered``)."""
         self.redis_spans += 1
-        if self._context is None or self.redis_spans > MAX_REDIS_SPANS:
-            return  # not sampled, ended, or past the bound
-        span = self._tracer.start_span(
-            name, self._context, SpanKind.CLIENT, attributes, start_time=started_ns, record_exception=False
-        )
-        if error is not None:
-            span.set_status(Status(StatusCode.ERROR, type(error).__name__))
-            span.set_attribute("error.type", type(error).__name__)
-        span.end(ended_ns)
+        if self.calls is None or self.redis_spans > MAX_REDIS_SPANS:
+            return  # ended (a loop the request started), or past the bound
+        self.calls.append((name, started_ns, ended_ns, None if error is None else type(error).__name__, attributes))
 
     def finish(self, status: int, args: Sequence[Any], grant: Any) -> None:
         """The request answered ``status``: its operation's name, its collection (``args``: the path's) and its
         token's name (never the token; ``grant``: a ``handlers.http.auth.Grant``) set, and its span ended; a
         5xx marks it failed."""
-        span, operation = self.span, self._operation
-        if self.recording:
-            span.set_attribute("http.response.status_code", status)
-            if operation is not None:
-                span.set_attribute("jetway.operation", operation.operation_id)
-                template = operation.path
-                if args and template.find("{") == template.find("{collection}") >= 0:  # the path's first argument
-                    span.set_attribute("jetway.collection", str(args[0]))
-            record = getattr(grant, "record", None)
-            if record is not None:
-                span.set_attribute("jetway.token.name", record.name)
-            if status >= 500:
-                span.set_status(Status(StatusCode.ERROR))
-                span.set_attribute("error.type", str(status))
-            if self.redis_spans > MAX_REDIS_SPANS:
-                span.set_attribute("jetway.redis_spans_dropped", self.redis_spans - MAX_REDIS_SPANS)
-        self._context = None  # calls after the end (a loop the request started) record nothing
-        span.end()
+        if self.calls is None:
+            return
+        attributes, operation = self.attributes, self._operation
+        attributes["http.response.status_code"] = status
+        if operation is not None:
+            attributes["jetway.operation"] = operation.operation_id
+            template = operation.path
+            if args and template.find("{") == template.find("{collection}") >= 0:  # the path's first argument
+                attributes["jetway.collection"] = str(args[0])
+        record = getattr(grant, "record", None)
+        if record is not None:
+            attributes["jetway.token.name"] = record.name
+        if status >= 500:
+            self.failed = True
+            attributes["error.type"] = str(status)
+        if self.redis_spans > MAX_REDIS_SPANS:
+            attributes["jetway.redis_spans_dropped"] = self.redis_spans - MAX_REDIS_SPANS
+        self.end_ns = time.time_ns()
+        self._recorder.add(self)
+
+    def spans(self, resource: Resource, scope: InstrumentationScope) -> List[ReadableSpan]:
+        """Its Redis calls' spans, then its own, as the SDK exports them (``SpanRecorder.flush``)."""
+        calls, self.calls = self.calls or [], None
+        made = []
+        for name, started_ns, ended_ns, error, attributes in calls:
+            status = _OK
+            if error is not None:
+                attributes = {**attributes, "error.type": error}
+                status = Status(StatusCode.ERROR, error)
+            context = SpanContext(self.context.trace_id, _new_id(64), False, _SAMPLED, self.context.trace_state)
+            made.append(
+                ReadableSpan(
+                    name,
+                    context,
+                    self.context,
+                    resource,
+                    attributes,
+                    kind=SpanKind.CLIENT,
+                    status=status,
+                    start_time=started_ns,
+                    end_time=ended_ns,
+                    instrumentation_scope=scope,
+                )
+            )
+        made.append(
+            ReadableSpan(
+                self.name,
+                self.context,
+                self.parent,
+                resource,
+                self.attributes,
+                kind=SpanKind.SERVER,
+                status=Status(StatusCode.ERROR) if self.failed else _OK,
+                start_time=self.start_ns,
+                end_time=self.end_ns,
+                instrumentation_scope=scope,
+            )
+        )
+        return made
+
+
+class SpanRecorder:
+    """Finished sampled requests, made into the SDK's spans and handed to its batch processor once a tick.
+
+    ``add`` is what a request's end costs: an append, and a timer for the
+    first of a tick. ``flush`` runs from the reactor, so the spans reach the
+    processor in the order the requests ended, on the thread that made them.
+    """
+
+    def __init__(self, processor: Any, resource: Resource, reactor: Any, every: float = FLUSH_EVERY) -> None:
+        self._processor = processor
+        self._resource = resource
+        self._scope = InstrumentationScope("jetway")
+        self._reactor = reactor
+        self._every = every
+        self._finished: List[RequestTrace] = []
+
+    def add(self, trace: RequestTrace) -> None:
+        if not self._finished:
+            self._reactor.callLater(self._every, self.flush)
+        self._finished.append(trace)
+
+    def flush(self) -> None:
+        """Every finished request's spans to the processor."""
+        finished, self._finished = self._finished, []
+        for trace in finished:
+            for span in trace.spans(self._resource, self._scope):
+                self._processor.on_end(span)
+
+
+def _new_id(bits: int) -> int:
+    """A random trace (128) or span (64) id, never all zero (as the SDK's RandomIdGenerator makes them)."""
+    value = random.getrandbits(bits)
+    while not value:
+        value = random.getrandbits(bits)
+    return value
 
 
 class UnrecordedTrace:
@@ -262,14 +378,12 @@ class Tracing:
         # shutdown_on_exit off: the worker flushes for a bounded time as it stops (close), not at exit.
         self._sample = sample
         self._unrecorded = UnrecordedIds()
-        # What reaches the SDK is sampled already (begin): a new trace, or a sampled parent's.
-        self._provider = TracerProvider(sampler=ParentBased(ALWAYS_ON), resource=resource, shutdown_on_exit=False)
         exporter = OtlpHttpExporter(endpoint.rstrip("/") + "/v1/traces", EXPORT_TIMEOUT)
         self._processor = BatchSpanProcessor(
             CountingExporter(exporter, losses), meter_provider=LossMeterProvider(losses)
         )
-        self._provider.add_span_processor(self._processor)
-        self._tracer = self._provider.get_tracer("jetway")
+        # Sampling is decided in begin, so what reaches the recorder is sampled: a new trace, or a sampled parent's.
+        self._recorder = SpanRecorder(self._processor, resource, reactor)
         self._propagator = TraceContextTextMapPropagator()
         reactor.addSystemEventTrigger("before", "shutdown", self.close)
 
@@ -280,12 +394,12 @@ class Tracing:
         parent = None
         # The stored name, past Cyclone's get (which normalizes the name it is given, on every request).
         if dict.get(headers, "Traceparent") is not None:
-            parent = self._propagator.extract(headers, getter=_HEADERS)
-            given = trace_api.get_current_span(parent).get_span_context()
-            if given.is_valid and not given.trace_flags.sampled:
-                return self._unrecorded.within(given.trace_id)
-            if not given.is_valid:
+            extracted = self._propagator.extract(headers, getter=_HEADERS)
+            parent = trace_api.get_current_span(extracted).get_span_context()
+            if not parent.is_valid:
                 parent = None  # invalid: ignored, a trace of its own (W3C)
+            elif not parent.trace_flags.sampled:
+                return self._unrecorded.within(parent.trace_id)
         if parent is None and self._sample < 1.0 and random.random() >= self._sample:
             return self._unrecorded.new()
         attributes = {
@@ -294,14 +408,14 @@ class Tracing:
             "url.path": path,
             "jetway.request_id": request_id,
         }
-        span = self._tracer.start_span(f"{method} {route}", parent, SpanKind.SERVER, attributes)
-        return RequestTrace(self._tracer, span, operation)
+        return RequestTrace(self._recorder, f"{method} {route}", attributes, parent, operation)
 
     def close(self) -> Any:
         """Send what is queued, for at most ``FLUSH_ON_STOP`` seconds, off the reactor's thread; then stop."""
         from twisted.internet import defer
 
         done: defer.Deferred = defer.Deferred()
+        self._recorder.flush()  # the requests finished since the last tick
 
         def flush() -> None:
             self._processor.force_flush()

@@ -5,25 +5,47 @@ from __future__ import annotations
 import threading
 from typing import Any, List
 
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON
 from opentelemetry.trace import SpanKind, StatusCode
+from twisted.internet.task import Clock
 
-from api.tracing import MAX_REDIS_SPANS, CountingExporter, LossMeterProvider, RequestTrace, SpanLosses
+from api.tracing import (
+    FLUSH_EVERY,
+    MAX_REDIS_SPANS,
+    CountingExporter,
+    LossMeterProvider,
+    RequestTrace,
+    SpanLosses,
+    SpanRecorder,
+    UnrecordedIds,
+)
 from handlers.http.auth import Grant
 from handlers.operations import OPERATIONS
 
 
-def request_trace(sampler: Any = ALWAYS_ON) -> Any:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider(sampler=sampler, shutdown_on_exit=False)
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracer = provider.get_tracer("test")
+class Recorded:
+    """A recorder on a test clock, its spans kept in memory."""
+
+    def __init__(self) -> None:
+        self.exporter = InMemorySpanExporter()
+        self.clock = Clock()
+        resource = Resource.create({"service.name": "jetway"})
+        self.recorder = SpanRecorder(SimpleSpanProcessor(self.exporter), resource, self.clock)
+
+    def spans(self) -> Any:
+        """What reached the processor once a tick passed."""
+        self.clock.advance(FLUSH_EVERY)
+        return self.exporter.get_finished_spans()
+
+
+def request_trace() -> Any:
+    recorded = Recorded()
     operation = next(op for op in OPERATIONS if op.operation_id == "putDocument")
-    span = tracer.start_span("PUT /v1/{collection}/{id}", kind=SpanKind.SERVER)
-    return RequestTrace(tracer, span, operation), exporter
+    trace = RequestTrace(recorded.recorder, "PUT /v1/{collection}/{id}", {}, None, operation)
+    return trace, recorded
 
 
 class Record:
@@ -31,10 +53,11 @@ class Record:
 
 
 def test_a_request_ends_with_its_operation_collection_and_token_name():
-    trace, exporter = request_trace()
+    trace, recorded = request_trace()
     trace.redis_call("EVALSHA put", 1, 2, None, {"db.system.name": "redis"})
     trace.finish(201, ("users", "u1"), Grant(Record()))  # type: ignore[arg-type]
-    child, root = exporter.get_finished_spans()
+    assert recorded.exporter.get_finished_spans() == ()  # made off the request path, once a tick
+    child, root = recorded.spans()
     assert child.parent.span_id == root.context.span_id and child.kind == SpanKind.CLIENT
     assert (child.start_time, child.end_time) == (1, 2)
     assert dict(root.attributes) == {
@@ -44,34 +67,35 @@ def test_a_request_ends_with_its_operation_collection_and_token_name():
         "jetway.token.name": "billing",
     }
     assert trace.traceparent == f"00-{trace.trace_id}-{root.context.span_id:016x}-01"
+    assert root.kind == SpanKind.SERVER and root.parent is None and root.resource.attributes["service.name"] == "jetway"
 
 
 def test_a_5xx_and_a_failed_call_are_errors():
-    trace, exporter = request_trace()
+    trace, recorded = request_trace()
     trace.redis_call("GET", 1, 2, ConnectionError("down"), {})
     trace.finish(503, (), None)
-    child, root = exporter.get_finished_spans()
+    child, root = recorded.spans()
     assert child.status.status_code == StatusCode.ERROR and child.attributes["error.type"] == "ConnectionError"
     assert root.status.status_code == StatusCode.ERROR and root.attributes["error.type"] == "503"
 
 
 def test_redis_spans_are_bounded_and_none_after_the_end():
-    trace, exporter = request_trace()
+    trace, recorded = request_trace()
     for _ in range(MAX_REDIS_SPANS + 10):
         trace.redis_call("XREAD", 1, 2, None, {})
     trace.finish(200, (), None)
     trace.redis_call("XREAD", 3, 4, None, {})  # a loop the request started, still running
-    spans = exporter.get_finished_spans()
+    spans = recorded.spans()
     assert len(spans) == MAX_REDIS_SPANS + 1
     assert spans[-1].attributes["jetway.redis_spans_dropped"] == 10
 
 
 def test_a_request_not_sampled_records_nothing_but_carries_its_trace_on():
-    trace, exporter = request_trace(ALWAYS_OFF)
+    trace = UnrecordedIds().new()
     trace.redis_call("GET", 1, 2, None, {})
     trace.finish(200, (), None)
-    assert not trace.recording and exporter.get_finished_spans() == ()
-    assert trace.traceparent.endswith("-00")
+    assert not trace.recording
+    assert trace.traceparent == f"00-{trace.trace_id}-{trace.traceparent[36:52]}-00"
 
 
 class Stuck(SpanExporter):
