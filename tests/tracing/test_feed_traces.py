@@ -19,19 +19,10 @@ import pytest
 import requests
 
 from tests.support import JetwayServer, wait_every_worker_serving
-from tests.tracing.collector import Collector, render, tree
+from tests.tracing.collector import render, tree
 from tests.tracing.test_traces import JSON, PARENT_SPAN, PARENT_TRACE, children, server_span, trace_of
 
 NDJSON = {"Content-Type": "application/x-ndjson"}
-
-
-@pytest.fixture
-def collector() -> Iterator[Collector]:
-    receiver = Collector().start()
-    try:
-        yield receiver
-    finally:
-        receiver.stop()
 
 
 @pytest.fixture

@@ -26,15 +26,6 @@ PARENT_SPAN = "b7ad6b7169203331"
 JSON = {"Content-Type": "application/json"}
 
 
-@pytest.fixture
-def collector() -> Iterator[Collector]:
-    receiver = Collector().start()
-    try:
-        yield receiver
-    finally:
-        receiver.stop()
-
-
 def traced_server(redis_url: str, log: Path, endpoint: str, **env: str) -> JetwayServer:
     settings = {
         "JETWAY_TRACING_ENDPOINT": endpoint,
