@@ -154,7 +154,7 @@ def _traced(pipeline: Pipeline, exchange: Exchange, trace: Any) -> Step:
     nothing records), and its reply carries its ``traceparent``."""
     try:
         # Not sampled: nothing to make active, and a context variable set and reset costs PyPy more than the
-        # rest of the unsampled trace (vmprof at 1 %: docs/tracing.md, "What it costs").
+        # rest of the unsampled trace (docs/tracing.md, "What it costs").
         reply = run_within(trace, pipeline, exchange) if trace.recording else pipeline(exchange)
     except Exception:
         return failed(Failure(), exchange)
