@@ -197,25 +197,25 @@ class RequestTrace:
         self.traceparent = f"00-{self.trace_id}-{self.context.span_id:016x}-01"
         self.recording = True
         self.redis_spans = 0  # Redis calls made under it, kept or not (MAX_REDIS_SPANS)
-        self.calls: Optional[List[Tuple[str, int, int, Optional[str], Mapping[str, Any]]]] = []
+        self.calls: List[Tuple[str, int, int, Optional[str], Mapping[str, Any]]] = []
         self.failed = False
         self.start_ns = time.time_ns()
-        self.end_ns = 0
+        self.end_ns = 0  # set by finish: the span ended
 
     def redis_call(
         self, name: str, started_ns: int, ended_ns: int, error: Optional[BaseException], attributes: Mapping[str, Any]
     ) -> None:
         """A Redis round trip of this request, kept to become a child span (``cache.redis.metered``)."""
         self.redis_spans += 1
-        if self.calls is None or self.redis_spans > MAX_REDIS_SPANS:
+        if self.end_ns or self.redis_spans > MAX_REDIS_SPANS:
             return  # ended (a loop the request started), or past the bound
         self.calls.append((name, started_ns, ended_ns, None if error is None else type(error).__name__, attributes))
 
     def finish(self, status: int, args: Sequence[Any], grant: Any) -> None:
         """The request answered ``status``: its operation's name, its collection (``args``: the path's) and its
         token's name (never the token; ``grant``: a ``handlers.http.auth.Grant``) set, and its span ended; a
-        5xx marks it failed."""
-        if self.calls is None:
+        5xx marks it failed. Once: a second end changes nothing."""
+        if self.end_ns:
             return
         attributes, operation = self.attributes, self._operation
         attributes["http.response.status_code"] = status
@@ -237,9 +237,8 @@ class RequestTrace:
 
     def spans(self, resource: Resource, scope: InstrumentationScope) -> List[ReadableSpan]:
         """Its Redis calls' spans, then its own, as the SDK exports them (``SpanRecorder.flush``)."""
-        calls, self.calls = self.calls or [], None
         made = []
-        for name, started_ns, ended_ns, error, attributes in calls:
+        for name, started_ns, ended_ns, error, attributes in self.calls:
             status = _OK
             if error is not None:
                 attributes = {**attributes, "error.type": error}

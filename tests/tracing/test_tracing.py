@@ -85,6 +85,7 @@ def test_redis_spans_are_bounded_and_none_after_the_end():
         trace.redis_call("XREAD", 1, 2, None, {})
     trace.finish(200, (), None)
     trace.redis_call("XREAD", 3, 4, None, {})  # a loop the request started, still running
+    trace.finish(200, (), None)  # a second end: nothing more
     spans = recorded.spans()
     assert len(spans) == MAX_REDIS_SPANS + 1
     assert spans[-1].attributes["jetway.redis_spans_dropped"] == 10
