@@ -289,16 +289,16 @@ class SpanRecorder:
         self._scope = InstrumentationScope("jetway")
         self._reactor = reactor
         self._every = every
-        self._finished: List[RequestTrace] = []
+        self._ended_traces: List[RequestTrace] = []
 
     def add(self, trace: RequestTrace) -> None:
-        if not self._finished:
+        if not self._ended_traces:
             self._reactor.callLater(self._every, self.flush)
-        self._finished.append(trace)
+        self._ended_traces.append(trace)
 
     def flush(self) -> None:
         """Every finished request's spans to the processor."""
-        finished, self._finished = self._finished, []
+        finished, self._ended_traces = self._ended_traces, []
         for trace in finished:
             for span in trace.spans(self._resource, self._scope):
                 self._processor.on_end(span)
