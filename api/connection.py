@@ -35,7 +35,7 @@ from typing import Any, Optional, Tuple
 import cyclone.httpserver
 from cyclone.httputil import HTTPHeaders
 from twisted.internet import defer
-from twisted.python import log
+from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 
 from api.body_budget import Reservation
@@ -71,6 +71,8 @@ READ_SIZE = 8192
 # How long a client should wait before sending a body again when the
 # worker's body budget is spent.
 BUSY_RETRY_AFTER = "1"
+
+_log = Logger()
 
 
 # What the connection's request is while a pipeline it runs waits (for
@@ -415,7 +417,7 @@ class JetwayConnection(CycloneConnection):
         try:
             self._write_reply(reply, exchange, head, route, started)
         except Exception:
-            log.err(None, "sending a pipeline's reply failed")
+            _log.failure("sending a pipeline's reply failed", level=LogLevel.error)
             self.current_request = None
             self.transport.abortConnection()
 

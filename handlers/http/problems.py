@@ -12,8 +12,8 @@ import http
 from typing import Any, Dict, Iterable, Optional, Tuple, Type
 
 import cyclone.web
-from twisted.logger import Logger
-from twisted.python import log
+from twisted.logger import Logger, LogLevel
+from twisted.python.failure import Failure
 
 from cache.collection_settings import OverCollectionLimit, StoredSchemaRefused, StoredSettingsRefused
 from cache.documents.bounded_reads import OverBudget
@@ -117,7 +117,9 @@ def problem_of(failure: Any, method: str, path: str) -> ApiError:
         )
     problem = as_api_error(error)
     if problem is None:
-        log.err(failure, f"unhandled error in {method} {path}")
+        # At error, not critical (where the legacy log.err puts it): one request failed, the worker goes on.
+        caught = failure if isinstance(failure, Failure) else Failure(failure)
+        _log.failure("unhandled error in {method} {path}", caught, LogLevel.error, method=method, path=path)
         problem = ApiError(500, "internal", "the server failed to handle the request")
     return problem
 
