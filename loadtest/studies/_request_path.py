@@ -30,7 +30,11 @@ one worker (``api.worker.run_worker``, on a socket of its own) under wrk
 it, or with ``--serve-documents N`` reads of N documents in turn, each
 setting in turn), vmprof running over the last SECONDS after as long a warm-up.
 ``--jwt``: the token is a JWT (RS256) of a local issuer (``loadtest/_jwt_issuer.py``)
-configured as the worker's one issuer, not one of Jetway's own.
+configured as the worker's one issuer, not one of Jetway's own. With
+``JETWAY_TRACING_ENDPOINT`` (and ``JETWAY_TRACING_SAMPLE``) in the environment,
+the in-memory worker traces as a served one does (its tracing started as
+``listen_on`` starts it): what tracing costs the request path, without a
+load test's noise (docs/tracing.md, "What it costs").
 """
 
 from __future__ import annotations
@@ -307,6 +311,8 @@ def _child(args: argparse.Namespace) -> int:
     devnull = os.open(os.devnull, os.O_WRONLY)
     lines = LineWriter(devnull, False, metrics.count_dropped_lines)
     app, _ = assemble(settings, reactor, metrics, lines)
+    if app.start_tracing is not None:  # JETWAY_TRACING_ENDPOINT set: started as listen_on starts it
+        app.tracing = app.start_tracing()
     token = os.environ.get("JETWAY_TOKEN", "") if settings.auth else ""
     result: Dict[str, Any] = {}
 
