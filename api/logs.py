@@ -240,13 +240,17 @@ class AccessLog:
                 self._second = datetime.fromtimestamp(second, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
             moment = f"{self._second}.{fraction:03d}+00:00"
             self._prefix = f'{{"time": "{moment}", "level": "info", "namespace": "{self.NAMESPACE}", "message": "'
-        request = f'"request_id": "{request_id}", ' if request_id else ""
+        # Joined with +, not an f-string: PyPy's JIT builds a + chain in one buffer, where an f-string cost this
+        # line several times the time and allocation (docs/performance.md, "Strings on PyPy").
+        code = str(status)
+        ids = ""
+        if request_id:
+            ids = '"request_id": "' + request_id + '", '
         if trace_id:
-            request += f'"trace_id": "{trace_id}", '
-        return (
-            f'{self._prefix}{method} {path} {status} ({client}) {duration_ms}ms", {request}"method": "{method}", '
-            f'"path": "{path}", "status": {status}, "client": "{client}", "duration_ms": {duration_ms}}}\n'
-        )
+            ids += '"trace_id": "' + trace_id + '", '
+        message = self._prefix + method + " " + path + " " + code + " (" + client + ") " + duration_ms + 'ms", '
+        fields = '"method": "' + method + '", "path": "' + path + '", "status": ' + code + ', "client": "' + client
+        return message + ids + fields + '", "duration_ms": ' + duration_ms + "}\n"
 
     def flush(self) -> None:
         """Write what is pending (also called as the worker shuts down, so no line is lost)."""

@@ -323,9 +323,9 @@ class UnrecordedTrace:
     __slots__ = ("trace_id", "traceparent")
     recording = False
 
-    def __init__(self, trace_id: str, span_id: str) -> None:
+    def __init__(self, trace_id: str, traceparent: str) -> None:
         self.trace_id = trace_id
-        self.traceparent = f"00-{trace_id}-{span_id}-00"
+        self.traceparent = traceparent
 
     def redis_call(
         self, name: str, started_ns: int, ended_ns: int, error: Optional[BaseException], attributes: Mapping[str, Any]
@@ -340,23 +340,28 @@ class UnrecordedIds:
     """Ids for requests not sampled: a random prefix per worker, then counted, as request ids are.
 
     W3C asks a trace id to be unique; only with the ``random`` flag (not
-    set here) must it be random. Two random numbers formatted per request
-    cost several times what a count does on PyPy, on nearly every request.
+    set here) must it be random. The count is written in decimal, sixteen
+    digits from 10**15 (decimal digits are hex digits, and at a fixed width
+    no two counts make one id), and the ids are joined with ``+``: on PyPy a
+    format spec (``f"{n:016x}"``) or an f-string allocated several times as
+    much, on nearly every request (docs/tracing.md, "What it costs").
     """
 
     def __init__(self) -> None:
         self._trace_prefix = os.urandom(8).hex()
         self._span_prefix = (os.urandom(3) + b"\x01").hex()  # never all zero (W3C: an all-zero id is invalid)
-        self._count = itertools.count(1)
+        self._count = itertools.count(10**15)
 
     def new(self) -> UnrecordedTrace:
-        counted = f"{next(self._count):016x}"
-        return UnrecordedTrace(self._trace_prefix + counted, self._span_prefix + counted[8:])
+        counted = str(next(self._count))
+        trace_id = self._trace_prefix + counted
+        return UnrecordedTrace(trace_id, "00-" + trace_id + "-" + self._span_prefix + counted[8:] + "-00")
 
     def within(self, trace_id: int) -> UnrecordedTrace:
         """Under a parent's trace that is not sampled."""
-        counted = f"{next(self._count):016x}"
-        return UnrecordedTrace(f"{trace_id:032x}", self._span_prefix + counted[8:])
+        counted = str(next(self._count))
+        parent = f"{trace_id:032x}"
+        return UnrecordedTrace(parent, "00-" + parent + "-" + self._span_prefix + counted[8:] + "-00")
 
 
 class Tracing:

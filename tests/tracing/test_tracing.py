@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from typing import Any, List
 
@@ -97,6 +98,17 @@ def test_a_request_not_sampled_records_nothing_but_carries_its_trace_on():
     trace.finish(200, (), None)
     assert not trace.recording
     assert trace.traceparent == f"00-{trace.trace_id}-{trace.traceparent[36:52]}-00"
+
+
+def test_the_ids_of_requests_not_sampled_are_valid_and_distinct():
+    """W3C's form (lowercase hex, never all zero), at the counter's first value and past many."""
+    ids = UnrecordedIds()
+    traces = [ids.new() for _ in range(20_000)] + [ids.within(0xABC)]
+    for trace in traces[:3] + traces[-3:]:
+        assert re.fullmatch(r"00-[0-9a-f]{32}-[0-9a-f]{16}-00", trace.traceparent), trace.traceparent
+        assert trace.traceparent[3:35] == trace.trace_id and int(trace.traceparent[36:52], 16) != 0
+    assert traces[-1].trace_id == f"{0xABC:032x}"
+    assert len({trace.trace_id for trace in traces[:-1]}) == len({t.traceparent for t in traces}) - 1 == 20_000
 
 
 class Stuck(SpanExporter):
