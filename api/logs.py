@@ -168,7 +168,7 @@ def milliseconds(seconds: float) -> str:
     order done"). A duration below zero (the wall clock stepped back) is 0.
     """
     hundredths = max(0, int(seconds * 100_000 + 0.5))
-    return f"{hundredths // 100}{_HUNDREDTHS[hundredths % 100]}"
+    return str(hundredths // 100) + _HUNDREDTHS[hundredths % 100]
 
 
 class AccessLog:

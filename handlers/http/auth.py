@@ -282,5 +282,6 @@ def _plainly_spelled(authorization: str) -> bool:
 
 
 def may(scopes: Sequence[str], collection: str, write: bool) -> bool:
-    action = "write" if write else "read"
-    return "admin" in scopes or f"{action}:*" in scopes or f"{action}:{collection}" in scopes
+    # Joined with +: on PyPy an f-string costs several times as much, and this runs on every request.
+    action = "write:" if write else "read:"
+    return "admin" in scopes or action + "*" in scopes or action + collection in scopes
