@@ -241,7 +241,7 @@ class AccessLog:
             moment = f"{self._second}.{fraction:03d}+00:00"
             self._prefix = f'{{"time": "{moment}", "level": "info", "namespace": "{self.NAMESPACE}", "message": "'
         # Joined with +, not an f-string: PyPy's JIT builds a + chain in one buffer, where an f-string cost this
-        # line several times the time and allocation (docs/performance.md, "Strings on PyPy").
+        # line several times the time and allocation (docs/history/performance.md, "Strings on PyPy").
         code = str(status)
         ids = ""
         if request_id:
