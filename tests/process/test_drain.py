@@ -110,11 +110,14 @@ def test_a_request_unread_when_the_drain_closes_idle_connections_is_answered(red
     # A grace that covers both burns on a loaded machine (the burn counts CPU time, not wall time).
     burn = str(int((IDLE_CLOSE + 0.5) * 1e6))
     server = serving(redis_server, tmp_path, JETWAY_DEBUG_BURN_US=burn, JETWAY_GRACE="60")
+    socks: List[socket.socket] = []
     try:
-        [kept] = connected(server, 1)
+        socks += connected(server, 1)
+        kept = socks[0]
         kept.sendall(HEALTHZ)
         assert answer(kept).startswith(b"HTTP/1.1 200 ")  # keep-alive: idle from now on
-        [busy] = connected(server, 1)
+        socks += connected(server, 1)
+        busy = socks[1]
         worker = worker_pids(server)[0]
         server.process.send_signal(signal.SIGTERM)
         wait_until(lambda: not listens(worker, server.port), 10, "the worker to begin its drain")
@@ -128,4 +131,6 @@ def test_a_request_unread_when_the_drain_closes_idle_connections_is_answered(red
             assert ended(sock)
         assert server.process.wait(60) == 0
     finally:
+        for sock in socks:
+            sock.close()
         server.stop()
