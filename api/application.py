@@ -7,8 +7,6 @@ worker's body budget, and stops accepting at ``max_connections``.
 from __future__ import annotations
 
 import email.utils
-import itertools
-import os
 from typing import Any, List, Optional, Sequence, Set, Tuple
 
 import cyclone.web
@@ -19,6 +17,7 @@ from twisted.logger import Logger
 
 from api.body_budget import STREAM_SHARE, BodyBudget
 from api.connection import HttpLimits, JetwayConnection
+from api.counted_ids import CountedIds
 from api.observe import Observer
 from api.routed import Routed
 from api.streamed_body import stream_reservation
@@ -70,10 +69,7 @@ class JetwayApplication(cyclone.web.Application):
         self._date: Tuple[int, str] = (0, "")
         # Request ids: unique per worker by a random prefix, then counted;
         # a uuid4 per request reads /dev/urandom: too dear for every request.
-        # The count in sixteen decimal digits (hex digits too), from 10**15:
-        # on PyPy a format spec (f"{n:016x}") cost it several times as much.
-        self._request_id_prefix = os.urandom(8).hex()
-        self._request_count = itertools.count(10**15)
+        self._request_ids = CountedIds()
         self.accepting = True
         self._paused = False
         self._sweeping = task.LoopingCall(self._time_out_connections)
@@ -151,7 +147,7 @@ class JetwayApplication(cyclone.web.Application):
 
     def new_request_id(self) -> str:
         """32 hex digits, unique across workers and restarts, for a request that came without one."""
-        return self._request_id_prefix + str(next(self._request_count))
+        return self._request_ids.new()
 
     def listen_on(self, port: Any) -> None:
         self.port = port

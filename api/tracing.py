@@ -23,7 +23,6 @@ and attribute means and what tracing costs.
 
 from __future__ import annotations
 
-import itertools
 import os
 import random
 import socket
@@ -41,6 +40,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from api.counted_ids import CountedIds
 from api.otlp_export import OtlpHttpExporter
 
 # Seconds one export may take; it runs on the processor's thread.
@@ -340,28 +340,23 @@ class UnrecordedIds:
     """Ids for requests not sampled: a random prefix per worker, then counted, as request ids are.
 
     W3C asks a trace id to be unique; only with the ``random`` flag (not
-    set here) must it be random. The count is written in decimal, sixteen
-    digits from 10**15 (decimal digits are hex digits, and at a fixed width
-    no two counts make one id), and the ids are joined with ``+``: on PyPy a
-    format spec (``f"{n:016x}"``) or an f-string allocated several times as
-    much, on nearly every request (docs/tracing.md, "What it costs").
+    set here) must it be random. Joined with ``+``, as ``api.counted_ids``
+    says why.
     """
 
     def __init__(self) -> None:
-        self._trace_prefix = os.urandom(8).hex()
+        self._traces = CountedIds()
         self._span_prefix = (os.urandom(3) + b"\x01").hex()  # never all zero (W3C: an all-zero id is invalid)
-        self._count = itertools.count(10**15)
 
     def new(self) -> UnrecordedTrace:
-        counted = str(next(self._count))
-        trace_id = self._trace_prefix + counted
+        counted = self._traces.count()
+        trace_id = self._traces.prefix + counted
         return UnrecordedTrace(trace_id, "00-" + trace_id + "-" + self._span_prefix + counted[8:] + "-00")
 
     def within(self, trace_id: int) -> UnrecordedTrace:
         """Under a parent's trace that is not sampled."""
-        counted = str(next(self._count))
         parent = f"{trace_id:032x}"
-        return UnrecordedTrace(parent, "00-" + parent + "-" + self._span_prefix + counted[8:] + "-00")
+        return UnrecordedTrace(parent, "00-" + parent + "-" + self._span_prefix + self._traces.count()[8:] + "-00")
 
 
 class Tracing:
