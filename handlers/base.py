@@ -30,7 +30,7 @@ from handlers.http.negotiation import IDENTITY, Negotiator, Preference
 from handlers.http.problems import RETRY_AFTER_SECONDS, as_api_error, problem_reply, rate_limited, too_large
 from handlers.http.reply import JSON_TYPE, PROBLEM_TYPE, REASONS, Reply, request_id_of
 from handlers.http.representation import negotiate
-from handlers.pipeline import both, query_argument, traced_reply
+from handlers.pipeline import both, query_argument
 
 __all__ = ["JSON_TYPE", "PROBLEM_TYPE", "RETRY_AFTER_SECONDS", "as_api_error", "request_id_of", "too_large"]
 ADMIN = "admin"
@@ -102,9 +102,7 @@ class JsonHandler(CycloneHandler):
     def send_reply(self, reply: Reply) -> None:
         """Send a pipeline's reply (``handlers.pipeline``): the head the connection would write, through Cyclone."""
         self.set_reply_status(reply.status, REASONS[reply.status])
-        if self.trace is not None and not any(name == "traceparent" for name, _ in reply.headers):
-            reply = traced_reply(reply, self.trace)
-        self.reply = reply  # its head is the reply's own (handlers.framework, _generate_headers)
+        self.reply = reply  # its head is the reply's own, with the trace's traceparent (handlers.framework)
         if reply.body and reply.status != 304:
             self.write(reply.body)
 

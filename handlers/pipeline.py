@@ -151,22 +151,13 @@ def start(pipeline: Pipeline, exchange: Exchange) -> Step:
 
 def _traced(pipeline: Pipeline, exchange: Exchange, trace: Any) -> Step:
     """``start`` for a traced request: its steps run with its trace active (only if it is sampled: else
-    nothing records), and its reply carries its ``traceparent``."""
+    nothing records). Its ``traceparent`` is the head's (``Reply.head``)."""
     try:
         # Not sampled: nothing to make active, and a context variable set and reset costs PyPy more than the
         # rest of the unsampled trace (docs/tracing.md, "What it costs").
-        reply = run_within(trace, pipeline, exchange) if trace.recording else pipeline(exchange)
+        return run_within(trace, pipeline, exchange) if trace.recording else pipeline(exchange)
     except Exception:
         return failed(Failure(), exchange)
-    if is_deferred(reply):
-        return reply.addCallback(traced_reply, trace)
-    return traced_reply(reply, trace)
-
-
-def traced_reply(reply: Reply, trace: Any) -> Reply:
-    """``reply`` with the ``traceparent`` of the request's span (W3C Trace Context), for the client to follow."""
-    headers = [*reply.headers, ("traceparent", trace.traceparent)]
-    return Reply(reply.status, reply.content_type, headers, reply.body, reply.vary, reply.kind)
 
 
 def failed(failure: Failure, exchange: Exchange) -> Reply:

@@ -132,9 +132,9 @@ def problem_reply(
     A header the problem names again (a 429's ``Retry-After``) keeps its
     first place and takes the problem's value, as Cyclone's ``set_header``.
     A traced request's (``trace``, an ``api.tracing.RequestTrace``) carries
-    its ``traceparent``, and its trace id as the problem's ``trace_id``
-    member, beside the ``X-Request-ID`` header, so a client's report leads
-    to the trace.
+    its trace id as the problem's ``trace_id`` member, beside the
+    ``X-Request-ID`` header, so a client's report leads to the trace (its
+    ``traceparent`` header is the head's: ``Reply.head``).
     """
     headers = {"Cache-Control": ERROR_POLICY}
     if allow is not None:
@@ -145,6 +145,5 @@ def problem_reply(
         headers[name] = value
     members = problem.as_problem()
     if trace is not None:
-        headers["traceparent"] = trace.traceparent
         members["trace_id"] = trace.trace_id
     return Reply(problem.status_code, PROBLEM_TYPE, list(headers.items()), codec.dumps(members))

@@ -134,6 +134,16 @@ def test_a_read_is_traced_both_ways_it_is_answered(server, collector, connection
         assert collector.wait_for(lambda: children(collector, root))
 
 
+@pytest.mark.parametrize("connection", ["keep-alive", "close"], ids=["answered-by-the-connection", "by-cyclone"])
+def test_a_problem_carries_its_trace_once_both_ways_it_is_answered(server, connection):
+    """A problem's head has one ``traceparent``, and its ``trace_id`` member is that trace's, whoever answers."""
+    with requests.Session() as session:
+        response = session.get(server.url("/v1/users/none"), headers={"Connection": connection}, timeout=10)
+    assert response.status_code == 404
+    assert len(response.raw.headers.getlist("traceparent")) == 1
+    assert response.json()["trace_id"] == trace_of(response)["trace_id"]
+
+
 def test_a_token_is_named_never_shown(redis_server, redis_client, collector, tmp_path):
     jetway = JetwayServer(
         redis_server.url,
