@@ -46,8 +46,9 @@ end
 # cache.indexes.scripts' move_entries and unindex): what a live query judges
 # it by (cache.feed.live_queries).
 #
-# The caps (trim_feed), once a stream's events carry index entries: the
-# oldest events go, exactly, once the stream holds more than its budget of
+# The caps (trim_feed), once a stream has had an event larger than its
+# budget's share of one (budget / (length cap + NODE_SLACK), at least
+# UNMARKED_BYTES): the oldest events go, exactly, once the stream holds more than its budget of
 # bytes (each event counted as event_bytes says: a running total and each
 # event's count, oldest first, kept beside it in ji:{<coll>:<shard>}:fb and
 # :fbs, out of the hot cache's tracked prefix), more than FEED_STEP events
@@ -55,12 +56,14 @@ end
 # just added. A trim goes a step below
 # the budget (1/FEED_STEP of it), so a write at the cap reads the oldest
 # events once every few writes, as MAXLEN ~ trims by whole nodes. A stream
-# none of whose events carried entries is capped as before, by MAXLEN ~
-# (its events are at most UNMARKED_BYTES, 392, as counted): the counting
-# doubled the PUT script's Redis CPU at the cap for small events; with
-# entries it adds a little (reading the trimmed events for their sizes
-# instead of the list, more). The figures: docs/limits.md, "What one write
-# makes Redis hold".
+# none of whose events was larger is capped by MAXLEN ~ alone: its length
+# cap then bounds its bytes within the budget (Redis trims by whole nodes:
+# fewer than NODE_SLACK, 132, events more with its default of 100 a node), or within
+# UNMARKED_BYTES, 392, an event without entries as counted. Counting
+# doubled the PUT script's Redis CPU at the cap for events without entries,
+# and half of what three indexes' entries cost a write was their counting
+# (docs/history/performance.md). The figures: docs/limits.md, "What one
+# write makes Redis hold".
 _FEED = """
 -- WRITE_MANY's: by channel (a collection's), each shard's last event, nudged at its end.
 local nudges = nil
@@ -153,18 +156,18 @@ local function log_change(K, A, id, etag, marks)
   if marks then
     for i = 1, #marks do fields[6 + i] = marks[i] end
   end
-  local unmarked = #fields == 6 or (#fields == 8 and fields[7] == 't')
   if trace then
     fields[#fields + 1] = 'c'
     fields[#fields + 1] = trace
   end
   local state = 'ji:' .. string.sub(K[2], 4, -2) .. 'fb'
   local event
-  -- (An expiry's event carries its due time, t, and a sampled write's its traceparent, c: UNMARKED_BYTES still
-  -- bounds them, an expiry's ETag being empty and an expiry never traced.)
-  if unmarked and not counted(state) then
-    -- No index entries in this stream yet: its events are small (UNMARKED_BYTES at most), the event cap bounds
-    -- their bytes, and Redis trims it by whole nodes as it adds (half the script's cost of counting).
+  local bytes, max_len, budget = event_bytes(fields), tonumber(A[feed_at + 2]), tonumber(A[feed_at + 6])
+  -- (An event without entries is UNMARKED_BYTES at most, as counted: an expiry's carries its due time, t, and a
+  -- sampled write's its traceparent, c, an expiry's ETag being empty and an expiry never traced.)
+  if bytes <= math.max(UNMARKED_BYTES, budget / (max_len + NODE_SLACK)) and not counted(state) then
+    -- Every event of this stream so far this small: the event cap bounds their bytes, and Redis trims it by whole
+    -- nodes as it adds (half the script's cost of counting).
     event = redis.call('XADD', K[3], 'MAXLEN', '~', A[feed_at + 2], '*', unpack(fields))
     if A[feed_at + 3] ~= '0' then
       local oldest = tonumber(string.match(event, '^%d+')) - tonumber(A[feed_at + 3])
@@ -176,7 +179,7 @@ local function log_change(K, A, id, etag, marks)
     if A[feed_at + 3] ~= '0' then
       min_ms = tonumber(string.match(event, '^%d+')) - tonumber(A[feed_at + 3])
     end
-    trim_feed(K[3], state, event_bytes(fields), tonumber(A[feed_at + 2]), tonumber(A[feed_at + 6]), min_ms)
+    trim_feed(K[3], state, bytes, max_len, budget, min_ms)
     if counting then counting[state] = true end  -- trim_feed's HINCRBY set 'b'
   end
   if nudges then
@@ -187,7 +190,7 @@ local function log_change(K, A, id, etag, marks)
     redis.call('PUBLISH', A[feed_at + 4], A[feed_at + 5] .. ' ' .. event)
   end
 end
-""".replace("FEED_STEP", "32").replace("UNMARKED_BYTES", "392")
+""".replace("FEED_STEP", "32").replace("UNMARKED_BYTES", "392").replace("NODE_SLACK", "132")
 FEED_ARGS = 6
 
 

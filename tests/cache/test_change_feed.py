@@ -125,15 +125,16 @@ def test_a_write_already_carrying_its_etag_is_answered_as_done_and_logged_once(r
     assert [fields[b"e"] for _, fields in redis_client.xrange(stream_of(b"r"))] == [b'"planned"']
 
 
-def indexed_put(client, doc_id: bytes, n: int, feed: FeedLog, marked: bool = True) -> None:
-    """A PUT in a shard that keeps an index on /f: its event carries the entries (``marked``: the document has f)."""
+def indexed_put(client, doc_id: bytes, n: int, feed: FeedLog, marked: bool = True, wide: int = 400) -> None:
+    """A PUT in a shard that keeps an index on /f: its event carries the entries (``marked``: the document has f,
+    ``wide`` bytes of it and more)."""
     from cache.indexes.declared import declared_indexes, index_args, spec_json
     from cache.indexes.scripts import SPEC
 
     indexes = declared_indexes({"i0": {"fields": [{"name": "f", "pointer": "/f", "type": "string"}]}})
     shard = keys.shard_of(doc_id)
     client.eval(SPEC.source, 1, keys.index_spec_key(COLL, shard), 1, spec_json(indexes))
-    document = {"f": f"v{n}"} if marked else {"g": n}
+    document = {"f": f"v{n}".ljust(wide, "-")} if marked else {"g": n}
     script_keys = [keys.document_key(COLL, doc_id), keys.index_key_for(COLL, doc_id), *feed.script_keys(COLL, doc_id)]
     args = [doc_id, json.dumps(document).encode(), b'"e%d"' % n, b"date", b"", b"", b"", 0]
     args += [*index_args(indexes, document, doc_id), *feed.script_args(b"put", COLL, doc_id)]
@@ -147,11 +148,30 @@ def counted(client, doc_id: bytes) -> tuple:
     return client.xlen(stream_of(doc_id)), len(sizes), int(client.hget(state, "b") or 0), sum(sizes)
 
 
+def test_a_stream_of_events_within_the_budgets_share_is_not_counted(redis_client):
+    """Events with entries, each no larger than the budget over the length cap and Redis's slack: the cap bounds
+    their bytes, Redis trims by whole nodes (MAXLEN ~), and nothing is counted; from the first larger one on,
+    every event is."""
+    roomy = FeedLog(max_events=16 * 100, max_bytes=16 * 1024 * 1024)  # a shard's share: 1 MiB / (100 + 132)
+    for n in range(400):
+        indexed_put(redis_client, b"a", n, roomy, wide=40)
+    length, listed, total, _ = counted(redis_client, b"a")
+    assert 100 <= length < 100 + 132 and (listed, total) == (0, 0)
+    assert redis_client.memory_usage(stream_of(b"a"), samples=0) < 1024 * 1024
+    tight = FeedLog(max_events=16 * 100, max_bytes=16 * 100 * 1024)  # a share of 441 B: an entry of 500 is over
+    indexed_put(redis_client, b"a", 400, tight, wide=500)
+    length, listed, total, summed = counted(redis_client, b"a")
+    assert length == listed and total == summed > 0
+    indexed_put(redis_client, b"a", 401, roomy, wide=40)  # small again, but the stream stays counted
+    length, listed, total, summed = counted(redis_client, b"a")
+    assert length == listed > 0 and total == summed > 0
+
+
 def test_a_stream_with_index_entries_keeps_a_running_count_of_its_bytes_through_every_trim(redis_client):
     """``cache.documents.scripts``' trim_feed: the total is each kept event's count, after the event cap, a trim outside
     the script (the counts are made again from the events) and the age cap; a stream without entries is not
-    counted (MAXLEN ~, as before)."""
-    feed = FeedLog(max_events=16 * 10)
+    counted (MAXLEN ~, as before). Its events are larger than the budget's share of one, so it is counted."""
+    feed = FeedLog(max_events=16 * 10, max_bytes=1)  # a shard's budget is one largest event: a share of 461 B
     for n in range(50):
         put(redis_client, b"a", b'"u%d"' % n, feed)
     assert counted(redis_client, b"a") == (50, 0, 0, 0)
@@ -164,7 +184,7 @@ def test_a_stream_with_index_entries_keeps_a_running_count_of_its_bytes_through_
     indexed_put(redis_client, b"a", 200, feed)
     length, listed, total, summed = counted(redis_client, b"a")
     assert length == listed == 6 and total == summed
-    aged = FeedLog(max_events=16 * 1000, max_age=1)
+    aged = FeedLog(max_events=16 * 1000, max_age=1, max_bytes=1)
     time.sleep(1.1)
     indexed_put(redis_client, b"a", 300, aged)
     assert counted(redis_client, b"a")[:2] == (1, 1)  # the others were over a second old

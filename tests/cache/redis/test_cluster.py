@@ -303,8 +303,9 @@ def test_no_write_runs_on_a_slot_while_it_migrates(cluster, gateway):
     declared = _put(gateway, "/v1/_collections/settling", {"indexes": index})
     assert declared.status_code in (200, 201), declared.text
     time.sleep(0.2)  # each worker's settings cache hears of the index (tests/handlers/test_queries.py's declare)
-    assert _put(gateway, "/v1/settling/d1", {"s": "a"}).status_code == 201
-    assert _put(gateway, "/v1/settling/d1", {"s": "b"}).status_code == 200
+    # Entries of 400 bytes: events over the budget's share of one, so the shard counts its feed's bytes (:fb).
+    assert _put(gateway, "/v1/settling/d1", {"s": "a" * 400}).status_code == 201
+    assert _put(gateway, "/v1/settling/d1", {"s": "b" * 400}).status_code == 200
     since = requests.get(gateway.url("/v1/_changes/settling"), timeout=10).json()["next"]
     key = document_key(b"settling", b"d1")
     slot, source = key_slot(key), _owner(cluster, key)
@@ -329,7 +330,7 @@ def test_no_write_runs_on_a_slot_while_it_migrates(cluster, gateway):
     assert (_redirections(cluster) - before)["TRYAGAIN"] >= 1
     # Written whole: the body, its index entry, its event.
     assert _on(cluster, target, "HGET", key, "b") == b'{"s": "c"}'
-    for value, found in (("c", ["d1"]), ("b", [])):
+    for value, found in (("c", ["d1"]), ("b" * 400, [])):
         page = requests.get(gateway.url(f"/v1/settling?s=eq.{value}"), timeout=10).json()
         assert [item["s"] for item in page["items"]] == ["c"] * len(found), (value, page)
     events = requests.get(gateway.url(f"/v1/_changes/settling?since={since}"), timeout=10).json()["events"]
