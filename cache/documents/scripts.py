@@ -64,7 +64,8 @@ end
 # and half of what three indexes' entries cost a write was their counting
 # (docs/history/performance.md). The figures: docs/limits.md, "What one
 # write makes Redis hold".
-_FEED = """
+_FEED = (
+    """
 -- WRITE_MANY's: by channel (a collection's), each shard's last event, nudged at its end.
 local nudges = nil
 local function feed_start(K, A)
@@ -190,7 +191,10 @@ local function log_change(K, A, id, etag, marks)
     redis.call('PUBLISH', A[feed_at + 4], A[feed_at + 5] .. ' ' .. event)
   end
 end
-""".replace("FEED_STEP", "32").replace("UNMARKED_BYTES", "392").replace("NODE_SLACK", "132")
+""".replace("FEED_STEP", "32")
+    .replace("UNMARKED_BYTES", "392")
+    .replace("NODE_SLACK", "132")
+)
 FEED_ARGS = 6
 
 
