@@ -427,16 +427,8 @@ class JetwayConnection(CycloneConnection):
             return
         app = self.factory
         cors = app.cors.response_lines(head.headers.get("Origin")) if app.cors.enabled else b""
-        # "close": the worker began draining while it waited.
-        trace = exchange.trace
-        response = reply.head(
-            "HTTP/1.1",
-            app.http_date(),
-            exchange.request_id,
-            "close" if self.closing else None,
-            cors,
-            None if trace is None else trace.traceparent,
-        )
+        closing = "close" if self.closing else None  # the worker began draining while it waited
+        response = reply.head("HTTP/1.1", app.http_date(), exchange.request_id, closing, cors, exchange.trace)
         status = reply.status
         self.transport.write(response + reply.body if head.method != "HEAD" and status != 304 else response)
         seconds = time.time() - started

@@ -38,7 +38,8 @@ def _varint(value: int) -> bytes:
 
 
 # The one-byte varints, and each length-delimited field's tag (wire type 2), made once: on PyPy a bytearray a
-# varint made encoding a span's eight attributes ~9 µs, on the exporter's thread but holding the interpreter's lock.
+# varint was most of a span's encoding, on the exporter's thread but holding the interpreter's lock
+# (docs/tracing.md, "What it costs").
 _SMALL = [bytes((n,)) for n in range(0x80)]
 _TAG = [_varint(number << 3 | 2) for number in range(16)]
 
@@ -104,7 +105,7 @@ def encode(spans: Sequence[Any]) -> bytes:
     """An ``ExportTraceServiceRequest``: the spans grouped by resource, then by instrumentation scope.
 
     Grouped by the objects themselves (a worker has one of each): the SDK's
-    ``Resource`` hashes by dumping its attributes to JSON, ~3 µs a span.
+    ``Resource`` hashes by dumping its attributes to JSON, for every span.
     """
     grouped: List[Tuple[Any, Dict[Tuple[str, str], List[bytes]]]] = []
     for span in spans:

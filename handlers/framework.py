@@ -181,9 +181,7 @@ class CycloneHandler(cyclone.web.RequestHandler):
         connection = self._connection_header()
         if self.reply is not None:
             date, version = self._headers["Date"], self.request.version
-            trace = self.trace
-            traceparent = None if trace is None else trace.traceparent
-            return self.reply.head(version, date, self.request_id, connection, self._cors_lines, traceparent)
+            return self.reply.head(version, date, self.request_id, connection, self._cors_lines, self.trace)
         if connection is None:
             self._headers.pop("Connection", None)
         else:

@@ -48,24 +48,19 @@ end
 #
 # The caps (trim_feed), once a stream has had an event larger than its
 # budget's share of one (budget / (length cap + NODE_SLACK), at least
-# UNMARKED_BYTES): the oldest events go, exactly, once the stream holds more than its budget of
-# bytes (each event counted as event_bytes says: a running total and each
-# event's count, oldest first, kept beside it in ji:{<coll>:<shard>}:fb and
-# :fbs, out of the hot cache's tracked prefix), more than FEED_STEP events
-# over its length cap, or events older than its age cap; never the event
-# just added. A trim goes a step below
-# the budget (1/FEED_STEP of it), so a write at the cap reads the oldest
-# events once every few writes, as MAXLEN ~ trims by whole nodes. A stream
-# none of whose events was larger is capped by MAXLEN ~ alone: its length
-# cap then bounds its bytes within the budget (Redis trims by whole nodes:
-# fewer than NODE_SLACK, 132, events more with its default of 100 a node), or within
-# UNMARKED_BYTES, 392, an event without entries as counted. Counting
-# doubled the PUT script's Redis CPU at the cap for events without entries,
-# and half of what three indexes' entries cost a write was their counting
-# (docs/history/performance.md). The figures: docs/limits.md, "What one
-# write makes Redis hold".
-_FEED = (
-    """
+# UNMARKED_BYTES): the oldest events go, exactly, once the stream holds more
+# than its budget of bytes (each event counted as event_bytes says: a
+# running total and each event's count, oldest first, in
+# ji:{<coll>:<shard>}:fb and :fbs, out of the hot cache's tracked prefix),
+# more than FEED_STEP events over its length cap, or events older than its
+# age cap; never the event just added. A trim goes 1/FEED_STEP below the
+# budget, so a write at the cap reads the oldest events once every few
+# writes. A stream none of whose events was larger is capped by MAXLEN ~
+# alone: its cap bounds its bytes within the budget (Redis trims by whole
+# nodes, 100 events by default: fewer than NODE_SLACK more), or within
+# UNMARKED_BYTES an event without entries. Counting was most of what a
+# feed costs a write (docs/limits.md, "What one write makes Redis hold").
+_FEED_LUA = """
 -- WRITE_MANY's: by channel (a collection's), each shard's last event, nudged at its end.
 local nudges = nil
 local function feed_start(K, A)
@@ -191,10 +186,8 @@ local function log_change(K, A, id, etag, marks)
     redis.call('PUBLISH', A[feed_at + 4], A[feed_at + 5] .. ' ' .. event)
   end
 end
-""".replace("FEED_STEP", "32")
-    .replace("UNMARKED_BYTES", "392")
-    .replace("NODE_SLACK", "132")
-)
+"""
+_FEED = _FEED_LUA.replace("FEED_STEP", "32").replace("UNMARKED_BYTES", "392").replace("NODE_SLACK", "132")
 FEED_ARGS = 6
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import http
 import re
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 JSON_TYPE = "application/json"
 PROBLEM_TYPE = "application/problem+json"
@@ -56,21 +56,22 @@ class Reply:
         request_id: str,
         connection: Optional[str],
         cors_lines: bytes,
-        traceparent: Optional[str] = None,
+        trace: Any = None,
     ) -> bytes:
         """The reply's head (``response_head``), with a ``Connection`` header when ``connection`` is given.
 
-        ``traceparent``: a traced request's (W3C Trace Context), after the
-        reply's own headers. Given here, not added to ``headers``: a copy of
-        the reply per traced request cost PyPy more than its header line.
+        ``trace``: a traced request's (``api.tracing``), whose ``traceparent``
+        (W3C Trace Context) follows the reply's own headers. Written here, not
+        added to ``headers``: a copy of the reply per traced request cost PyPy
+        more than its header line.
         """
         status = self.status
         parts = [_DEFAULTS_TYPED if self.content_type == JSON_TYPE else _defaults(self.content_type)]
         parts += (date, "\r\nX-Request-ID: ", request_id, "\r\n")
         for name, value in self.headers:
             parts += (name, ": ", value, "\r\n")
-        if traceparent is not None:
-            parts += ("traceparent: ", traceparent, "\r\n")
+        if trace is not None:
+            parts += ("traceparent: ", trace.traceparent, "\r\n")
         if status not in _NO_LENGTH:
             parts += ("Content-Length: ", str(len(self.body)), "\r\n")
         if connection is not None:
