@@ -41,7 +41,8 @@ class Traced(Protocol):
 _ACTIVE: ContextVar[Optional[Traced]] = ContextVar("jetway_active_trace", default=None)
 # Set, so that the reactor's context and every copy of it hold the variable: on PyPy, reading a variable that a
 # context lacks raises and catches a KeyError inside _contextvars, and the JIT builds the frames it kept virtual
-# (docs/tracing.md, "What it costs"). Once a sampled request made the context, every read after it paid that.
+# (docs/tracing.md, "What it costs"). Once anything made the context (a sampled request, an inlineCallbacks
+# handler), every read after it paid that.
 _ACTIVE.set(None)
 
 
