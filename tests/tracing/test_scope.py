@@ -144,3 +144,17 @@ def test_a_script_is_named_and_a_wait_says_how_many_replicas_had_the_write(ackno
     name, error, attributes = trace.calls[0]
     assert name == "EVALSHA put WAIT" and error is None
     assert attributes["jetway.wait.replicas"] == 1 and attributes["jetway.wait.acknowledged"] == 1
+
+
+def test_the_active_trace_is_held_by_the_context_so_that_reading_it_never_raises():
+    """The module sets its variable as it loads: the context it loaded in (the reactor's) and every copy of it
+    hold it, so ``active()`` finds it instead of raising and catching a KeyError inside PyPy's ``_contextvars``,
+    which makes the JIT build the frames it kept virtual (docs/tracing.md, "What it costs")."""
+    import contextvars
+
+    context = contextvars.copy_context()
+    assert [var.name for var in context if var.name == "jetway_active_trace"] == ["jetway_active_trace"]
+    assert context.run(active) is None
+    assert context.run(run_within, FakeTrace("t"), active).name == "t"
+    assert context.run(active) is None  # restored to None, still held (not deleted)
+    assert any(var.name == "jetway_active_trace" for var in context)
