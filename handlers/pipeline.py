@@ -141,21 +141,13 @@ def start(pipeline: Pipeline, exchange: Exchange) -> Step:
     chain (the connection: every link is a step of ``_runCallbacks``).
     """
     trace = exchange.trace
-    if trace is not None:
-        return _traced(pipeline, exchange, trace)
     try:
+        # A traced request's steps run with its trace active, only if it is sampled (else nothing records): a
+        # context variable set and reset costs PyPy more than the rest of the unsampled trace (docs/tracing.md,
+        # "What it costs"). Its ``traceparent`` is the head's (``Reply.head``).
+        if trace is not None and trace.recording:
+            return run_within(trace, pipeline, exchange)
         return pipeline(exchange)
-    except Exception:
-        return failed(Failure(), exchange)
-
-
-def _traced(pipeline: Pipeline, exchange: Exchange, trace: Any) -> Step:
-    """``start`` for a traced request: its steps run with its trace active (only if it is sampled: else
-    nothing records). Its ``traceparent`` is the head's (``Reply.head``)."""
-    try:
-        # Not sampled: nothing to make active, and a context variable set and reset costs PyPy more than the
-        # rest of the unsampled trace (docs/tracing.md, "What it costs").
-        return run_within(trace, pipeline, exchange) if trace.recording else pipeline(exchange)
     except Exception:
         return failed(Failure(), exchange)
 
