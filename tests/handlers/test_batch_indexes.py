@@ -1,8 +1,8 @@
-"""A batch's index changes, applied once per sorted set at its end (cache/indexes/scripts.py's ``pending``), leave
-exactly what its writes applied one by one would: held to a Python model over generated batches whose writes
-touch the same documents again and again (an entry added then removed, removed then added, a document deleted
-then written, an array's elements changed), then to the sorted sets themselves: no entry left that no document
-holds, none missing. On one Redis and the 3-master cluster (make test-cluster).
+"""A batch's index changes (one WRITE_MANY call, cache/documents/scripts.py) leave exactly what its writes applied
+one by one would: held to a Python model over generated batches whose writes touch the same documents again and
+again (an entry added then removed, removed then added, a document deleted then written, an array's elements
+changed), then to the sorted sets themselves: no entry left that no document holds, none missing. On one Redis
+and the 3-master cluster (make test-cluster).
 """
 
 from __future__ import annotations
