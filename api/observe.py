@@ -19,7 +19,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 
 from api.logs import AccessLog
 from api.metrics_dir import MULTIPROC_ENV
-from handlers.feed.event_stream import FeedStats
+from handlers.feed.stats import FeedStats
 
 _TOKEN = re.compile(r"jw_[A-Za-z0-9_-]{20,}")
 _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)

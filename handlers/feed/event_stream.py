@@ -30,12 +30,12 @@ resumes after the last change.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Callable
 
 from cache.json import codec
 from cache.twisted_internals import unsent_bytes
 from handlers.feed.hub import Chunk
+from handlers.feed.stats import FeedStats
 
 # What a browser's EventSource waits before reconnecting (its own default is
 # a few seconds): a graceful restart should cost a client less than a second.
@@ -47,16 +47,6 @@ LOST_DETAIL = (
     "events after this position are no longer kept (the feed's cap, or a failover lost them):"
     " re-list the collection, then follow from a new position"
 )
-
-
-@dataclass
-class FeedStats:
-    """This worker's feed counters, read by the metrics flush (``api.observe``)."""
-
-    subscribers: int = 0
-    events_sent: int = 0
-    fell_behind: int = 0
-    lost: int = 0
 
 
 def named_event(name: bytes, fields: dict) -> bytes:

@@ -26,8 +26,9 @@ from cache.feed.nudges import FeedNudges
 from cache.feed.position import Position, StreamId
 from cache.feed.streams import FeedReader
 from cache.redis.address import RedisAddress
-from handlers.feed.event_stream import EventStream, FeedStats
+from handlers.feed.event_stream import EventStream
 from handlers.feed.hub import Hub
+from handlers.feed.stats import FeedStats
 from handlers.feed.subscriber import Subscription
 
 TICK_SECONDS = 1.0
