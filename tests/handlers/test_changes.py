@@ -13,7 +13,7 @@ import random
 import re
 import threading
 import time
-from typing import Dict, List, Tuple
+from typing import Any, Dict, Iterable, List, Tuple
 
 import pytest
 import requests
@@ -358,12 +358,19 @@ def poll_all(api, collection: str, since: str) -> List[Dict[str, str]]:
             return events
 
 
+def per_document(events: Iterable[Tuple[Any, ...]]) -> Dict[str, List[Any]]:
+    """Each document's events as (id, what...) tuples, grouped by id in the order received (what alone when it is
+    one value): all a feed promises. Events of different documents are merged by time with no stronger order
+    (docs/api.md): two writes in one millisecond to documents of two shards may come either way round."""
+    found: Dict[str, List[Any]] = {}
+    for doc_id, *rest in events:
+        found.setdefault(doc_id, []).append(rest[0] if len(rest) == 1 else tuple(rest))
+    return found
+
+
 def by_document(events: List[Dict[str, str]]) -> Dict[str, List[str]]:
-    """Each document's ops in the order received: the feed orders a document's events, not different documents'."""
-    ops: Dict[str, List[str]] = {}
-    for event in events:
-        ops.setdefault(event["id"], []).append(event["op"])
-    return ops
+    """Each document's ops in the order received (``per_document``)."""
+    return per_document((event["id"], event["op"]) for event in events)
 
 
 def post_batch(api, *operations: Dict[str, object], **kwargs) -> requests.Response:

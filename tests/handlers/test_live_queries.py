@@ -8,6 +8,7 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
+from tests.handlers.test_changes import per_document
 from tests.handlers.test_queries import INDEXES, PROBLEM, declare
 
 STATUS = {"by_status": {"fields": [{"name": "status", "pointer": "/status", "type": "string"}]}}
@@ -28,16 +29,6 @@ def live(api, collection: str, query: str, since: str) -> List[Tuple[str, str, b
         if not events and page.json()["next"] == since:
             return seen  # caught up: an empty page that read nothing
         since = page.json()["next"]
-
-
-def per_document(events: List[Tuple[Any, ...]]) -> Dict[str, List[Tuple[Any, ...]]]:
-    """Each document's events in their order: all a feed promises. Events of different documents are merged by
-    time, with no stronger order (docs/api.md): two writes in one millisecond to documents of two shards may come
-    either way round."""
-    found: Dict[str, List[Tuple[Any, ...]]] = {}
-    for doc_id, *rest in events:
-        found.setdefault(doc_id, []).append(tuple(rest))
-    return found
 
 
 def test_the_events_of_documents_that_match_or_stop_matching_each_say_which(api) -> None:
