@@ -159,7 +159,12 @@ def test_connections_queued_for_a_worker_as_it_dies_are_answered_by_the_live_one
             statuses = [future.result().status_code for future in asked]
         assert statuses == [200] * 32
         assert gate.exists()  # answered while its successor was still held back
-        assert "queued connections handed to the serving workers" in Path(server.log_path).read_text()
+        # The master writes that line after it hands the last one over, so a worker may answer it first.
+        wait_until(
+            lambda: "queued connections handed to the serving workers" in Path(server.log_path).read_text(),
+            5,
+            "the master's log of the handoff",
+        )
     finally:
         if gate.exists():
             gate.unlink()
