@@ -1,17 +1,32 @@
-"""Spans encoded by hand (``api.otlp_export``) decode to what the SDK's own protobuf encoder makes."""
+"""Spans encoded by hand (``api.otlp_export``) decode to what the SDK's own protobuf encoder makes, and reach a
+collector over a kept connection: none lost when it hangs up while idle, none sent twice when it is slow."""
 
 from __future__ import annotations
 
+import datetime
+import ipaddress
+import ssl
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, List, Tuple
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 from opentelemetry import trace as trace_api
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from api.otlp_export import encode
+from api.otlp_export import OtlpHttpExporter, encode
+from tests.support import free_port
 
 
 def without_defaults(request: ExportTraceServiceRequest) -> ExportTraceServiceRequest:
@@ -45,3 +60,144 @@ def test_the_encoding_is_the_sdks():
     mine = ExportTraceServiceRequest.FromString(encode(spans))
     assert without_defaults(mine) == without_defaults(encode_spans(spans))
     assert len(mine.resource_spans[0].scope_spans[0].spans) == 3
+
+
+def finished_spans() -> list:
+    """Two ended spans of the SDK, as the batch processor hands them to the exporter."""
+    exported = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({"service.name": "jetway"}), shutdown_on_exit=False)
+    provider.add_span_processor(SimpleSpanProcessor(exported))
+    tracer = provider.get_tracer("jetway")
+    tracer.start_span("GET /healthz", kind=SpanKind.SERVER).end()
+    tracer.start_span("GET /readyz", kind=SpanKind.SERVER).end()
+    return list(exported.get_finished_spans())
+
+
+class Receiver:
+    """A collector on 127.0.0.1 that speaks HTTP/1.1 and counts what it got: batches, connections, POSTs.
+
+    ``hang_up``: it closes each connection after its answer without saying so (a collector's idle timeout
+    between two batches). ``status``: what it answers. ``stall``: seconds it waits before answering each
+    POST after the first.
+    ``tls``: a ``ssl.SSLContext`` it serves with.
+    """
+
+    def __init__(self, hang_up: bool = False, status: int = 200, stall: float = 0.0, tls: Any = None) -> None:
+        self.batches: List[ExportTraceServiceRequest] = []
+        self.connections = 0
+        self.posts = 0
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def setup(self) -> None:
+                receiver.connections += 1
+                super().setup()
+
+            def do_POST(self) -> None:
+                receiver.posts += 1
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                if receiver.posts > 1:
+                    time.sleep(stall)
+                if status == 200:
+                    receiver.batches.append(ExportTraceServiceRequest.FromString(body))
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                self.close_connection = hang_up
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        if tls is not None:
+            self._server.socket = tls.wrap_socket(self._server.socket, server_side=True)
+        scheme = "https" if tls is not None else "http"
+        self.url = f"{scheme}://127.0.0.1:{self._server.server_address[1]}/v1/traces"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def __enter__(self) -> Receiver:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def test_batches_share_one_connection():
+    with Receiver() as receiver:
+        exporter = OtlpHttpExporter(receiver.url, 5.0)
+        assert [exporter.export(finished_spans()) for _ in range(3)] == [SpanExportResult.SUCCESS] * 3
+        exporter.shutdown()
+    assert (len(receiver.batches), receiver.connections) == (3, 1)
+
+
+def test_a_connection_the_collector_closed_while_idle_loses_no_batch():
+    """The next batch fails on the closed connection at once and goes, once, on a new one."""
+    with Receiver(hang_up=True) as receiver:
+        exporter = OtlpHttpExporter(receiver.url, 5.0)
+        for _ in range(3):
+            assert exporter.export(finished_spans()) is SpanExportResult.SUCCESS
+            time.sleep(0.05)  # the collector's close has arrived
+        exporter.shutdown()
+    assert (len(receiver.batches), receiver.posts, receiver.connections) == (3, 3, 3)
+
+
+def test_a_refused_batch_a_slow_collector_and_none_at_all_each_fail_once():
+    with Receiver(status=500) as refusing:
+        exporter = OtlpHttpExporter(refusing.url, 5.0)
+        assert exporter.export(finished_spans()) is SpanExportResult.FAILURE
+        exporter.shutdown()
+    assert refusing.posts == 1
+    with Receiver(stall=1.5) as slow:
+        exporter = OtlpHttpExporter(slow.url, 0.5)
+        assert exporter.export(finished_spans()) is SpanExportResult.SUCCESS
+        started = time.monotonic()
+        assert exporter.export(finished_spans()) is SpanExportResult.FAILURE  # on the kept connection
+        assert time.monotonic() - started < 1.4  # the timeout, not the collector, ended it
+        exporter.shutdown()
+    assert slow.posts == 2  # a timeout is the batch's: not sent again
+    assert OtlpHttpExporter(f"http://127.0.0.1:{free_port()}/v1/traces", 5.0).export(finished_spans()) is (
+        SpanExportResult.FAILURE
+    )
+
+
+def self_signed(directory: Path) -> Tuple[Path, Path]:
+    """A certificate for 127.0.0.1 and its key, as PEM files."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test collector")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = directory / "collector.pem", directory / "collector.key"
+    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return cert_path, key_path
+
+
+def test_an_https_collector_is_reached_only_with_a_certificate_the_worker_trusts(tmp_path, monkeypatch):
+    cert_path, key_path = self_signed(tmp_path)
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(str(cert_path), str(key_path))
+    with Receiver(tls=tls) as receiver:
+        untrusting = OtlpHttpExporter(receiver.url, 5.0)
+        assert untrusting.export(finished_spans()) is SpanExportResult.FAILURE
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert_path))  # an operator's own authority, as OpenSSL reads it
+        trusting = OtlpHttpExporter(receiver.url, 5.0)
+        assert trusting.export(finished_spans()) is SpanExportResult.SUCCESS
+        trusting.shutdown()
+    assert len(receiver.batches) == 1
