@@ -31,13 +31,20 @@
 # again and again; with MISS_DOCS=2000000, more than the warm-up and the run
 # read, so that every measured read is its document's first) or putmany
 # (~200 B PUTs over MISS_DOCS ids in turn), and WORKERS (default 1; with
-# more, the resident memory is the largest worker's).
+# more, the resident memory is the largest worker's), and PIN=1: the server
+# (master and workers) on the second core and wrk and Redis on the first
+# (taskset), so that the scheduler's placing of them moves the figures less.
+# Each line also gives the workers' CPU per request on their reactor's
+# thread (main_us_per_request) and on all their other threads (the trace
+# exporter's, the log writer's: threads_us_per_request).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 A=${1:?revision A}; B=${2:?revision B}; ROUNDS=${3:-3}
 CASE=${CASE:-get}
 WORKERS=${WORKERS:-1}
 case $CASE in get | get10k | put | miss | putmany) ;; *) echo "CASE must be get, get10k, put, miss or putmany" >&2; exit 2 ;; esac
+ON_FIRST="" ON_SECOND=""
+[ "${PIN:-}" = 1 ] && ON_FIRST="taskset -c 0" ON_SECOND="taskset -c 1"
 WORK=$(mktemp -d)
 cleanup() {
   # Servers a failed run left: the master (its workers follow it) and Redis.
@@ -67,6 +74,10 @@ cpu_ticks() {  # cpu_ticks PID...: their user+system time, in clock ticks
   for w in "$@"; do awk '{print $14+$15}' "/proc/$w/stat"; done | awk '{t+=$1} END {print t}'
 }
 
+main_ticks() {  # main_ticks PID...: the user+system time of each one's main thread alone, in clock ticks
+  for w in "$@"; do awk '{print $14+$15}' "/proc/$w/task/$w/stat"; done | awk '{t+=$1} END {print t}'
+}
+
 cache_counts() {  # cache_counts PORT: the hot caches' invalidations, hits and evictions so far, all workers (0s without)
   sleep 1.1  # every worker's metrics written (once a second)
   curl -s "localhost:$1/metrics" | awk '/^jetway_hot_cache_invalidations_total/ {i=$2}
@@ -77,13 +88,13 @@ run() {  # run TREE LABEL AUTH EXTRA_ENV EXTRA_HEADER RULE: one server, warm-up,
   local tree=$1 label=$2 auth=$3 extra=$4 more=$5 rule=$6 dir port pid workers header="" token t0 t1 out n rss
   local issuers="" admin=""
   dir=$(mktemp -d -p "$WORK")
-  redis-server --port 0 --unixsocket "$dir/r.sock" --save '' --daemonize yes --pidfile "$dir/r.pid" --logfile "$dir/r.log"
+  $ON_FIRST redis-server --port 0 --unixsocket "$dir/r.sock" --save '' --daemonize yes --pidfile "$dir/r.pid" --logfile "$dir/r.log"
   sleep 0.3
   port=$((20000 + RANDOM % 10000))
   [ "$auth" = jwt ] && issuers="JETWAY_OIDC_ISSUERS=$WORK/issuer/issuers.json"
   # shellcheck disable=SC2086 # EXTRA_ENV is a list of NAME=value words
   (cd "$tree" && exec env REDIS_URL="unix://$dir/r.sock" JETWAY_ACCESS_LOG=off JETWAY_AUTH="${auth/jwt/on}" $issuers $extra \
-    .venv/bin/python -m api serve --port $port --workers "$WORKERS" > "$dir/server.log" 2>&1) &
+    $ON_SECOND .venv/bin/python -m api serve --port $port --workers "$WORKERS" > "$dir/server.log" 2>&1) &
   pid=$!
   echo "$pid" > "$dir/server.pid"
   workers=""
@@ -134,7 +145,7 @@ for n in range(int(sys.argv[1])):
     out.write(b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args))' \
       "$ids" "$dir/small.json" | redis-cli -s "$dir/r.sock" --pipe > /dev/null
   fi
-  local load=(wrk -t1 -c64 -s loadtest/bench/wrk.lua -H "$header")
+  local load=($ON_FIRST wrk -t1 -c64 -s loadtest/bench/wrk.lua -H "$header")
   [ -n "$more" ] && load+=(-H "$more")
   load+=("http://127.0.0.1:$port/v1/bench/$target")
   BENCH_IDS=$ids BENCH_PATH_PREFIX=/v1/bench/m BENCH_METHOD=$method BENCH_BODY_FILE="$dir/small.json" \
@@ -145,20 +156,22 @@ for n in range(int(sys.argv[1])):
   rpid=$(cat "$dir/r.pid")
   counts0=$(cache_counts "$port")
   t0=$(cpu_ticks "$pid" "${pids[@]}")
+  m0=$(main_ticks "${pids[@]}") w0=$(cpu_ticks "${pids[@]}")
   r0=$(cpu_ticks "$rpid")
   out=$(BENCH_IDS=$ids BENCH_FIRST_ID=$((ids / 2)) BENCH_PATH_PREFIX=/v1/bench/m BENCH_METHOD=$method BENCH_BODY_FILE="$dir/small.json" \
     "${load[@]}" -d"${DUR:-5}"s --latency)
   t1=$(cpu_ticks "$pid" "${pids[@]}")
+  m1=$(main_ticks "${pids[@]}") w1=$(cpu_ticks "${pids[@]}")
   r1=$(cpu_ticks "$rpid")
   counts1=$(cache_counts "$port")
   rss=$(for w in "${pids[@]}"; do awk '/VmRSS/ {print $2}' "/proc/$w/status"; done | sort -n | tail -1)
   [ -n "${VERBOSE:-}" ] && echo "$out" >&2
   n=$(echo "$out" | awk '/requests in/ {print $1}')
   echo "$out" | awk -v l="$label" -v n="$n" -v c=$((t1 - t0)) -v rc=$((r1 - r0)) -v hz="$(getconf CLK_TCK)" -v rss="$rss" \
-    -v counts="$counts0 $counts1" \
+    -v counts="$counts0 $counts1" -v main=$((m1 - m0)) -v others=$((w1 - w0 - (m1 - m0))) \
     'BEGIN {split(counts, k, " ")} /Requests\/sec/ {r=$2} / 99%/ {p=$2}
-     END {printf "%s cpu_us_per_request=%.1f rps=%s p99=%s rss_mb=%.0f redis_cpu_us_per_request=%.1f invalidations_per_request=%.3f hits_per_request=%.3f evictions_per_request=%.3f\n",
-       l, c*1e6/hz/n, r, p, rss/1024, rc*1e6/hz/n, (k[4]-k[1])/n, (k[5]-k[2])/n, (k[6]-k[3])/n}'
+     END {printf "%s cpu_us_per_request=%.1f rps=%s p99=%s rss_mb=%.0f redis_cpu_us_per_request=%.1f invalidations_per_request=%.3f hits_per_request=%.3f evictions_per_request=%.3f main_us_per_request=%.2f threads_us_per_request=%.2f\n",
+       l, c*1e6/hz/n, r, p, rss/1024, rc*1e6/hz/n, (k[4]-k[1])/n, (k[5]-k[2])/n, (k[6]-k[3])/n, main*1e6/hz/n, others*1e6/hz/n}'
   kill $pid; wait $pid 2>/dev/null || true
   kill "$(cat "$dir/r.pid")"
   rm -f "$dir/server.pid" "$dir/r.pid"
