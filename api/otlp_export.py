@@ -29,6 +29,9 @@ from urllib.parse import urlsplit
 import certifi
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+# Bytes of a collector's answer read (OTLP's is a few bytes, or a status); past them the connection is closed, so
+# that a collector that answers without end costs neither memory nor the exporter's thread.
+MAX_ANSWER = 1 << 16
 _DOUBLE = struct.Struct("<d")
 _FIXED64 = struct.Struct("<Q")
 
@@ -169,14 +172,14 @@ class OtlpHttpExporter(SpanExporter):
             try:
                 self._connection.request("POST", self._path, body=body, headers=self._headers)
                 answer = self._connection.getresponse()
-                answer.read()
+                answer.read(MAX_ANSWER)
             except (OSError, http.client.HTTPException) as error:
                 self._close()
                 if reused and not isinstance(error, socket.timeout):
                     reused = False
                     continue
                 return SpanExportResult.FAILURE
-            if answer.will_close:
+            if answer.will_close or not answer.isclosed():  # or an answer longer than MAX_ANSWER, left unread
                 self._close()
             return SpanExportResult.SUCCESS if 200 <= answer.status < 300 else SpanExportResult.FAILURE
 

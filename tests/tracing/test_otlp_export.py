@@ -78,11 +78,13 @@ class Receiver:
 
     ``hang_up``: it closes each connection after its answer without saying so (a collector's idle timeout
     between two batches). ``status``: what it answers. ``stall``: seconds it waits before answering each
-    POST after the first.
+    POST after the first. ``endless``: its first answer's body never ends.
     ``tls``: a ``ssl.SSLContext`` it serves with.
     """
 
-    def __init__(self, hang_up: bool = False, status: int = 200, stall: float = 0.0, tls: Any = None) -> None:
+    def __init__(
+        self, hang_up: bool = False, status: int = 200, stall: float = 0.0, tls: Any = None, endless: bool = False
+    ) -> None:
         self.batches: List[ExportTraceServiceRequest] = []
         self.connections = 0
         self.posts = 0
@@ -103,6 +105,15 @@ class Receiver:
                 if status == 200:
                     receiver.batches.append(ExportTraceServiceRequest.FromString(body))
                 self.send_response(status)
+                if endless and receiver.posts == 1:
+                    self.send_header("Content-Length", str(1 << 40))
+                    self.end_headers()
+                    try:
+                        while True:
+                            self.wfile.write(bytes(1 << 16))
+                    except OSError:  # the exporter closed the connection
+                        self.close_connection = True
+                        return
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 self.close_connection = hang_up
@@ -162,6 +173,18 @@ def test_a_refused_batch_a_slow_collector_and_none_at_all_each_fail_once():
     assert OtlpHttpExporter(f"http://127.0.0.1:{free_port()}/v1/traces", 5.0).export(finished_spans()) is (
         SpanExportResult.FAILURE
     )
+
+
+def test_an_answer_without_end_is_cut_short():
+    """A collector whose answer never ends holds neither the exporter's thread nor its memory."""
+    with Receiver(endless=True) as receiver:
+        exporter = OtlpHttpExporter(receiver.url, 5.0)
+        started = time.monotonic()
+        assert exporter.export(finished_spans()) is SpanExportResult.SUCCESS
+        assert time.monotonic() - started < 2.0
+        assert exporter.export(finished_spans()) is SpanExportResult.SUCCESS  # on a new connection
+        exporter.shutdown()
+    assert (len(receiver.batches), receiver.connections) == (2, 2)
 
 
 def self_signed(directory: Path) -> Tuple[Path, Path]:
