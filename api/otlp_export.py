@@ -19,12 +19,13 @@ variables (``HTTPS_PROXY``) are not read: the collector is reached directly.
 
 from __future__ import annotations
 
+import base64
 import http.client
 import socket
 import ssl
 import struct
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import certifi
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
@@ -149,6 +150,9 @@ class OtlpHttpExporter(SpanExporter):
         self._path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         self._timeout = timeout
         self._headers = {"Content-Type": "application/x-protobuf"}
+        if parts.username is not None:  # http://user:password@host: basic authentication, as requests sent it
+            credentials = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
+            self._headers["Authorization"] = "Basic " + base64.b64encode(credentials).decode()
         self._tls: Optional[ssl.SSLContext] = None
         if self._secure:
             # The system's authorities (and SSL_CERT_FILE), and certifi's bundle, which requests used before.

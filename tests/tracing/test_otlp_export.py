@@ -3,6 +3,7 @@ collector over a kept connection: none lost when it hangs up while idle, none se
 
 from __future__ import annotations
 
+import base64
 import datetime
 import ipaddress
 import ssl
@@ -86,6 +87,7 @@ class Receiver:
         self, hang_up: bool = False, status: int = 200, stall: float = 0.0, tls: Any = None, endless: bool = False
     ) -> None:
         self.batches: List[ExportTraceServiceRequest] = []
+        self.authorizations: List[str] = []
         self.connections = 0
         self.posts = 0
         receiver = self
@@ -99,6 +101,7 @@ class Receiver:
 
             def do_POST(self) -> None:
                 receiver.posts += 1
+                receiver.authorizations.append(self.headers.get("Authorization", ""))
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 if receiver.posts > 1:
                     time.sleep(stall)
@@ -143,6 +146,13 @@ def test_batches_share_one_connection():
         assert [exporter.export(finished_spans()) for _ in range(3)] == [SpanExportResult.SUCCESS] * 3
         exporter.shutdown()
     assert (len(receiver.batches), receiver.connections) == (3, 1)
+
+
+def test_credentials_in_the_endpoint_are_sent_as_basic_authentication():
+    with Receiver() as receiver:
+        url = receiver.url.replace("http://", "http://jetway:s%40cret@")
+        assert OtlpHttpExporter(url, 5.0).export(finished_spans()) is SpanExportResult.SUCCESS
+    assert receiver.authorizations == ["Basic " + base64.b64encode(b"jetway:s@cret").decode()]
 
 
 def test_a_connection_the_collector_closed_while_idle_loses_no_batch():
