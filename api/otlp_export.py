@@ -11,10 +11,11 @@ collector decodes them with opentelemetry-proto (tests/tracing/).
 One POST per batch, no retry: a batch the collector does not take within
 the timeout is dropped and counted by the caller (``api.tracing.CountingExporter``).
 The POST goes over one kept-alive ``http.client`` connection, not
-``requests``: on PyPy a ``requests`` POST took 1.1-1.8 ms of the exporter's
-thread (its proxy lookup, adapters and hooks, each time), ``http.client``
-~0.13 ms, all of it holding the lock the reactor needs. So the proxy
-variables (``HTTPS_PROXY``) are not read: the collector is reached directly.
+``requests``: on PyPy a ``requests`` POST cost the exporter's thread ten
+times the CPU (its proxy lookup, adapters and hooks, each time), all of it
+holding the lock the reactor needs (docs/tracing.md, "What it costs"). So
+the proxy variables (``HTTPS_PROXY``) are not read: the collector is
+reached directly.
 """
 
 from __future__ import annotations
