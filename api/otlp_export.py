@@ -150,10 +150,10 @@ class OtlpHttpExporter(SpanExporter):
         self._port = parts.port or (443 if self._secure else 80)
         self._path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         self._timeout = timeout
-        self._headers = {"Content-Type": "application/x-protobuf"}
+        self._post_headers = {"Content-Type": "application/x-protobuf"}
         if parts.username is not None:  # http://user:password@host: basic authentication, as requests sent it
             credentials = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
-            self._headers["Authorization"] = "Basic " + base64.b64encode(credentials).decode()
+            self._post_headers["Authorization"] = "Basic " + base64.b64encode(credentials).decode()
         self._tls: Optional[ssl.SSLContext] = None
         if self._secure:
             # The system's authorities (and SSL_CERT_FILE), and certifi's bundle, which requests used before.
@@ -175,7 +175,7 @@ class OtlpHttpExporter(SpanExporter):
             if self._connection is None:
                 self._connection = self._connect()
             try:
-                self._connection.request("POST", self._path, body=body, headers=self._headers)
+                self._connection.request("POST", self._path, body=body, headers=self._post_headers)
                 answer = self._connection.getresponse()
                 answer.read(MAX_ANSWER)
             except (OSError, http.client.HTTPException) as error:
