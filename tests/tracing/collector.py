@@ -8,6 +8,7 @@ as plain ``Span`` records the tests read. Stopped by the test that started it.
 from __future__ import annotations
 
 import gzip
+import ssl
 import threading
 import time
 from dataclasses import dataclass, field
@@ -43,36 +44,86 @@ def _value(any_value: Any) -> Any:
 
 
 class Collector:
-    """The receiver on a free port of 127.0.0.1; ``endpoint`` is what ``JETWAY_TRACING_ENDPOINT`` takes."""
+    """The receiver on a free port of 127.0.0.1; ``endpoint`` is what ``JETWAY_TRACING_ENDPOINT`` takes.
 
-    def __init__(self) -> None:
+    It speaks HTTP/1.1, keeping connections as a real collector does, and counts what it got: ``posts``
+    (batches taken), ``requests`` (every POST), ``connections`` and each POST's ``authorizations``.
+    Misbehaving on request: ``hang_up``, it closes each connection after its answer without saying so
+    (a collector's idle timeout between two batches); ``status``, what it answers; ``stall``, seconds it
+    waits before answering each POST after the first; ``endless``, its first answer's body never ends;
+    ``tls``, a ``ssl.SSLContext`` it serves with.
+    """
+
+    def __init__(
+        self,
+        hang_up: bool = False,
+        status: int = 200,
+        stall: float = 0.0,
+        endless: bool = False,
+        tls: Optional[ssl.SSLContext] = None,
+    ) -> None:
         self.spans: List[Span] = []
         self.posts = 0
+        self.requests = 0
+        self.connections = 0
+        self.authorizations: List[str] = []
         self._lock = threading.Lock()
         collector = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def setup(self) -> None:
+                collector.connections += 1
+                super().setup()
+
             def do_POST(self) -> None:
+                collector.requests += 1
+                collector.authorizations.append(self.headers.get("Authorization", ""))
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 if self.headers.get("Content-Encoding") == "gzip":
                     body = gzip.decompress(body)
                 if self.path != "/v1/traces":
-                    self.send_response(404)
-                    self.end_headers()
+                    self._answer(404)
+                    return
+                if collector.requests > 1:
+                    time.sleep(stall)
+                if status != 200:
+                    self._answer(status)
                     return
                 collector.receive(ExportTraceServiceRequest.FromString(body))
-                answer = ExportTraceServiceResponse().SerializeToString()
-                self.send_response(200)
+                if endless and collector.requests == 1:
+                    self._answer_without_end()
+                    return
+                self._answer(200, ExportTraceServiceResponse().SerializeToString())
+                self.close_connection = hang_up
+
+            def _answer(self, code: int, answer: bytes = b"") -> None:
+                self.send_response(code)
                 self.send_header("Content-Type", "application/x-protobuf")
                 self.send_header("Content-Length", str(len(answer)))
                 self.end_headers()
                 self.wfile.write(answer)
 
+            def _answer_without_end(self) -> None:
+                self.send_response(200)
+                self.send_header("Content-Length", str(1 << 40))
+                self.end_headers()
+                self.close_connection = True
+                try:
+                    while True:
+                        self.wfile.write(bytes(1 << 16))
+                except OSError:  # the exporter closed the connection
+                    return
+
             def log_message(self, *args: Any) -> None:
                 pass
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.endpoint = f"http://127.0.0.1:{self._server.server_address[1]}"
+        if tls is not None:
+            self._server.socket = tls.wrap_socket(self._server.socket, server_side=True)
+        scheme = "https" if tls is not None else "http"
+        self.endpoint = f"{scheme}://127.0.0.1:{self._server.server_address[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     def start(self) -> Collector:
@@ -82,6 +133,12 @@ class Collector:
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+    def __enter__(self) -> Collector:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
 
     def receive(self, request: ExportTraceServiceRequest) -> None:
         spans = []

@@ -7,11 +7,9 @@ import base64
 import datetime
 import ipaddress
 import ssl
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, List, Tuple
+from typing import Tuple
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -28,6 +26,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from api.otlp_export import OtlpHttpExporter, encode
 from tests.support import free_port
+from tests.tracing.collector import Collector
 
 
 def without_defaults(request: ExportTraceServiceRequest) -> ExportTraceServiceRequest:
@@ -74,112 +73,48 @@ def finished_spans() -> list:
     return list(exported.get_finished_spans())
 
 
-class Receiver:
-    """A collector on 127.0.0.1 that speaks HTTP/1.1 and counts what it got: batches, connections, POSTs.
-
-    ``hang_up``: it closes each connection after its answer without saying so (a collector's idle timeout
-    between two batches). ``status``: what it answers. ``stall``: seconds it waits before answering each
-    POST after the first. ``endless``: its first answer's body never ends.
-    ``tls``: a ``ssl.SSLContext`` it serves with.
-    """
-
-    def __init__(
-        self, hang_up: bool = False, status: int = 200, stall: float = 0.0, tls: Any = None, endless: bool = False
-    ) -> None:
-        self.batches: List[ExportTraceServiceRequest] = []
-        self.authorizations: List[str] = []
-        self.connections = 0
-        self.posts = 0
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def setup(self) -> None:
-                receiver.connections += 1
-                super().setup()
-
-            def do_POST(self) -> None:
-                receiver.posts += 1
-                receiver.authorizations.append(self.headers.get("Authorization", ""))
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                if receiver.posts > 1:
-                    time.sleep(stall)
-                if status == 200:
-                    receiver.batches.append(ExportTraceServiceRequest.FromString(body))
-                self.send_response(status)
-                if endless and receiver.posts == 1:
-                    self.send_header("Content-Length", str(1 << 40))
-                    self.end_headers()
-                    try:
-                        while True:
-                            self.wfile.write(bytes(1 << 16))
-                    except OSError:  # the exporter closed the connection
-                        self.close_connection = True
-                        return
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-                self.close_connection = hang_up
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        if tls is not None:
-            self._server.socket = tls.wrap_socket(self._server.socket, server_side=True)
-        scheme = "https" if tls is not None else "http"
-        self.url = f"{scheme}://127.0.0.1:{self._server.server_address[1]}/v1/traces"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    def __enter__(self) -> Receiver:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-
 def test_batches_share_one_connection():
-    with Receiver() as receiver:
-        exporter = OtlpHttpExporter(receiver.url, 5.0)
+    with Collector() as receiver:
+        exporter = OtlpHttpExporter(receiver.endpoint + "/v1/traces", 5.0)
         assert [exporter.export(finished_spans()) for _ in range(3)] == [SpanExportResult.SUCCESS] * 3
         exporter.shutdown()
-    assert (len(receiver.batches), receiver.connections) == (3, 1)
+    assert (receiver.posts, receiver.connections) == (3, 1)
 
 
 def test_credentials_in_the_endpoint_are_sent_as_basic_authentication():
-    with Receiver() as receiver:
-        url = receiver.url.replace("http://", "http://jetway:s%40cret@")
-        assert OtlpHttpExporter(url, 5.0).export(finished_spans()) is SpanExportResult.SUCCESS
+    with Collector() as receiver:
+        url = (receiver.endpoint + "/v1/traces").replace("http://", "http://jetway:s%40cret@")
+        exporter = OtlpHttpExporter(url, 5.0)
+        assert exporter.export(finished_spans()) is SpanExportResult.SUCCESS
+        exporter.shutdown()
     assert receiver.authorizations == ["Basic " + base64.b64encode(b"jetway:s@cret").decode()]
 
 
 def test_a_connection_the_collector_closed_while_idle_loses_no_batch():
     """The next batch fails on the closed connection at once and goes, once, on a new one."""
-    with Receiver(hang_up=True) as receiver:
-        exporter = OtlpHttpExporter(receiver.url, 5.0)
+    with Collector(hang_up=True) as receiver:
+        exporter = OtlpHttpExporter(receiver.endpoint + "/v1/traces", 5.0)
         for _ in range(3):
             assert exporter.export(finished_spans()) is SpanExportResult.SUCCESS
             time.sleep(0.05)  # the collector's close has arrived
         exporter.shutdown()
-    assert (len(receiver.batches), receiver.posts, receiver.connections) == (3, 3, 3)
+    assert (receiver.posts, receiver.requests, receiver.connections) == (3, 3, 3)
 
 
 def test_a_refused_batch_a_slow_collector_and_none_at_all_each_fail_once():
-    with Receiver(status=500) as refusing:
-        exporter = OtlpHttpExporter(refusing.url, 5.0)
+    with Collector(status=500) as refusing:
+        exporter = OtlpHttpExporter(refusing.endpoint + "/v1/traces", 5.0)
         assert exporter.export(finished_spans()) is SpanExportResult.FAILURE
         exporter.shutdown()
-    assert refusing.posts == 1
-    with Receiver(stall=1.5) as slow:
-        exporter = OtlpHttpExporter(slow.url, 0.5)
+    assert refusing.requests == 1
+    with Collector(stall=1.5) as slow:
+        exporter = OtlpHttpExporter(slow.endpoint + "/v1/traces", 0.5)
         assert exporter.export(finished_spans()) is SpanExportResult.SUCCESS
         started = time.monotonic()
         assert exporter.export(finished_spans()) is SpanExportResult.FAILURE  # on the kept connection
         assert time.monotonic() - started < 1.4  # the timeout, not the collector, ended it
         exporter.shutdown()
-    assert slow.posts == 2  # a timeout is the batch's: not sent again
+    assert slow.requests == 2  # a timeout is the batch's: not sent again
     assert OtlpHttpExporter(f"http://127.0.0.1:{free_port()}/v1/traces", 5.0).export(finished_spans()) is (
         SpanExportResult.FAILURE
     )
@@ -187,14 +122,14 @@ def test_a_refused_batch_a_slow_collector_and_none_at_all_each_fail_once():
 
 def test_an_answer_without_end_is_cut_short():
     """A collector whose answer never ends holds neither the exporter's thread nor its memory."""
-    with Receiver(endless=True) as receiver:
-        exporter = OtlpHttpExporter(receiver.url, 5.0)
+    with Collector(endless=True) as receiver:
+        exporter = OtlpHttpExporter(receiver.endpoint + "/v1/traces", 5.0)
         started = time.monotonic()
         assert exporter.export(finished_spans()) is SpanExportResult.SUCCESS
         assert time.monotonic() - started < 2.0
         assert exporter.export(finished_spans()) is SpanExportResult.SUCCESS  # on a new connection
         exporter.shutdown()
-    assert (len(receiver.batches), receiver.connections) == (2, 2)
+    assert (receiver.posts, receiver.connections) == (2, 2)
 
 
 def self_signed(directory: Path) -> Tuple[Path, Path]:
@@ -226,11 +161,11 @@ def test_an_https_collector_is_reached_only_with_a_certificate_the_worker_trusts
     cert_path, key_path = self_signed(tmp_path)
     tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     tls.load_cert_chain(str(cert_path), str(key_path))
-    with Receiver(tls=tls) as receiver:
-        untrusting = OtlpHttpExporter(receiver.url, 5.0)
+    with Collector(tls=tls) as receiver:
+        untrusting = OtlpHttpExporter(receiver.endpoint + "/v1/traces", 5.0)
         assert untrusting.export(finished_spans()) is SpanExportResult.FAILURE
         monkeypatch.setenv("SSL_CERT_FILE", str(cert_path))  # an operator's own authority, as OpenSSL reads it
-        trusting = OtlpHttpExporter(receiver.url, 5.0)
+        trusting = OtlpHttpExporter(receiver.endpoint + "/v1/traces", 5.0)
         assert trusting.export(finished_spans()) is SpanExportResult.SUCCESS
         trusting.shutdown()
-    assert len(receiver.batches) == 1
+    assert receiver.posts == 1
