@@ -145,9 +145,9 @@ class OtlpHttpExporter(SpanExporter):
 
     def __init__(self, url: str, timeout: float) -> None:
         parts = urlsplit(url)
-        self._secure = parts.scheme == "https"
+        secure = parts.scheme == "https"
         self._host = parts.hostname or ""
-        self._port = parts.port or (443 if self._secure else 80)
+        self._port = parts.port or (443 if secure else 80)
         self._path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         self._timeout = timeout
         self._post_headers = {"Content-Type": "application/x-protobuf"}
@@ -155,7 +155,7 @@ class OtlpHttpExporter(SpanExporter):
             credentials = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
             self._post_headers["Authorization"] = "Basic " + base64.b64encode(credentials).decode()
         self._tls: Optional[ssl.SSLContext] = None
-        if self._secure:
+        if secure:
             # The system's authorities (and SSL_CERT_FILE), and certifi's bundle, which requests used before.
             self._tls = ssl.create_default_context()
             self._tls.load_verify_locations(certifi.where())

@@ -70,12 +70,20 @@ if [ "${AUTH_A:-}" = jwt ] || [ "${AUTH_B:-}" = jwt ]; then  # the local issuer,
   JWT=$(.venv/bin/python loadtest/_jwt_issuer.py mint "$WORK/issuer")
 fi
 
+stat_ticks() {  # stat_ticks FILE...: the user+system time the /proc stat files give, summed, in clock ticks
+  awk '{t+=$14+$15} END {print t}' "$@"
+}
+
 cpu_ticks() {  # cpu_ticks PID...: their user+system time, in clock ticks
-  for w in "$@"; do awk '{print $14+$15}' "/proc/$w/stat"; done | awk '{t+=$1} END {print t}'
+  local w files=()
+  for w in "$@"; do files+=("/proc/$w/stat"); done
+  stat_ticks "${files[@]}"
 }
 
 main_ticks() {  # main_ticks PID...: the user+system time of each one's main thread alone, in clock ticks
-  for w in "$@"; do awk '{print $14+$15}' "/proc/$w/task/$w/stat"; done | awk '{t+=$1} END {print t}'
+  local w files=()
+  for w in "$@"; do files+=("/proc/$w/task/$w/stat"); done
+  stat_ticks "${files[@]}"
 }
 
 cache_counts() {  # cache_counts PORT: the hot caches' invalidations, hits and evictions so far, all workers (0s without)
