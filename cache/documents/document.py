@@ -63,7 +63,7 @@ class Conditions:
 class Page:
     """One page of a collection, and the id to continue after (or None)."""
 
-    bodies: List[Any]  # bytes, or memoryviews of a Redis reply (cache.documents.bounded_reads)
+    bodies: List[bytes]
     last_id: Optional[bytes]
     ids: List[bytes] = field(default_factory=list)  # each body's id (the NDJSON export's with_ids)
 

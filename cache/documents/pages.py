@@ -7,7 +7,8 @@ which reads every body at most once.
 
 from __future__ import annotations
 
-import heapq
+import bisect
+import itertools
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from twisted.internet import defer
@@ -42,7 +43,7 @@ class DocumentPages:
         return ranges.addCallback(self._read_page, collection, limit, budget)
 
     def _read_page(self, shards: List[List[bytes]], collection: bytes, limit: int, budget: int) -> defer.Deferred:
-        ids = list(heapq.merge(*shards))[: limit + 1]
+        ids = _in_order(shards)[: limit + 1]
         more = len(ids) > limit
         ids = ids[:limit]
         read = bounded_reads.read_within(self._link, collection, ids, [1] * len(ids), budget, cut=True)
@@ -83,7 +84,9 @@ class DocumentPages:
     ) -> defer.Deferred:
         full = [ids[-1] for ids in shards if len(ids) == per_shard]
         bound = min(full) if full else None
-        ids = [doc_id for doc_id in heapq.merge(*shards) if bound is None or doc_id <= bound]
+        ids = _in_order(shards)
+        if bound is not None:
+            del ids[bisect.bisect_right(ids, bound) :]
         more = bound is not None or len(ids) > limit
         ids = ids[:limit]
         read = bounded_reads.read_within(self._link, collection, ids, [1] * len(ids), budget, cut=True)
@@ -128,6 +131,12 @@ class DocumentPages:
             pruning = self._link.run_script(scripts.PRUNE, [keys.index_key(collection, shard), *doc_keys], ids)
             # A failed prune only leaves a stale entry that the next page skips.
             pruning.addErrback(lambda _: None)
+
+
+def _in_order(shards: List[List[bytes]]) -> List[bytes]:
+    """The shards' ids (each shard's in order, none in two) in one order: one sort of the runs, where
+    ``heapq.merge``'s generators cost PyPy several times more (docs/performance.md, "Import and export")."""
+    return sorted(itertools.chain.from_iterable(shards))
 
 
 def _in_asked_order(read: Tuple[List[Any], int], distinct: List[bytes], doc_ids: Sequence[bytes]) -> List[Any]:

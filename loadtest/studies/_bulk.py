@@ -14,7 +14,8 @@ and the access log on). In one run:
 
 Writes ``loadtest/results/bulk.md`` (appended, one section per run).
 
-    .venv/bin/python -m loadtest.studies._bulk [--documents 1000000] [--streams 1] [--workers 2] [--label after]
+    .venv/bin/python -m loadtest.studies._bulk [--documents 1000000] [--streams 1] [--workers 2] [--size 200]
+        [--label after]
     .venv/bin/python -m loadtest.studies._bulk --profile import --documents 100000   # vmprof of one worker's import
 """
 
@@ -46,9 +47,9 @@ COLLECTION = "bulk"
 SEND_BLOCK = 256 * 1024
 
 
-def ndjson(first: int, count: int) -> bytes:
-    """``count`` documents of ~``SIZE`` bytes, one per line, each naming its id at /id."""
-    return b"".join(_data.document(f"d{number:09d}", SIZE) + b"\n" for number in range(first, first + count))
+def ndjson(first: int, count: int, size: int = SIZE) -> bytes:
+    """``count`` documents of ~``size`` bytes, one per line, each naming its id at /id."""
+    return b"".join(_data.document(f"d{number:09d}", size) + b"\n" for number in range(first, first + count))
 
 
 def _connect(base: str) -> socket.socket:
@@ -98,10 +99,10 @@ def redis_cpu_seconds(socket_path: str) -> float:
 
 
 def run_import(
-    processes: Processes, base: str, auth: str, documents: int, streams: int, socket_path: str
+    processes: Processes, base: str, auth: str, documents: int, streams: int, socket_path: str, size: int = SIZE
 ) -> Dict[str, object]:
     share = documents // streams
-    bodies = [ndjson(number * share, share) for number in range(streams)]
+    bodies = [ndjson(number * share, share, size) for number in range(streams)]
     total = sum(len(body) for body in bodies)
     sent = [0]
     results: List[Dict[str, object]] = [{} for _ in bodies]
@@ -137,14 +138,15 @@ def run_import(
     }
 
 
-def run_export(base: str, auth: str, socket_path: str = "") -> Dict[str, float]:
+def run_export(base: str, auth: str, socket_path: str = "", master: int = 0) -> Dict[str, float]:
     """The whole collection as NDJSON, read as fast as this client can; MB/s of chunked body, and Redis's
-    CPU seconds per MB (given its socket)."""
+    and the workers' CPU seconds per MB (given its socket and the master's pid)."""
     sock = _connect(base)
     received = 0
     tail = b""
     buffer = bytearray(1 << 20)
     redis_before = redis_cpu_seconds(socket_path) if socket_path else 0.0
+    workers_before = cpu_seconds(master) if master else 0.0
     started = time.perf_counter()
     try:
         sock.sendall(
@@ -161,7 +163,14 @@ def run_export(base: str, auth: str, socket_path: str = "") -> Dict[str, float]:
         sock.close()
     took = time.perf_counter() - started
     redis_cpu = redis_cpu_seconds(socket_path) - redis_before if socket_path else float("nan")
-    return {"MB/s": received / took / 1e6, "seconds": took, "bytes": received, "redis s/MB": redis_cpu / received * 1e6}
+    workers_cpu = cpu_seconds(master) - workers_before if master else float("nan")
+    return {
+        "MB/s": received / took / 1e6,
+        "seconds": took,
+        "bytes": received,
+        "redis s/MB": redis_cpu / received * 1e6,
+        "workers s/MB": workers_cpu / received * 1e6,
+    }
 
 
 def profile(python: Path, documents: int, case: str) -> int:
@@ -193,6 +202,7 @@ def main() -> int:
     parser.add_argument("--documents", type=int, default=1_000_000)
     parser.add_argument("--streams", type=int, default=1, help="imports at once, each its share of the documents")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--size", type=int, default=SIZE, help="bytes of each document")
     parser.add_argument("--exports", type=int, default=3, help="exports of the whole collection, one after another")
     parser.add_argument("--label", default="", help="a name for this run in the report (before, after)")
     parser.add_argument("--profile", choices=("import", "export"), help="vmprof over one worker's import or export")
@@ -207,19 +217,22 @@ def main() -> int:
         settings = (("JETWAY_ACCESS_LOG", "on"),)
         base = processes.jetway("jetway", python, redis_url, args.workers, settings=settings)
         auth = _token.resolve(str(python), redis_url).headers()["Authorization"]
-        imported = run_import(processes, base, auth, args.documents, args.streams, socket_path)
-        exports = [run_export(base, auth, socket_path) for _ in range(args.exports)]
+        imported = run_import(processes, base, auth, args.documents, args.streams, socket_path, args.size)
+        master = processes.named["jetway"].pid
+        exports = [run_export(base, auth, socket_path, master) for _ in range(args.exports)]
         hset = ceiling(socket_path)
     export_rates = [run["MB/s"] for run in exports]
     export_rate = statistics.median(export_rates)
     redis_per_mb = statistics.median(run["redis s/MB"] for run in exports)
+    workers_per_mb = statistics.median(run["workers s/MB"] for run in exports)
+    exported_per_second = args.documents / statistics.median(run["seconds"] for run in exports)
     lines = [
         f"`python -m loadtest.studies._bulk --documents {args.documents} --streams {args.streams}"
-        f" --workers {args.workers}`",
+        f" --workers {args.workers} --size {args.size}`",
         "",
         "| figure | value |",
         "|---|---:|",
-        f"| import: documents/s ({args.documents:,} of ~{SIZE} B) | {imported['documents/s']:,.0f} |",
+        f"| import: documents/s ({args.documents:,} of ~{args.size} B) | {imported['documents/s']:,.0f} |",
         f"| import: MB/s of NDJSON | {imported['MB/s']:.1f} |",
         f"| import: the workers' CPU per document, µs | {imported['worker µs/document']:.1f} |",
         f"| import: Redis's CPU per document, µs | {imported['redis µs/document']:.1f} |",
@@ -229,7 +242,9 @@ def main() -> int:
         f"| workers' RSS at the end, MB | {imported['rss_at_end']} |",
         f"| export: MB/s (median of {args.exports}) | {export_rate:.1f} |",
         f"| export: each run, MB/s | {', '.join(f'{rate:.1f}' for rate in export_rates)} |",
+        f"| export: documents/s (median) | {exported_per_second:,.0f} |",
         f"| export: Redis's CPU per MB sent, ms | {redis_per_mb * 1e3:.1f} |",
+        f"| export: the workers' CPU per MB sent, ms | {workers_per_mb * 1e3:.1f} |",
     ]
     append_report(REPORT, "Bulk import and export", args.label or "run", lines)
     return 0
