@@ -17,7 +17,7 @@ from typing import Any
 from twisted.internet import tcp
 
 from api.shared_reads import read_into_shared_buffer
-from cache.twisted_internals import adopted_port, may_send_now
+from cache.twisted_internals import adopted_port, send_at_once
 
 
 class EagerServer(tcp.Server):
@@ -29,19 +29,10 @@ class EagerServer(tcp.Server):
     doRead = read_into_shared_buffer
 
     def write(self, data: bytes) -> None:
-        if data and self._can_send_now():
-            try:
-                sent = self.socket.send(data)
-            except OSError:
-                # Would block, or the peer is gone: the queued path below
-                # sends later or reports the loss as Twisted always does.
-                sent = 0
-            data = data[sent:]
+        if data:
+            data = send_at_once(self, data)
         if data:
             super().write(data)
-
-    def _can_send_now(self) -> bool:
-        return may_send_now(self)
 
 
 class EagerPort(tcp.Port):

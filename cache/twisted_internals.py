@@ -10,8 +10,8 @@ is the layer every other imports.
 - ``abstract.FileDescriptor.dataBuffer``, ``.offset``, ``._tempDataLen``,
   ``._writeDisconnected``: a transport's queued output. A connection's send
   timeout and the feed's slow-reader check measure it (``unsent_bytes``);
-  a response sent straight to the socket must have nothing queued before it
-  (``may_send_now``, ``api.eager_send``).
+  bytes sent straight to the socket must have nothing queued before them
+  (``may_send_now``, ``send_at_once``: ``api.eager_send``'s responses, ``cache.redis.resp``'s commands).
 - ``tcp.Connection._dataReceived``: what a transport does with the bytes it
   read. A read into the shared buffer (``api.shared_reads``) hands them on
   as Twisted's own ``doRead`` would (``hand_to_protocol``).
@@ -58,6 +58,19 @@ def may_send_now(transport: Any) -> bool:
     """Open for writing, in plain text, and nothing queued that must go first."""
     writable = transport.connected and not transport._writeDisconnected and not transport.TLS
     return writable and not transport._tempDataLen and transport.offset == len(transport.dataBuffer)
+
+
+def send_at_once(transport: Any, data: bytes) -> bytes:
+    """What the kernel takes of ``data`` sent straight from the transport's socket, when nothing is queued
+    before it; returns the rest, for the transport's own ``write`` to queue (and to report a lost peer)."""
+    if not may_send_now(transport):
+        return data
+    try:
+        sent = transport.socket.send(data)
+    except OSError:
+        # Would block, or the peer is gone: the queued path sends later or reports the loss as Twisted does.
+        return data
+    return data[sent:]
 
 
 def hand_to_protocol(transport: Any, data: bytes) -> Optional[Any]:

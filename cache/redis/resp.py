@@ -18,7 +18,10 @@ request path:
   ``convertNumbers=False``: bulk strings as ``bytes``, status replies as
   ``str``, errors as ``ResponseError``;
 - one timer per connection keeps the reply deadline: armed for the oldest
-  batch still waiting and re-armed lazily, not set and cancelled per command.
+  batch still waiting and re-armed lazily, not set and cancelled per command;
+- a batch leaves at the reactor's next pass, with the others of that pass
+  in one write, which Redis reads in one go; one sent ``sent_at_once``
+  leaves at once, so Redis works on it while the worker goes on.
 
 txredisapi's own command methods (AUTH, SELECT, ROLE) call
 ``execute_command``, which goes through ``send`` too, so replies keep their
@@ -28,20 +31,46 @@ Jetway uses Lua scripts and ``send`` instead.
 
 from __future__ import annotations
 
+import contextlib
 from collections import deque
-from typing import Any, Deque, List, Optional, Sequence, Tuple, Union
+from typing import Any, Deque, Iterator, List, Optional, Sequence, Tuple, Union
 
 import txredisapi
 from twisted.internet import defer, main, reactor, tcp
 
 from cache.redis.reply_buffer import ReplyBuffer
-from cache.twisted_internals import read_failed, take_over_reads
+from cache.twisted_internals import read_failed, send_at_once, take_over_reads
 
 _CRLF = b"\r\n"
 
 
 class Incomplete(Exception):
     """The buffer ends inside a reply; wait for more data."""
+
+
+class _AtOnce:
+    """Whether the batches sent now go to Redis's socket at once (``sent_at_once``)."""
+
+    active = False
+
+
+@contextlib.contextmanager
+def sent_at_once() -> Iterator[None]:
+    """The batches sent inside go to Redis's socket at once, not at the reactor's next pass.
+
+    For a reader that has work of its own to do before it returns to the
+    reactor (an export makes a page into lines while its next page is read).
+    Not for every command: a request's command waits for the pass, where one
+    write carries every command of that pass's requests; sent each at once,
+    a cache-miss read cost Redis several times the CPU (docs/performance.md,
+    "Import and export").
+    """
+    was = _AtOnce.active
+    _AtOnce.active = True
+    try:
+        yield
+    finally:
+        _AtOnce.active = was
 
 
 def parse_reply(buffer: Union[bytes, bytearray], pos: int, end: Optional[int] = None) -> Tuple[Any, int]:
@@ -226,7 +255,10 @@ class FastRedisProtocol(txredisapi.RedisProtocol):
         timeout = self.replyTimeout or 0
         batch = _Batch(len(commands), self.clock.seconds() + timeout)
         self._batches.append(batch)
-        self.transport.write(payload)
+        if _AtOnce.active:
+            payload = send_at_once(self.transport, payload)
+        if payload:
+            self.transport.write(payload)
         if timeout and self._deadline_check is None:
             self._deadline_check = self.clock.callLater(timeout, self._check_deadline)
         return batch.deferred

@@ -206,3 +206,31 @@ def test_commands_keep_to_one_connection_and_a_standby_takes_over_when_it_is_los
     # A connection of the pool that stood by, not one dialled since.
     assert set(figures["after"]) <= set(figures["pool"]), figures
     assert figures["used"][0] not in figures["queued"], figures  # the lost one left the queue
+
+
+def test_a_batch_sent_at_once_is_on_redis_socket_before_the_reactor_runs_again(redis_server, redis_client):
+    """``sent_at_once`` (an export's next page): the batch leaves in the call; any other waits for the pass."""
+    figures = run_script(
+        redis_server,
+        """
+        TIMEOUT = 2.0
+        from cache.redis.resp import sent_at_once
+        from cache.twisted_internals import unsent_bytes
+
+        def queued(link):
+            return sum(unsent_bytes(connection.transport) for connection in link._factory.pool)
+
+        async def run(reactor, link, path):
+            await link.execute(b"PING")
+            with sent_at_once():
+                at_once = link.pipeline([(b"SET", b"at-once", b"1"), (b"GET", b"at-once")])
+            queued_at_once = queued(link)
+            later = link.pipeline([(b"SET", b"later", b"2"), (b"GET", b"later")])
+            queued_later = queued(link)
+            replies = [await at_once, await later]
+            await link.close()
+            out(queued_at_once=queued_at_once, queued_later=queued_later, replies=[r[1].decode() for r in replies])
+        """,
+    )
+    assert figures == {"queued_at_once": 0, "queued_later": figures["queued_later"], "replies": ["1", "2"]}
+    assert figures["queued_later"] > 0
