@@ -8,12 +8,15 @@ needs no escaping, so the document's bytes sit in the line as stored).
 says how many documents the collection holds (``X-Jetway-Documents``).
 
 The collection is read a page at a time (``DocumentStore.scan_page``, at most
-``PAGE_DOCUMENTS`` documents and ``PAGE_BYTES``, or one document larger
-than that); each page is written as one HTTP/1.1 chunk (to HTTP/1.0, the
-body ends with the connection), and the next is read only once the
-transport has sent it (``when_drained`` on the connection,
-``api.streamed_body``), while the next is read: a worker holds about two
-pages per export however slowly its client reads, and a client that stops reading for the send
+``PAGE_DOCUMENTS`` documents, fewer when the pages read so far say that
+``PAGE_BYTES`` ends a page sooner, or one document larger than that); each
+page is written as one HTTP/1.1 chunk (to HTTP/1.0, the body ends with the
+connection). The next page is asked of Redis before this one is made into
+lines, and sent to Redis at once (``cache.redis.resp.sent_at_once``), so
+that Redis reads it while the worker writes; the one after it only once the
+transport has sent this one (``when_drained`` on the connection,
+``api.streamed_body``): a worker holds about two pages per export however
+slowly its client reads, and a client that stops reading for the send
 timeout is cut off. A body cut short (the token revoked meanwhile, Redis
 failing) ends without its last chunk and closes the connection, so a
 client can tell it from a whole one; it resumes from the last id it has.
@@ -38,6 +41,7 @@ from twisted.python.failure import Failure
 from cache.documents.store import Page
 from cache.indexes.queries import Query
 from cache.indexes.reads import Found
+from cache.redis.resp import sent_at_once
 from handlers.http import validation
 from handlers.http.auth import unauthorized
 from handlers.http.problems import problem_of
@@ -45,6 +49,7 @@ from handlers.imports import NDJSON, with_ids_flag
 from handlers.pipeline import both
 
 PAGE_DOCUMENTS = 1000
+MIN_PAGE_DOCUMENTS = 16
 PAGE_BYTES = 1024 * 1024
 _LAST_CHUNK = b"0\r\n\r\n"
 # The collection's documents when the export began (the whole collection,
@@ -96,6 +101,8 @@ class NdjsonExport:
         self.after = validation.decode_cursor(handler.query_argument("cursor"))
         self.budget = min(handler.response_budget, max(handler.max_body, PAGE_BYTES))
         self.credential_ended: Optional[str] = None
+        self.documents_read = 0
+        self.bytes_read = 0
 
     @defer.inlineCallbacks
     def run(self) -> Any:
@@ -114,7 +121,16 @@ class NdjsonExport:
                 hold.release()
 
     def _read(self) -> defer.Deferred:
-        return self.handler.store.scan_page(self.name, PAGE_DOCUMENTS, self.after, self.budget)
+        return self.handler.store.scan_page(self.name, self._page_documents(), self.after, self.budget)
+
+    def _page_documents(self) -> int:
+        """How many documents the next page asks for: ``PAGE_DOCUMENTS``, or fewer where the pages read so far
+        say that the budget holds fewer (the ids of a page cut short by its bytes are read, and measured in
+        Redis, for nothing)."""
+        if not self.bytes_read:
+            return PAGE_DOCUMENTS
+        fitting = self.budget * self.documents_read // self.bytes_read
+        return max(MIN_PAGE_DOCUMENTS, min(PAGE_DOCUMENTS, fitting + fitting // 4 + 1))
 
     def _count(self) -> defer.Deferred:
         return self.handler.store.count(self.name)
@@ -139,11 +155,14 @@ class NdjsonExport:
         following: Optional[defer.Deferred] = None
         try:
             while True:
-                # The next page is asked for before this one is made into lines and sent: Redis reads it while
-                # the worker does that and the network sends (two pages held at most).
+                # The next page is asked for before this one is made into lines and sent, and sent to Redis at
+                # once: Redis reads it while the worker does that and the network sends (two pages held at most).
+                self.documents_read += len(page.bodies)
+                self.bytes_read += sum(map(len, page.bodies))
                 if page.last_id is not None:
                     self.after = page.last_id
-                    following = self._read()
+                    with sent_at_once():
+                        following = self._read()
                 self.connection.transport.write(page_lines(page, self.with_ids, self.chunked))
                 if following is None:
                     break
@@ -183,7 +202,7 @@ class OwnedExport(NdjsonExport):
 
     def _read(self) -> defer.Deferred:
         after = None if self.after is None else self.prefix + self.after
-        query = replace(self.query, limit=PAGE_DOCUMENTS, after=after)
+        query = replace(self.query, limit=self._page_documents(), after=after)
         return self.handler.store.query(self.name, query, self.budget).addCallback(self._page)
 
     def _page(self, found: Found) -> Page:

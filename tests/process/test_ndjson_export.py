@@ -95,6 +95,23 @@ def test_every_document_verbatim_in_id_order_in_chunks_and_resumable_from_a_curs
     assert export(server, tokens["full"], "empty").content == b""
 
 
+def test_pages_of_large_documents_ask_for_the_ids_their_bytes_hold_not_a_thousand(server, tokens, redis_stats):
+    """A 1 MiB page holds ~125 documents of 8 KB: asking 1,000 ids a page made Redis measure (HSTRLEN) the
+    ~875 the page had no room for, page after page (handlers.exports, _page_documents)."""
+    docs = documents(2000, pad=8000)  # ~16 MB: ~16 pages of 1 MiB (handlers.exports.PAGE_BYTES)
+    load(server, tokens["full"], "large", docs)
+    measured_before, read_before = commands_called(redis_stats, "hstrlen"), commands_called(redis_stats, "hget")
+    reply = export(server, tokens["full"], "large")
+    assert reply.status_code == 200
+    expected = b"".join(docs[doc_id] + b"\n" for doc_id in sorted(docs))
+    assert (len(reply.content), sha256(reply.content).hexdigest()) == (len(expected), sha256(expected).hexdigest())
+    measured = commands_called(redis_stats, "hstrlen") - measured_before
+    assert commands_called(redis_stats, "hget") - read_before >= len(docs)
+    # The first page asks for 1,000 ids (nothing is known of the sizes yet) and measures the ~875 it has no room
+    # for; the others ask for what their bytes hold. 1,000 ids a page measured ~9,900 here.
+    assert measured < len(docs), measured
+
+
 def test_ids_all_in_one_index_shard_are_exported_whole_and_in_order(server, tokens):
     """A page ends where the shards that answered in full end (cache/documents/pages.scan_page): skew loses nothing."""
     one_shard = [doc_id for doc_id in (b"s%05d" % n for n in range(40000)) if keys.shard_of(doc_id) == 0][:1500]
