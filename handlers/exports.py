@@ -7,19 +7,21 @@ needs no escaping, so the document's bytes sit in the line as stored).
 ``?cursor=`` starts after an id, as a list page's ``next`` does. The head
 says how many documents the collection holds (``X-Jetway-Documents``).
 
-The collection is read a page at a time (``DocumentStore.scan_page``, at most
-``PAGE_DOCUMENTS`` documents, fewer when the pages read so far say that
-``PAGE_BYTES`` ends a page sooner, or one document larger than that); each
-page is written as one HTTP/1.1 chunk (to HTTP/1.0, the body ends with the
-connection). The next page is asked of Redis before this one is made into
-lines, and sent to Redis at once (``cache.redis.resp.sent_at_once``), so
-that Redis reads it while the worker writes; the one after it only once the
-transport has sent this one (``when_drained`` on the connection,
-``api.streamed_body``): a worker holds about two pages per export however
-slowly its client reads, and a client that stops reading for the send
-timeout is cut off. A body cut short (the token revoked meanwhile, Redis
-failing) ends without its last chunk and closes the connection, so a
-client can tell it from a whole one; it resumes from the last id it has.
+The collection is read a page at a time (``DocumentStore.scan``, a
+``cache.documents.scan.CollectionScan``: at most ``PAGE_DOCUMENTS``
+documents, fewer when the pages read so far say that ``PAGE_BYTES`` ends a
+page sooner, or one document larger than that); each page is written as
+one HTTP/1.1 chunk (to HTTP/1.0, the body ends with the connection). The
+next page is asked of Redis before this one is made into lines, and sent to
+Redis at once (``cache.redis.resp.sent_at_once``); the scan knows its ids
+already, so Redis reads its bodies while the worker writes. The one after
+it is asked only once the transport has sent this one (``when_drained`` on
+the connection, ``api.streamed_body``): a worker holds about two pages per
+export however slowly its client reads, and a client that stops reading
+for the send timeout is cut off. A body cut short (the token revoked
+meanwhile, Redis failing) ends without its last chunk and closes the
+connection, so a client can tell it from a whole one; it resumes from the
+last id it has.
 
 A caller bound by the collection's owner rule (``handlers.ownership``)
 exports its own documents only (``OwnedExport``): the pages are a query
@@ -38,6 +40,7 @@ from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from cache.documents.scan import CollectionScan
 from cache.documents.store import Page
 from cache.indexes.queries import Query
 from cache.indexes.reads import Found
@@ -101,6 +104,7 @@ class NdjsonExport:
         self.after = validation.decode_cursor(handler.query_argument("cursor"))
         self.budget = min(handler.response_budget, max(handler.max_body, PAGE_BYTES))
         self.credential_ended: Optional[str] = None
+        self.scan: Optional[CollectionScan] = None  # made at the first page: a bound caller's export has none
         self.documents_read = 0
         self.bytes_read = 0
 
@@ -121,16 +125,20 @@ class NdjsonExport:
                 hold.release()
 
     def _read(self) -> defer.Deferred:
-        return self.handler.store.scan_page(self.name, self._page_documents(), self.after, self.budget)
+        if self.scan is None:
+            self.scan = self.handler.store.scan(self.name, self.after, self.budget)
+        return self.scan.next_page(self._page_documents())
 
     def _page_documents(self) -> int:
-        """How many documents the next page asks for: ``PAGE_DOCUMENTS``, or fewer where the pages read so far
-        say that the budget holds fewer (the ids of a page cut short by its bytes are read, and measured in
-        Redis, for nothing)."""
+        """How many documents the next page asks for: ``PAGE_DOCUMENTS``, or half what the budget holds at the
+        size of the documents read so far. Not more: ids a page has no room for are read, and measured in
+        Redis, for nothing. Not all it holds: each shard is allowed its share of the budget in the first round
+        (``bounded_reads``), and with half, a shard whose documents are larger than most still fits its share,
+        where a shard short of it waits for a second round."""
         if not self.bytes_read:
             return PAGE_DOCUMENTS
         fitting = self.budget * self.documents_read // self.bytes_read
-        return max(MIN_PAGE_DOCUMENTS, min(PAGE_DOCUMENTS, fitting + fitting // 4 + 1))
+        return max(MIN_PAGE_DOCUMENTS, min(PAGE_DOCUMENTS, fitting // 2 + 1))
 
     def _count(self) -> defer.Deferred:
         return self.handler.store.count(self.name)

@@ -7,8 +7,6 @@ which reads every body at most once.
 
 from __future__ import annotations
 
-import bisect
-import itertools
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from twisted.internet import defer
@@ -16,6 +14,7 @@ from twisted.internet import defer
 from cache import keys
 from cache.documents import bounded_reads, scripts
 from cache.documents.document import Page
+from cache.documents.scan import CollectionScan, in_id_order
 from cache.ownership import OwnedReads
 from cache.redis.link import Link
 
@@ -43,7 +42,7 @@ class DocumentPages:
         return ranges.addCallback(self._read_page, collection, limit, budget)
 
     def _read_page(self, shards: List[List[bytes]], collection: bytes, limit: int, budget: int) -> defer.Deferred:
-        ids = _in_order(shards)[: limit + 1]
+        ids = in_id_order(shards)[: limit + 1]
         more = len(ids) > limit
         ids = ids[:limit]
         read = bounded_reads.read_within(self._link, collection, ids, [1] * len(ids), budget, cut=True)
@@ -57,40 +56,9 @@ class DocumentPages:
         kept = [doc_id for doc_id, body in zip(ids, bodies) if body is not None]
         return Page([body for body in bodies if body is not None], last_id, kept)
 
-    def scan_page(
-        self, collection: bytes, limit: int, after: Optional[bytes], budget: int = bounded_reads.DEFAULT_BUDGET
-    ) -> defer.Deferred:
-        """``page`` for a reader of the whole collection (the NDJSON export): about twice ``limit`` ids asked, not 16x.
-
-        ``page`` asks every index shard for ``limit`` + 1 ids, since any one
-        shard may hold all of the next ``limit``. Here each shard is asked
-        for its share twice over, and the page ends at the smallest last id
-        of the shards that answered in full: below it no id was left out
-        (those shards answered every id up to it, the others all they had).
-        Ids are spread over the shards by a hash, so a page is most of ``limit``.
-        """
-        per_shard = max(2 * limit // keys.INDEX_SHARDS, 16)
-        start = b"(" + after if after else b"-"
-        ranges = self._link.pipeline(
-            [
-                (b"ZRANGEBYLEX", keys.index_key(collection, shard), start, b"+", b"LIMIT", 0, per_shard)
-                for shard in range(keys.INDEX_SHARDS)
-            ]
-        )
-        return ranges.addCallback(self._read_scan, collection, limit, per_shard, budget)
-
-    def _read_scan(
-        self, shards: List[List[bytes]], collection: bytes, limit: int, per_shard: int, budget: int
-    ) -> defer.Deferred:
-        full = [ids[-1] for ids in shards if len(ids) == per_shard]
-        bound = min(full) if full else None
-        ids = _in_order(shards)
-        if bound is not None:
-            del ids[bisect.bisect_right(ids, bound) :]
-        more = bound is not None or len(ids) > limit
-        ids = ids[:limit]
-        read = bounded_reads.read_within(self._link, collection, ids, [1] * len(ids), budget, cut=True)
-        return read.addCallback(self._page_of, collection, ids, more)
+    def scan(self, collection: bytes, after: Optional[bytes], budget: int) -> CollectionScan:
+        """A pass over the whole collection after the id ``after``, a page at a time (the NDJSON export)."""
+        return CollectionScan(self._link, collection, after, budget, self._prune)
 
     def count(self, collection: bytes) -> defer.Deferred:
         """How many documents the collection's index holds (expired ones not pruned yet included)."""
@@ -131,12 +99,6 @@ class DocumentPages:
             pruning = self._link.run_script(scripts.PRUNE, [keys.index_key(collection, shard), *doc_keys], ids)
             # A failed prune only leaves a stale entry that the next page skips.
             pruning.addErrback(lambda _: None)
-
-
-def _in_order(shards: List[List[bytes]]) -> List[bytes]:
-    """The shards' ids (each shard's in order, none in two) in one order: one sort of the runs, where
-    ``heapq.merge``'s generators cost PyPy several times more (docs/performance.md, "Import and export")."""
-    return sorted(itertools.chain.from_iterable(shards))
 
 
 def _in_asked_order(read: Tuple[List[Any], int], distinct: List[bytes], doc_ids: Sequence[bytes]) -> List[Any]:

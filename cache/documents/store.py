@@ -101,7 +101,7 @@ class DocumentStore:
         self.forget = reads.forget
         self.forgetting = reads.forgetting
         self.page = pages.page
-        self.scan_page = pages.scan_page
+        self.scan = pages.scan
         self.count = pages.count
         self.get_many = pages.get_many
         self.put = writes.put
