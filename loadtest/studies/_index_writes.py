@@ -14,6 +14,13 @@ scripts call are counted too), so what is left is the cost of Lua and of each
 ``redis.call``. Writes ``loadtest/results/index_writes.md``.
 
     .venv/bin/python -m loadtest.studies._index_writes [--documents 20000] [--rounds 5] [--no-feed]
+    .venv/bin/python -m loadtest.studies._index_writes --parts [--documents 20000] [--rounds 5]
+
+``--parts``: where an indexed PUT's Redis time goes. The single PUT's script
+as it is, without its index ``ZADD``s (the entries' loop and the hash's
+fields kept), and without moving the entries at all (the arguments, the
+digest and the hash's read kept), against a PUT into a collection with no
+index; the change feed off, so that only the indexes differ.
 """
 
 from __future__ import annotations
@@ -118,11 +125,48 @@ class PrivateRedis:
         return "; ".join(each)
 
 
+# The PUT script's lines that --parts takes out (cache.documents.scripts, cache.indexes.scripts' move_entries).
+_INDEX_ZADD = "if entry then redis.call('ZADD', itag .. field, 0, entry) end"
+_MOVE_ENTRIES = "if indexed then marks = move_entries(itag, indexed, held, 1, sets, dels, K[3] ~= nil) end"
+
+
+def parts(redis: PrivateRedis, documents: int, rounds: int) -> List[str]:
+    """Redis's CPU per document of the PUT script and of its variants without parts of the index work."""
+    source = PUT.source.decode()
+    if _INDEX_ZADD not in source or _MOVE_ENTRIES not in source:
+        raise RuntimeError("the PUT script changed: --parts no longer finds the lines it takes out")
+    variants = {
+        "PUT, three indexes": (source, True),
+        "without its index ZADDs": (source.replace(_INDEX_ZADD, "if entry then local _ = itag .. field end"), True),
+        "without moving the entries": (source.replace(_MOVE_ENTRIES, ""), True),
+        "PUT, no index": (source, False),
+    }
+    shas = {name: redis.cli("SCRIPT", "LOAD", text).decode().strip() for name, (text, _) in variants.items()}
+    writes = Writes(feed=False)
+    cpu: Dict[str, List[float]] = {name: [] for name in variants}
+    for _ in range(rounds):
+        for name, (_, indexed) in variants.items():
+            calls = (writes.put(b"indexed" if indexed else b"plain", indexed) for _ in range(documents))
+            data = b"".join(resp([b"EVALSHA", shas[name], len(k), *k, *a]) for k, a in calls)
+            before = redis.cpu_seconds()
+            redis.pipe(data)
+            cpu[name].append((redis.cpu_seconds() - before) / documents * 1e6)
+    return [
+        f"`python -m loadtest.studies._index_writes --parts --documents {documents} --rounds {rounds}`: the single"
+        " PUT's script and variants of it on a private Redis, change feed off.",
+        "",
+        "| | Redis CPU µs/document, min | median |",
+        "|---|---:|---:|",
+        *(f"| {name} | {min(v):.1f} | {statistics.median(v):.1f} |" for name, v in cpu.items()),
+    ]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--documents", type=int, default=20_000, help="per case and round")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--no-feed", action="store_true", help="with the change feed off (JETWAY_FEED=off)")
+    parser.add_argument("--parts", action="store_true", help="where an indexed PUT's Redis time goes")
     args = parser.parse_args()
     stop_on_sigterm()
     writes = Writes(feed=not args.no_feed)
@@ -142,6 +186,10 @@ def main() -> int:
             redis.cli("EVAL", SPEC.source.decode(), "1", spec_key, "1", spec_json(INDEXES).decode())
         for script in (PUT, WRITE_MANY):
             redis.cli("SCRIPT", "LOAD", script.source.decode())
+        if args.parts:
+            found = parts(redis, count, args.rounds)
+            append_report(REPORT, "What declared indexes cost a write in Redis", "parts", found)
+            return 0
         for number in range(args.rounds):
             for name in cases if number % 2 == 0 else reversed(list(cases)):
                 data = cases[name]()

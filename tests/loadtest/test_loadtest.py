@@ -363,3 +363,12 @@ def test_an_import_s_lines_are_documents_of_about_200_bytes_each_naming_its_id()
     lines = ndjson(5, 3).splitlines()
     assert [json.loads(line)["id"] for line in lines] == ["d000000005", "d000000006", "d000000007"]
     assert all(190 <= len(line) <= 210 for line in lines)
+
+
+def test_the_index_writes_study_finds_the_lines_its_parts_take_out_of_the_put_script():
+    """``_index_writes --parts`` measures the PUT script without its index ZADDs and entries' move: those lines."""
+    from cache.documents.scripts import PUT
+    from loadtest.studies._index_writes import _INDEX_ZADD, _MOVE_ENTRIES
+
+    assert PUT.source.decode().count(_INDEX_ZADD) == 1
+    assert PUT.source.decode().count(_MOVE_ENTRIES) == 1
