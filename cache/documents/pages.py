@@ -14,7 +14,7 @@ from twisted.internet import defer
 from cache import keys
 from cache.documents import bounded_reads, scripts
 from cache.documents.document import Page
-from cache.documents.scan import CollectionScan, in_id_order
+from cache.documents.scan import CollectionScan, in_id_order, page_of, shard_ranges
 from cache.ownership import OwnedReads
 from cache.redis.link import Link
 
@@ -32,13 +32,7 @@ class DocumentPages:
         # Plain callbacks, as the document reads: bodies bound to a generator
         # frame that waited for Redis would be kept by it
         # (docs/performance.md, "The read path: what made it faster").
-        start = b"(" + after if after else b"-"
-        ranges = self._link.pipeline(
-            [
-                (b"ZRANGEBYLEX", keys.index_key(collection, shard), start, b"+", b"LIMIT", 0, limit + 1)
-                for shard in range(keys.INDEX_SHARDS)
-            ]
-        )
+        ranges = shard_ranges(self._link, collection, after, limit + 1)
         return ranges.addCallback(self._read_page, collection, limit, budget)
 
     def _read_page(self, shards: List[List[bytes]], collection: bytes, limit: int, budget: int) -> defer.Deferred:
@@ -52,9 +46,7 @@ class DocumentPages:
         bodies, covered = read
         # A page the budget ended early continues after its last id, as a full one does.
         last_id = ids[covered - 1] if more or covered < len(ids) else None
-        self._prune(collection, [doc_id for doc_id, body in zip(ids, bodies) if body is None])
-        kept = [doc_id for doc_id, body in zip(ids, bodies) if body is not None]
-        return Page([body for body in bodies if body is not None], last_id, kept)
+        return page_of(collection, ids, bodies, last_id, self._prune)
 
     def scan(self, collection: bytes, after: Optional[bytes], budget: int) -> CollectionScan:
         """A pass over the whole collection after the id ``after``, a page at a time (the NDJSON export)."""

@@ -39,12 +39,36 @@ from cache.redis.link import Link
 
 # Ids asked of each shard at least, however small the page.
 MIN_PER_SHARD = 16
+# Drops the index entries of a collection's documents found gone (DocumentPages' pruning, in the background).
+Prune = Callable[[bytes, List[bytes]], None]
 
 
 def in_id_order(shards: List[List[bytes]]) -> List[bytes]:
     """The shards' ids (each shard's in order, none in two) in one order: one sort of the runs, where
     ``heapq.merge``'s generators cost PyPy several times more (docs/performance.md, "Import and export")."""
     return sorted(itertools.chain.from_iterable(shards))
+
+
+def shard_ranges(link: Link, collection: bytes, after: Optional[bytes], per_shard: int) -> defer.Deferred:
+    """Each index shard's next ``per_shard`` ids after the id ``after`` (from the first, without it), in one
+    pipeline: a list of the shards' lists, each in order."""
+    start = b"(" + after if after else b"-"
+    return link.pipeline(
+        [
+            (b"ZRANGEBYLEX", keys.index_key(collection, shard), start, b"+", b"LIMIT", 0, per_shard)
+            for shard in range(keys.INDEX_SHARDS)
+        ]
+    )
+
+
+def page_of(collection: bytes, ids: List[bytes], bodies: List[Any], last_id: Optional[bytes], prune: Prune) -> Page:
+    """The bodies read for the first ids of ``ids`` as a page: a document gone meanwhile (None) left out, and its
+    index entry pruned."""
+    stale = [doc_id for doc_id, body in zip(ids, bodies) if body is None]
+    if stale:
+        prune(collection, stale)
+    kept = [doc_id for doc_id, body in zip(ids, bodies) if body is not None]
+    return Page([body for body in bodies if body is not None], last_id, kept)
 
 
 class CollectionScan:
@@ -56,7 +80,7 @@ class CollectionScan:
         collection: bytes,
         after: Optional[bytes],
         budget: int,
-        prune: Callable[[bytes, List[bytes]], None],
+        prune: Prune,
     ) -> None:
         self._link = link
         self._collection = collection
@@ -81,13 +105,7 @@ class CollectionScan:
 
     def _range(self, limit: int) -> None:
         per_shard = max(2 * limit // keys.INDEX_SHARDS, MIN_PER_SHARD)
-        start = b"(" + self._through if self._through else b"-"
-        ranging = self._link.pipeline(
-            [
-                (b"ZRANGEBYLEX", keys.index_key(self._collection, shard), start, b"+", b"LIMIT", 0, per_shard)
-                for shard in range(keys.INDEX_SHARDS)
-            ]
-        )
+        ranging = shard_ranges(self._link, self._collection, self._through, per_shard)
         self._ranging = ranging
         ranging.addCallbacks(self._ranged, self._range_failed, callbackArgs=(per_shard,))
 
@@ -120,8 +138,4 @@ class CollectionScan:
         bodies, covered = read
         del self._known[:covered]  # what the budget left out is the next page's first
         done = self._ended and not self._known
-        stale = [doc_id for doc_id, body in zip(taken, bodies) if body is None]
-        if stale:
-            self._prune(self._collection, stale)
-        kept = [doc_id for doc_id, body in zip(taken, bodies) if body is not None]
-        return Page([body for body in bodies if body is not None], None if done else taken[covered - 1], kept)
+        return page_of(self._collection, taken, bodies, None if done else taken[covered - 1], self._prune)
