@@ -303,8 +303,7 @@ while at <= #ARGV do
   local n = tonumber(ARGV[at + 1])
   local K = {KEYS[k + 1], KEYS[k + 2]}
   if per == 3 then K[3] = KEYS[k + 3] end
-  local A = {}
-  for i = 1, n do A[i] = ARGV[at + 1 + i] end
+  local A = {unpack(ARGV, at + 2, at + 1 + n)}
   local write = put
   if ARGV[at] == 'd' then write = delete end
   local ok, answer = pcall(write, K, A)
