@@ -34,6 +34,10 @@
 # more, the resident memory is the largest worker's), and PIN=1: the server
 # (master and workers) on the second core and wrk and Redis on the first
 # (taskset), so that the scheduler's placing of them moves the figures less.
+# TOGETHER=1: A's and B's servers run at the same time, each under its own wrk
+# of 32 connections, warmed and measured side by side; the machine's drift
+# over a run (a third here) then moves both sides alike, and the per-round
+# ratio of their figures is what to compare.
 # Each line also gives the workers' CPU per request on their reactor's
 # thread (main_us_per_request) and on all their other threads (the trace
 # exporter's, the log writer's: threads_us_per_request).
@@ -44,6 +48,8 @@ CASE=${CASE:-get}
 WORKERS=${WORKERS:-1}
 case $CASE in get | get10k | put | miss | putmany) ;; *) echo "CASE must be get, get10k, put, miss or putmany" >&2; exit 2 ;; esac
 ON_FIRST="" ON_SECOND=""
+CONNECTIONS=64
+[ "${TOGETHER:-}" = 1 ] && CONNECTIONS=32  # each side's wrk: the machine holds as many connections as alone
 [ "${PIN:-}" = 1 ] && ON_FIRST="taskset -c 0" ON_SECOND="taskset -c 1"
 WORK=$(mktemp -d)
 cleanup() {
@@ -92,10 +98,9 @@ cache_counts() {  # cache_counts PORT: the hot caches' invalidations, hits and e
     /^jetway_hot_cache_hits_total/ {h=$2} /^jetway_hot_cache_evictions_total/ {e=$2} END {print i+0, h+0, e+0}'
 }
 
-run() {  # run TREE LABEL AUTH EXTRA_ENV EXTRA_HEADER RULE: one server, warm-up, one measured run
-  local tree=$1 label=$2 auth=$3 extra=$4 more=$5 rule=$6 dir port pid workers header="" token t0 t1 out n rss
+start_side() {  # start_side DIR TREE LABEL AUTH EXTRA_ENV EXTRA_HEADER RULE: one server and its Redis, documents written
+  local dir=$1 tree=$2 label=$3 auth=$4 extra=$5 more=$6 rule=$7 port pid workers header="" token
   local issuers="" admin=""
-  dir=$(mktemp -d -p "$WORK")
   $ON_FIRST redis-server --port 0 --unixsocket "$dir/r.sock" --save '' --daemonize yes --pidfile "$dir/r.pid" --logfile "$dir/r.log"
   sleep 0.3
   port=$((20000 + RANDOM % 10000))
@@ -153,36 +158,99 @@ for n in range(int(sys.argv[1])):
     out.write(b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args))' \
       "$ids" "$dir/small.json" | redis-cli -s "$dir/r.sock" --pipe > /dev/null
   fi
-  local load=($ON_FIRST wrk -t1 -c64 -s loadtest/bench/wrk.lua -H "$header")
-  [ -n "$more" ] && load+=(-H "$more")
-  load+=("http://127.0.0.1:$port/v1/bench/$target")
-  BENCH_IDS=$ids BENCH_PATH_PREFIX=/v1/bench/m BENCH_METHOD=$method BENCH_BODY_FILE="$dir/small.json" \
-    "${load[@]}" -d"${WARM:-10}"s > /dev/null
-  local pids
+  # What the other phases read back (load, snapshot, report).
+  printf '%s\n' "$label" "$port" "$pid" "$workers" "$header" "$more" "$target" "$method" "$ids" > "$dir/side"
+}
+
+side() {  # side DIR: the start's figures as variables of the caller (label port pid workers header more target method ids)
+  { read -r label; read -r port; read -r pid; read -r workers; read -r header; read -r more; read -r target
+    read -r method; read -r ids; } < "$1/side"
+}
+
+load() {  # load DIR SECONDS warm|measured [ARG...]: wrk's load on the side's server (its output)
+  local dir=$1 seconds=$2 phase=$3 label port pid workers header more target method ids first=0
+  shift 3
+  side "$dir"
+  [ "$phase" = measured ] && first=$((ids / 2))  # CASE=miss: the measured run from the middle
+  # shellcheck disable=SC2206 # ON_FIRST is empty or "taskset -c 0", two words
+  local run=($ON_FIRST wrk -t1 -c"$CONNECTIONS" -s loadtest/bench/wrk.lua -H "$header")
+  [ -n "$more" ] && run+=(-H "$more")
+  run+=("http://127.0.0.1:$port/v1/bench/$target")
+  BENCH_IDS=$ids BENCH_FIRST_ID=$first BENCH_PATH_PREFIX=/v1/bench/m BENCH_METHOD=$method \
+    BENCH_BODY_FILE="$dir/small.json" "${run[@]}" -d"$seconds"s "$@"
+}
+
+snapshot() {  # snapshot DIR: the ticks so far of the server (master and workers), its workers, their main threads, Redis
+  local dir=$1 label port pid workers header more target method ids pids
+  side "$dir"
   read -ra pids <<< "$workers"
-  local rpid r0 r1 counts0 counts1
-  rpid=$(cat "$dir/r.pid")
-  counts0=$(cache_counts "$port")
-  t0=$(cpu_ticks "$pid" "${pids[@]}")
-  m0=$(main_ticks "${pids[@]}") w0=$(cpu_ticks "${pids[@]}")
-  r0=$(cpu_ticks "$rpid")
-  out=$(BENCH_IDS=$ids BENCH_FIRST_ID=$((ids / 2)) BENCH_PATH_PREFIX=/v1/bench/m BENCH_METHOD=$method BENCH_BODY_FILE="$dir/small.json" \
-    "${load[@]}" -d"${DUR:-5}"s --latency)
-  t1=$(cpu_ticks "$pid" "${pids[@]}")
-  m1=$(main_ticks "${pids[@]}") w1=$(cpu_ticks "${pids[@]}")
-  r1=$(cpu_ticks "$rpid")
-  counts1=$(cache_counts "$port")
+  echo "$(cpu_ticks "$pid" "${pids[@]}") $(cpu_ticks "${pids[@]}") $(main_ticks "${pids[@]}") $(cpu_ticks "$(cat "$dir/r.pid")")"
+}
+
+report() {  # report DIR OUTPUT SNAPSHOT_BEFORE SNAPSHOT_AFTER COUNTS_BEFORE COUNTS_AFTER: the side's result line
+  local dir=$1 out=$2 label port pid workers header more target method ids pids n rss
+  side "$dir"
+  read -ra pids <<< "$workers"
+  local t0 w0 m0 r0 t1 w1 m1 r1
+  read -r t0 w0 m0 r0 <<< "$3"
+  read -r t1 w1 m1 r1 <<< "$4"
   rss=$(for w in "${pids[@]}"; do awk '/VmRSS/ {print $2}' "/proc/$w/status"; done | sort -n | tail -1)
   [ -n "${VERBOSE:-}" ] && echo "$out" >&2
   n=$(echo "$out" | awk '/requests in/ {print $1}')
   echo "$out" | awk -v l="$label" -v n="$n" -v c=$((t1 - t0)) -v rc=$((r1 - r0)) -v hz="$(getconf CLK_TCK)" -v rss="$rss" \
-    -v counts="$counts0 $counts1" -v main=$((m1 - m0)) -v others=$((w1 - w0 - (m1 - m0))) \
+    -v counts="$5 $6" -v main=$((m1 - m0)) -v others=$((w1 - w0 - (m1 - m0))) \
     'BEGIN {split(counts, k, " ")} /Requests\/sec/ {r=$2} / 99%/ {p=$2}
      END {printf "%s cpu_us_per_request=%.1f rps=%s p99=%s rss_mb=%.0f redis_cpu_us_per_request=%.1f invalidations_per_request=%.3f hits_per_request=%.3f evictions_per_request=%.3f main_us_per_request=%.2f threads_us_per_request=%.2f\n",
        l, c*1e6/hz/n, r, p, rss/1024, rc*1e6/hz/n, (k[4]-k[1])/n, (k[5]-k[2])/n, (k[6]-k[3])/n, main*1e6/hz/n, others*1e6/hz/n}'
-  kill $pid; wait $pid 2>/dev/null || true
-  kill "$(cat "$dir/r.pid")"
-  rm -f "$dir/server.pid" "$dir/r.pid"
+}
+
+stop_side() {  # stop_side DIR: its server and its Redis
+  kill "$(cat "$1/server.pid")"; wait "$(cat "$1/server.pid")" 2>/dev/null || true
+  kill "$(cat "$1/r.pid")"
+  rm -f "$1/server.pid" "$1/r.pid"
+}
+
+counts_of() {  # counts_of DIR: the side's hot-cache counts (cache_counts)
+  local label port pid workers header more target method ids
+  side "$1"
+  cache_counts "$port"
+}
+
+run() {  # run TREE LABEL AUTH EXTRA_ENV EXTRA_HEADER RULE: one server, warm-up, one measured run
+  local dir out snap0 snap1 counts0 counts1
+  dir=$(mktemp -d -p "$WORK")
+  start_side "$dir" "$@"
+  load "$dir" "${WARM:-10}" warm > /dev/null
+  counts0=$(counts_of "$dir")
+  snap0=$(snapshot "$dir")
+  out=$(load "$dir" "${DUR:-5}" measured --latency)
+  snap1=$(snapshot "$dir")
+  counts1=$(counts_of "$dir")
+  report "$dir" "$out" "$snap0" "$snap1" "$counts0" "$counts1"
+  stop_side "$dir"
+}
+
+together() {  # together: A's and B's servers at once, warmed and measured side by side, each under its own wrk
+  local a b wa a0 b0 a1 b1 ca0 cb0 ca1 cb1
+  a=$(mktemp -d -p "$WORK") b=$(mktemp -d -p "$WORK")
+  start_side "$a" "$WORK/a" "A=$A" "${AUTH_A:-off}" "${ENV_A:-}" "${HEADER_A:-}" "${RULE_A:-}"
+  start_side "$b" "$WORK/b" "B=$B" "${AUTH_B:-off}" "${ENV_B:-}" "${HEADER_B:-}" "${RULE_B:-}"
+  load "$a" "${WARM:-10}" warm > /dev/null &
+  wa=$!
+  load "$b" "${WARM:-10}" warm > /dev/null
+  wait "$wa"  # (a bare wait would wait for the servers too)
+  ca0=$(counts_of "$a") cb0=$(counts_of "$b")
+  a0=$(snapshot "$a") b0=$(snapshot "$b")
+  load "$a" "${DUR:-5}" measured --latency > "$a/out" &
+  wa=$!
+  load "$b" "${DUR:-5}" measured --latency > "$b/out"
+  wait "$wa"
+  a1=$(snapshot "$a") b1=$(snapshot "$b")
+  ca1=$(counts_of "$a") cb1=$(counts_of "$b")
+  report "$a" "$(cat "$a/out")" "$a0" "$a1" "$ca0" "$ca1"
+  report "$b" "$(cat "$b/out")" "$b0" "$b1" "$cb0" "$cb1"
+  stop_side "$a"
+  stop_side "$b"
 }
 
 run_a() { run "$WORK/a" "A=$A" "${AUTH_A:-off}" "${ENV_A:-}" "${HEADER_A:-}" "${RULE_A:-}"; }
@@ -192,7 +260,8 @@ run_b() { run "$WORK/b" "B=$B" "${AUTH_B:-off}" "${ENV_B:-}" "${HEADER_B:-}" "${
 # pairs each way: 44.3 vs 39.5 us with one first, 40.7 vs 34.9 with the other),
 # so each side takes each place in turn.
 for round in $(seq "$ROUNDS"); do
-  if [ $((round % 2)) = 1 ]; then run_a; run_b; else run_b; run_a; fi
+  if [ "${TOGETHER:-}" = 1 ]; then together
+  elif [ $((round % 2)) = 1 ]; then run_a; run_b; else run_b; run_a; fi
 done | tee "$WORK/results"
 for label in "A=$A" "B=$B"; do
   for figure in cpu_us_per_request redis_cpu_us_per_request; do
@@ -200,3 +269,8 @@ for label in "A=$A" "B=$B"; do
       awk -v l="$label" -v f="$figure" '{v[NR]=$1} END {printf "%s median %s=%.1f over %d runs\n", l, f, v[int((NR+1)/2)], NR}'
   done
 done
+if [ "${TOGETHER:-}" = 1 ]; then  # each round's B / A, its two servers measured over the same seconds
+  ratios=$(sed -n "s/.* cpu_us_per_request=\([0-9.]*\).*/\1/p" "$WORK/results" | paste - - | awk '{printf "%.3f\n", $2/$1}')
+  echo "B/A cpu_us_per_request per round: $(echo "$ratios" | tr '\n' ' ')median $(echo "$ratios" | sort -n |
+    awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}')"
+fi
