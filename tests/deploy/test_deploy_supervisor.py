@@ -104,9 +104,27 @@ class Supervisor:
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
-        wait_until(self.healthy, 30, f"jetway under supervisord (see {self.directory})")
+        self.wait_healthy(30, f"jetway under supervisord (see {self.directory})")
         wait_until(self.all_running, 30, "supervisor to see every process RUNNING (startsecs)")
         return self
+
+    def wait_healthy(self, seconds: float, what: str) -> None:
+        """``healthy`` within ``seconds``; else a failure that says what supervisord and the logs said then."""
+        try:
+            wait_until(self.healthy, seconds, what)
+        except TimeoutError as timeout:
+            raise AssertionError(f"{timeout}\n{self.diagnosis()}") from None
+
+    def diagnosis(self) -> str:
+        """supervisord's status of its processes and the end of each log here: why a wait for them failed."""
+        try:
+            parts = [self.ctl("status", check=False)]
+            for log in [*sorted(self.directory.glob("*.log")), self.directory / "supervisord.out"]:
+                if log.exists():
+                    parts += [f"--- {log.name}", *log.read_text(errors="replace").splitlines()[-15:]]
+            return "\n".join(parts)
+        except Exception as error:  # the diagnosis must not hide the failure it explains
+            return f"(no diagnosis: {error!r})"
 
     def all_running(self) -> bool:
         lines = self.ctl("status", check=False).splitlines()
@@ -304,7 +322,7 @@ class TestFcgiMode:
         """Not zero-failure: every worker stops first, and the socket closes with the last one."""
         with SteadyClient(fcgi_mode.base) as client:
             fcgi_mode.ctl("restart", "jetway:*")
-            wait_until(fcgi_mode.healthy, 20, "the workers to be back")
+            fcgi_mode.wait_healthy(20, "the workers to be back")
             time.sleep(0.5)
             since = time.monotonic()
         line = client.report("fcgi mode, supervisorctl restart jetway:*")
