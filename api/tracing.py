@@ -165,15 +165,17 @@ class RequestTrace:
         "_recorder",
         "attributes",
         "calls",
-        "context",
         "end_ns",
         "failed",
         "name",
         "parent",
         "recording",
         "redis_spans",
+        "span_number",
         "start_ns",
         "trace_id",
+        "trace_number",
+        "trace_state",
         "traceparent",
     )
 
@@ -190,11 +192,13 @@ class RequestTrace:
         self.name = name
         self.attributes = attributes
         self.parent = parent
-        trace_id = parent.trace_id if parent is not None else _new_id(128)
-        state = parent.trace_state if parent is not None else None
-        self.context = SpanContext(trace_id, _new_id(64), False, _SAMPLED, state)
-        self.trace_id = f"{trace_id:032x}"
-        self.traceparent = f"00-{self.trace_id}-{self.context.span_id:016x}-01"
+        # Its ids as numbers, made into the SDK's SpanContext only when its spans are (``spans``): one made on the
+        # request's path slowed every request of the worker, sampled or not (docs/tracing.md, "What it costs").
+        self.trace_number = parent.trace_id if parent is not None else _new_id(128)
+        self.trace_state = parent.trace_state if parent is not None else None
+        self.span_number = _new_id(64)
+        self.trace_id = f"{self.trace_number:032x}"
+        self.traceparent = f"00-{self.trace_id}-{self.span_number:016x}-01"
         self.recording = True
         self.redis_spans = 0  # Redis calls made under it, kept or not (MAX_REDIS_SPANS)
         self.calls: List[Tuple[str, int, int, Optional[str], Mapping[str, Any]]] = []
@@ -238,17 +242,18 @@ class RequestTrace:
     def spans(self, resource: Resource, scope: InstrumentationScope) -> List[ReadableSpan]:
         """Its Redis calls' spans, then its own, as the SDK exports them (``SpanRecorder.flush``)."""
         made = []
+        own = SpanContext(self.trace_number, self.span_number, False, _SAMPLED, self.trace_state)
         for name, started_ns, ended_ns, error, attributes in self.calls:
             status = _OK
             if error is not None:
                 attributes = {**attributes, "error.type": error}
                 status = Status(StatusCode.ERROR, error)
-            context = SpanContext(self.context.trace_id, _new_id(64), False, _SAMPLED, self.context.trace_state)
+            context = SpanContext(self.trace_number, _new_id(64), False, _SAMPLED, self.trace_state)
             made.append(
                 ReadableSpan(
                     name,
                     context,
-                    self.context,
+                    own,
                     resource,
                     attributes,
                     kind=SpanKind.CLIENT,
@@ -261,7 +266,7 @@ class RequestTrace:
         made.append(
             ReadableSpan(
                 self.name,
-                self.context,
+                own,
                 self.parent,
                 resource,
                 self.attributes,
