@@ -16,9 +16,10 @@ and attribute means and what tracing costs.
 - The spans of a request's Redis calls are recorded when each is answered,
   under the request's span (``cache.trace_scope`` says how the request is
   known there).
-- A sampled request gathers plain data while it runs; the SDK's spans
-  (``ReadableSpan``) are made from it after it ended, once a tick
-  (``SpanRecorder``), and handed to the processor there.
+- A sampled request gathers plain data while it runs; its spans
+  (``FinishedSpan``: the fields of the SDK's ``ReadableSpan`` that the
+  export reads) are made from it after it ended, once a tick
+  (``SpanRecorder``), and handed to the batch processor there.
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ from opentelemetry import trace as trace_api
 from opentelemetry.metrics import NoOpCounter, NoOpMeter, NoOpMeterProvider
 from opentelemetry.propagators.textmap import Getter
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
@@ -192,8 +192,7 @@ class RequestTrace:
         self.name = name
         self.attributes = attributes
         self.parent = parent
-        # Its ids as numbers, made into the SDK's SpanContext only when its spans are (``spans``): one made on the
-        # request's path slowed every request of the worker, sampled or not (docs/tracing.md, "What it costs").
+        # Its ids as numbers: its spans carry them as SpanIds, not the SDK's SpanContext (SpanIds says why).
         self.trace_number = parent.trace_id if parent is not None else _new_id(128)
         self.trace_state = parent.trace_state if parent is not None else None
         self.span_number = _new_id(64)
@@ -239,45 +238,97 @@ class RequestTrace:
         self.end_ns = time.time_ns()
         self._recorder.add(self)
 
-    def spans(self, resource: Resource, scope: InstrumentationScope) -> List[ReadableSpan]:
-        """Its Redis calls' spans, then its own, as the SDK exports them (``SpanRecorder.flush``)."""
+    def spans(self, resource: Resource, scope: InstrumentationScope) -> List[FinishedSpan]:
+        """Its Redis calls' spans, then its own, as the exporter encodes them (``SpanRecorder.flush``)."""
         made = []
-        own = SpanContext(self.trace_number, self.span_number, False, _SAMPLED, self.trace_state)
+        own = SpanIds(self.trace_number, self.span_number, self.trace_state)
         for name, started_ns, ended_ns, error, attributes in self.calls:
             status = _OK
             if error is not None:
                 attributes = {**attributes, "error.type": error}
                 status = Status(StatusCode.ERROR, error)
-            context = SpanContext(self.trace_number, _new_id(64), False, _SAMPLED, self.trace_state)
+            context = SpanIds(self.trace_number, _new_id(64), self.trace_state)
             made.append(
-                ReadableSpan(
-                    name,
-                    context,
-                    own,
-                    resource,
-                    attributes,
-                    kind=SpanKind.CLIENT,
-                    status=status,
-                    start_time=started_ns,
-                    end_time=ended_ns,
-                    instrumentation_scope=scope,
+                FinishedSpan(
+                    name, context, own, resource, attributes, SpanKind.CLIENT, status, started_ns, ended_ns, scope
                 )
             )
+        status = Status(StatusCode.ERROR) if self.failed else _OK
         made.append(
-            ReadableSpan(
+            FinishedSpan(
                 self.name,
                 own,
                 self.parent,
                 resource,
                 self.attributes,
-                kind=SpanKind.SERVER,
-                status=Status(StatusCode.ERROR) if self.failed else _OK,
-                start_time=self.start_ns,
-                end_time=self.end_ns,
-                instrumentation_scope=scope,
+                SpanKind.SERVER,
+                status,
+                self.start_ns,
+                self.end_ns,
+                scope,
             )
         )
         return made
+
+
+class SpanIds:
+    """A span's ids, as the exporter and the batch processor read the SDK's ``SpanContext``: made without it.
+
+    The SDK's ``SpanContext`` (a ``typing.Tuple`` subclass), made for the
+    rare sampled request, slowed every request of a PyPy worker, sampled or
+    not (docs/tracing.md, "What it costs").
+    """
+
+    __slots__ = ("span_id", "trace_id", "trace_state")
+    trace_flags = _SAMPLED
+    is_remote = False
+
+    def __init__(self, trace_id: int, span_id: int, trace_state: Any) -> None:
+        self.trace_id = trace_id
+        self.span_id = span_id
+        self.trace_state = trace_state
+
+
+class FinishedSpan:
+    """A finished span: the fields of the SDK's ``ReadableSpan`` that the batch processor and the exporter
+    (``api.otlp_export``) read, made without the SDK's objects (``SpanIds`` says why)."""
+
+    __slots__ = (
+        "attributes",
+        "context",
+        "end_time",
+        "instrumentation_scope",
+        "kind",
+        "name",
+        "parent",
+        "resource",
+        "start_time",
+        "status",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        context: SpanIds,
+        parent: Any,
+        resource: Resource,
+        attributes: Mapping[str, Any],
+        kind: SpanKind,
+        status: Status,
+        start_time: int,
+        end_time: int,
+        scope: InstrumentationScope,
+    ) -> None:
+        self.name = name
+        self.context = context
+        self.parent = parent
+        self.resource = resource
+        self.attributes = attributes
+        self.kind = kind
+        self.status = status
+        self.start_time = start_time
+        self.end_time = end_time
+        self.instrumentation_scope = scope
 
 
 class SpanRecorder:
