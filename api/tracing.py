@@ -149,7 +149,7 @@ class RequestTrace:
 
     While the request runs it only gathers plain data (its attributes, each
     Redis call's name, times and outcome); ``finish`` hands it to the
-    ``SpanRecorder``, which makes the SDK's spans off the request path. On
+    ``SpanRecorder``, which makes its spans off the request path. On
     PyPy the SDK's own live spans (a lock each, bounded attributes, the
     sampler, its metrics) made the rare sampled request cost the JIT far
     more than its share (docs/tracing.md, "What it costs").
@@ -167,15 +167,13 @@ class RequestTrace:
         "calls",
         "end_ns",
         "failed",
+        "ids",
         "name",
         "parent",
         "recording",
         "redis_spans",
-        "span_number",
         "start_ns",
         "trace_id",
-        "trace_number",
-        "trace_state",
         "traceparent",
     )
 
@@ -192,12 +190,14 @@ class RequestTrace:
         self.name = name
         self.attributes = attributes
         self.parent = parent
-        # Its ids as numbers: its spans carry them as SpanIds, not the SDK's SpanContext (SpanIds says why).
-        self.trace_number = parent.trace_id if parent is not None else _new_id(128)
-        self.trace_state = parent.trace_state if parent is not None else None
-        self.span_number = _new_id(64)
-        self.trace_id = f"{self.trace_number:032x}"
-        self.traceparent = f"00-{self.trace_id}-{self.span_number:016x}-01"
+        # Its span's ids as SpanIds, not the SDK's SpanContext (SpanIds says why).
+        self.ids = SpanIds(
+            parent.trace_id if parent is not None else _new_id(128),
+            _new_id(64),
+            parent.trace_state if parent is not None else None,
+        )
+        self.trace_id = f"{self.ids.trace_id:032x}"
+        self.traceparent = f"00-{self.trace_id}-{self.ids.span_id:016x}-01"
         self.recording = True
         self.redis_spans = 0  # Redis calls made under it, kept or not (MAX_REDIS_SPANS)
         self.calls: List[Tuple[str, int, int, Optional[str], Mapping[str, Any]]] = []
@@ -241,13 +241,13 @@ class RequestTrace:
     def spans(self, resource: Resource, scope: InstrumentationScope) -> List[FinishedSpan]:
         """Its Redis calls' spans, then its own, as the exporter encodes them (``SpanRecorder.flush``)."""
         made = []
-        own = SpanIds(self.trace_number, self.span_number, self.trace_state)
+        own = self.ids
         for name, started_ns, ended_ns, error, attributes in self.calls:
             status = _OK
             if error is not None:
                 attributes = {**attributes, "error.type": error}
                 status = Status(StatusCode.ERROR, error)
-            context = SpanIds(self.trace_number, _new_id(64), self.trace_state)
+            context = SpanIds(own.trace_id, _new_id(64), own.trace_state)
             made.append(
                 FinishedSpan(
                     name, context, own, resource, attributes, SpanKind.CLIENT, status, started_ns, ended_ns, scope
@@ -332,7 +332,7 @@ class FinishedSpan:
 
 
 class SpanRecorder:
-    """Finished sampled requests, made into the SDK's spans and handed to its batch processor once a tick.
+    """Finished sampled requests, made into their spans and handed to the SDK's batch processor once a tick.
 
     ``add`` is what a request's end costs: an append, and a timer for the
     first of a tick. ``flush`` runs from the reactor, so the spans reach the
