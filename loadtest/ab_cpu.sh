@@ -230,11 +230,15 @@ run() {  # run TREE LABEL AUTH EXTRA_ENV EXTRA_HEADER RULE: one server, warm-up,
   stop_side "$dir"
 }
 
+# Each side's tree, label and settings, as run and start_side take them.
+SIDE_A=("$WORK/a" "A=$A" "${AUTH_A:-off}" "${ENV_A:-}" "${HEADER_A:-}" "${RULE_A:-}")
+SIDE_B=("$WORK/b" "B=$B" "${AUTH_B:-off}" "${ENV_B:-}" "${HEADER_B:-}" "${RULE_B:-}")
+
 together() {  # together: A's and B's servers at once, warmed and measured side by side, each under its own wrk
   local a b wa a0 b0 a1 b1 ca0 cb0 ca1 cb1
   a=$(mktemp -d -p "$WORK") b=$(mktemp -d -p "$WORK")
-  start_side "$a" "$WORK/a" "A=$A" "${AUTH_A:-off}" "${ENV_A:-}" "${HEADER_A:-}" "${RULE_A:-}"
-  start_side "$b" "$WORK/b" "B=$B" "${AUTH_B:-off}" "${ENV_B:-}" "${HEADER_B:-}" "${RULE_B:-}"
+  start_side "$a" "${SIDE_A[@]}"
+  start_side "$b" "${SIDE_B[@]}"
   load "$a" "${WARM:-10}" warm > /dev/null &
   wa=$!
   load "$b" "${WARM:-10}" warm > /dev/null
@@ -253,8 +257,8 @@ together() {  # together: A's and B's servers at once, warmed and measured side 
   stop_side "$b"
 }
 
-run_a() { run "$WORK/a" "A=$A" "${AUTH_A:-off}" "${ENV_A:-}" "${HEADER_A:-}" "${RULE_A:-}"; }
-run_b() { run "$WORK/b" "B=$B" "${AUTH_B:-off}" "${ENV_B:-}" "${HEADER_B:-}" "${RULE_B:-}"; }
+run_a() { run "${SIDE_A[@]}"; }
+run_b() { run "${SIDE_B[@]}"; }
 # A B, B A, A B, ...: the run second in a pair measured the cheaper, whichever
 # revision it was (two revisions 6 Deferred callbacks apart, 10 KB reads, 4
 # pairs each way: 44.3 vs 39.5 us with one first, 40.7 vs 34.9 with the other),
