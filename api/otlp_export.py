@@ -9,7 +9,7 @@ writes the few fields a Jetway span has straight to bytes; the test
 collector decodes them with opentelemetry-proto (tests/tracing/).
 
 One POST per batch, no retry: a batch the collector does not take within
-the timeout is dropped and counted by the caller (``api.tracing.CountingExporter``).
+the timeout is dropped and counted by the caller (``api.span_queue.SpanQueue``).
 The POST goes over one kept-alive ``http.client`` connection, not
 ``requests``: on PyPy a ``requests`` POST cost the exporter's thread ten
 times the CPU (its proxy lookup, adapters and hooks, each time), all of it

@@ -9,7 +9,7 @@ and attribute means and what tracing costs.
   (the SDK's propagator: an invalid one is ignored and the request starts a
   trace of its own); sampling is parent-based, a new trace sampled at
   ``JETWAY_TRACING_SAMPLE``.
-- Spans leave through the SDK's ``BatchSpanProcessor``: a bounded queue
+- Spans leave through a ``api.span_queue.SpanQueue``: a bounded queue
   emptied by its own thread, so the reactor never waits for a collector. A
   span that finds the queue full, or whose batch the collector did not take,
   is counted (``SpanLosses``, ``jetway_trace_spans_dropped_total``) and lost.
@@ -19,7 +19,7 @@ and attribute means and what tracing costs.
 - A sampled request gathers plain data while it runs; its spans
   (``FinishedSpan``: the fields of the SDK's ``ReadableSpan`` that the
   export reads) are made from it after it ended, once a tick
-  (``SpanRecorder``), and handed to the batch processor there.
+  (``SpanRecorder``), and handed to the queue there.
 """
 
 from __future__ import annotations
@@ -32,102 +32,27 @@ import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from opentelemetry import trace as trace_api
-from opentelemetry.metrics import NoOpCounter, NoOpMeter, NoOpMeterProvider
 from opentelemetry.propagators.textmap import Getter
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from api.counted_ids import CountedIds
 from api.otlp_export import OtlpHttpExporter
+from api.span_queue import SpanLosses, SpanQueue, settings_from
 
-# Seconds one export may take; it runs on the processor's thread.
+# Seconds one export may take; it runs on the queue's thread.
 EXPORT_TIMEOUT = 5.0
 # Seconds a stopping worker gives its queued spans to leave.
 FLUSH_ON_STOP = 2.0
-# Seconds between a sampled request's end and its spans' handing to the batch processor (SpanRecorder).
+# Seconds between a sampled request's end and its spans' handing to the queue (SpanRecorder).
 FLUSH_EVERY = 0.05
 # Redis spans one request records at most: a change-feed stream lives for hours, and a loop a request started
 # (a lazily opened subscription) keeps its context; past this, and after its span ended, calls are only counted.
 MAX_REDIS_SPANS = 256
-# What the SDK counts spans its batch processor handled in (semantic conventions, "otel.sdk.processor.span.processed").
-_PROCESSED = "otel.sdk.processor.span.processed"
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _OK = Status()  # unset, as the SDK leaves a span that ended well
-
-
-class SpanLosses:
-    """Spans lost since the worker started, by why: ``queue_full`` (the batch queue), ``export_failed`` (the
-    collector did not take them). Counted on the reactor's thread and the exporter's, read at each metrics flush."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.lost: Dict[str, int] = {}
-
-    def add(self, reason: str, spans: int) -> None:
-        with self._lock:
-            self.lost[reason] = self.lost.get(reason, 0) + spans
-
-    def taken(self) -> Dict[str, int]:
-        """The losses counted since the last call."""
-        with self._lock:
-            lost, self.lost = self.lost, {}
-        return lost
-
-
-class _DropCounter(NoOpCounter):
-    def __init__(self, losses: SpanLosses) -> None:
-        super().__init__(_PROCESSED)
-        self._losses = losses
-
-    def add(self, amount: Any, attributes: Any = None, context: Any = None) -> None:
-        # The processor adds every span it handled; those it dropped carry error.type "queue_full".
-        if attributes and attributes.get("error.type") == "queue_full":
-            self._losses.add("queue_full", int(amount))
-
-
-class _LossMeter(NoOpMeter):
-    def __init__(self, losses: SpanLosses) -> None:
-        super().__init__("jetway")
-        self._losses = losses
-
-    def create_counter(self, name: str, unit: str = "", description: str = "") -> Any:
-        return _DropCounter(self._losses) if name == _PROCESSED else super().create_counter(name, unit, description)
-
-
-class LossMeterProvider(NoOpMeterProvider):
-    """The meter the batch processor reports to (its public ``meter_provider``): only its drops are kept."""
-
-    def __init__(self, losses: SpanLosses) -> None:
-        self._losses = losses
-
-    def get_meter(self, name: str, version: Any = None, schema_url: Any = None, attributes: Any = None) -> Any:
-        return _LossMeter(self._losses)
-
-
-class CountingExporter(SpanExporter):
-    """The OTLP exporter, its failed batches counted (it reports a failure; the processor does not count it)."""
-
-    def __init__(self, exporter: SpanExporter, losses: SpanLosses) -> None:
-        self._exporter = exporter
-        self._losses = losses
-
-    def export(self, spans: Sequence[Any]) -> SpanExportResult:
-        try:
-            result = self._exporter.export(spans)
-        except Exception:
-            result = SpanExportResult.FAILURE
-        if result is not SpanExportResult.SUCCESS:
-            self._losses.add("export_failed", len(spans))
-        return result
-
-    def shutdown(self) -> None:
-        self._exporter.shutdown()
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return self._exporter.force_flush(timeout_millis)
 
 
 class _HeaderGetter(Getter):
@@ -272,7 +197,7 @@ class RequestTrace:
 
 
 class SpanIds:
-    """A span's ids, as the exporter and the batch processor read the SDK's ``SpanContext``: made without it.
+    """A span's ids, as the exporter reads the SDK's ``SpanContext``: made without it.
 
     The SDK's ``SpanContext`` (a ``typing.Tuple`` subclass), made for the
     rare sampled request, slowed every request of a PyPy worker, sampled or
@@ -290,8 +215,8 @@ class SpanIds:
 
 
 class FinishedSpan:
-    """A finished span: the fields of the SDK's ``ReadableSpan`` that the batch processor and the exporter
-    (``api.otlp_export``) read, made without the SDK's objects (``SpanIds`` says why)."""
+    """A finished span: the fields of the SDK's ``ReadableSpan`` that the exporter (``api.otlp_export``)
+    reads, made without the SDK's objects (``SpanIds`` says why)."""
 
     __slots__ = (
         "attributes",
@@ -332,15 +257,15 @@ class FinishedSpan:
 
 
 class SpanRecorder:
-    """Finished sampled requests, made into their spans and handed to the SDK's batch processor once a tick.
+    """Finished sampled requests, made into their spans and handed to the span queue once a tick.
 
     ``add`` is what a request's end costs: an append, and a timer for the
     first of a tick. ``flush`` runs from the reactor, so the spans reach the
-    processor in the order the requests ended, on the thread that made them.
+    queue in the order the requests ended, on the thread that made them.
     """
 
-    def __init__(self, processor: Any, resource: Resource, reactor: Any, every: float = FLUSH_EVERY) -> None:
-        self._processor = processor
+    def __init__(self, queue: SpanQueue, resource: Resource, reactor: Any, every: float = FLUSH_EVERY) -> None:
+        self._queue = queue
         self._resource = resource
         self._scope = InstrumentationScope("jetway")
         self._reactor = reactor
@@ -353,11 +278,12 @@ class SpanRecorder:
         self._ended_traces.append(trace)
 
     def flush(self) -> None:
-        """Every finished request's spans to the processor."""
+        """Every finished request's spans to the queue."""
         finished, self._ended_traces = self._ended_traces, []
+        spans: List[FinishedSpan] = []
         for trace in finished:
-            for span in trace.spans(self._resource, self._scope):
-                self._processor.on_end(span)
+            spans += trace.spans(self._resource, self._scope)
+        self._queue.add(spans)
 
 
 def _new_id(bits: int) -> int:
@@ -430,15 +356,12 @@ class Tracing:
         resource = Resource.create(
             {"service.name": service, "service.instance.id": f"{socket.gethostname()}:{os.getpid()}"}
         )
-        # shutdown_on_exit off: the worker flushes for a bounded time as it stops (close), not at exit.
         self._sample = sample
         self._unrecorded = UnrecordedIds()
         exporter = OtlpHttpExporter(endpoint.rstrip("/") + "/v1/traces", EXPORT_TIMEOUT)
-        self._processor = BatchSpanProcessor(
-            CountingExporter(exporter, losses), meter_provider=LossMeterProvider(losses)
-        )
+        self._queue = SpanQueue(exporter, losses, **settings_from(os.environ))
         # Sampling is decided in begin, so what reaches the recorder is sampled: a new trace, or a sampled parent's.
-        self._recorder = SpanRecorder(self._processor, resource, reactor)
+        self._recorder = SpanRecorder(self._queue, resource, reactor)
         self._propagator = TraceContextTextMapPropagator()
         reactor.addSystemEventTrigger("before", "shutdown", self.close)
 
@@ -473,7 +396,7 @@ class Tracing:
         self._recorder.flush()  # the requests finished since the last tick
 
         def flush() -> None:
-            self._processor.force_flush()
+            self._queue.stop(FLUSH_ON_STOP)
             self._reactor.callFromThread(lambda: done.called or done.callback(None))
 
         threading.Thread(target=flush, name="jetway-trace-flush", daemon=True).start()

@@ -16,7 +16,8 @@ def tracing_starter(settings: Any, metrics: Any, reactor: Any) -> Optional[Calla
         return None
 
     def start() -> Any:
-        from api.tracing import SpanLosses, Tracing  # the SDK, imported only now
+        from api.span_queue import SpanLosses
+        from api.tracing import Tracing  # the SDK, imported only now
 
         metrics.span_losses = losses = SpanLosses()
         return Tracing(settings.tracing_endpoint, settings.tracing_sample, settings.tracing_service, losses, reactor)

@@ -63,7 +63,7 @@ def test_the_encoding_is_the_sdks():
 
 
 def finished_spans() -> list:
-    """Two ended spans of the SDK, as the batch processor hands them to the exporter."""
+    """Two ended spans of the SDK, as a batch of the span queue hands them to the exporter."""
     exported = InMemorySpanExporter()
     provider = TracerProvider(resource=Resource.create({"service.name": "jetway"}), shutdown_on_exit=False)
     provider.add_span_processor(SimpleSpanProcessor(exported))

@@ -1,45 +1,46 @@
-"""The SDK's side (``api.tracing``): a request's span and its Redis children, their bound, and spans lost counted."""
+"""A request's span, its Redis children and their bound (``api.tracing``); spans queued, lost (``api.span_queue``)."""
 
 from __future__ import annotations
 
 import re
 import threading
+import time
 from typing import Any, List
 
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter, SpanExportResult
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace import SpanKind, StatusCode
 from twisted.internet.task import Clock
 
-from api.tracing import (
-    FLUSH_EVERY,
-    MAX_REDIS_SPANS,
-    CountingExporter,
-    LossMeterProvider,
-    RequestTrace,
-    SpanLosses,
-    SpanRecorder,
-    UnrecordedIds,
-)
+from api.span_queue import SpanLosses, SpanQueue, settings_from
+from api.tracing import FLUSH_EVERY, MAX_REDIS_SPANS, RequestTrace, SpanRecorder, UnrecordedIds
 from handlers.http.auth import Grant
 from handlers.operations import OPERATIONS
+
+
+class Kept:
+    """A span queue that keeps what it is given."""
+
+    def __init__(self) -> None:
+        self.spans: List[Any] = []
+
+    def add(self, spans: List[Any]) -> None:
+        self.spans += spans
 
 
 class Recorded:
     """A recorder on a test clock, its spans kept in memory."""
 
     def __init__(self) -> None:
-        self.exporter = InMemorySpanExporter()
+        self.queue = Kept()
         self.clock = Clock()
         resource = Resource.create({"service.name": "jetway"})
-        self.recorder = SpanRecorder(SimpleSpanProcessor(self.exporter), resource, self.clock)
+        self.recorder = SpanRecorder(self.queue, resource, self.clock)  # type: ignore[arg-type]
 
     def spans(self) -> Any:
-        """What reached the processor once a tick passed."""
+        """What reached the queue once a tick passed."""
         self.clock.advance(FLUSH_EVERY)
-        return self.exporter.get_finished_spans()
+        return tuple(self.queue.spans)
 
 
 def request_trace() -> Any:
@@ -57,7 +58,7 @@ def test_a_request_ends_with_its_operation_collection_and_token_name():
     trace, recorded = request_trace()
     trace.redis_call("EVALSHA put", 1, 2, None, {"db.system.name": "redis"})
     trace.finish(201, ("users", "u1"), Grant(Record()))  # type: ignore[arg-type]
-    assert recorded.exporter.get_finished_spans() == ()  # made off the request path, once a tick
+    assert recorded.queue.spans == []  # made off the request path, once a tick
     child, root = recorded.spans()
     assert child.parent.span_id == root.context.span_id and child.kind == SpanKind.CLIENT
     assert (child.start_time, child.end_time) == (1, 2)
@@ -112,33 +113,54 @@ def test_the_ids_of_requests_not_sampled_are_valid_and_distinct():
 
 
 class Stuck(SpanExporter):
-    """A collector that does not answer: the first export waits until the test lets it go."""
+    """A collector that does not answer: each export waits until the test lets it go."""
 
     def __init__(self) -> None:
         self.go = threading.Event()
+        self.exported: List[int] = []
+        self.closed = False
 
     def export(self, spans: Any) -> SpanExportResult:
+        self.exported.append(len(spans))
         self.go.wait(10)
         return SpanExportResult.SUCCESS
 
+    def shutdown(self) -> None:
+        self.closed = True
 
-def test_a_full_queue_drops_and_counts():
-    """The batch processor's queue holds 2: of 10 spans, 2 wait in the stuck export and 2 in the queue at most."""
+
+def wait_for(done: Any) -> None:
+    deadline = time.monotonic() + 10
+    while not done():
+        assert time.monotonic() < deadline, "not done in 10 s"
+        time.sleep(0.01)
+
+
+def test_a_full_queue_drops_and_counts_and_what_it_held_is_sent_as_it_stops():
+    """The queue holds 4 and sends 2 at a time: while the collector is stuck on the first batch, the queue fills."""
     losses, stuck = SpanLosses(), Stuck()
-    processor = BatchSpanProcessor(
-        stuck, max_queue_size=2, max_export_batch_size=2, meter_provider=LossMeterProvider(losses)
-    )
-    provider = TracerProvider(shutdown_on_exit=False)
-    provider.add_span_processor(processor)
-    tracer = provider.get_tracer("test")
-    for _ in range(10):
-        tracer.start_span("s").end()
+    queue = SpanQueue(stuck, losses, max_queue=4, max_batch=2, every=60)
     try:
-        assert losses.taken()["queue_full"] >= 6
+        queue.add([object(), object()])  # a full batch: sent at once, without waiting the minute
+        wait_for(lambda: stuck.exported == [2])
+        queue.add([object()] * 7)
+        assert losses.taken() == {"queue_full": 3}
         assert losses.taken() == {}  # taken once
     finally:
         stuck.go.set()
-        processor.shutdown()
+        queue.stop(10)
+    assert stuck.exported == [2, 2, 2] and stuck.closed  # the 4 queued, sent before the exporter closed
+
+
+def test_a_batch_waits_at_most_every_seconds():
+    losses, stuck = SpanLosses(), Stuck()
+    stuck.go.set()
+    queue = SpanQueue(stuck, losses, max_batch=512, every=0.05)
+    try:
+        queue.add([object()])
+        wait_for(lambda: stuck.exported == [1])
+    finally:
+        queue.stop(10)
 
 
 class Refusing(SpanExporter):
@@ -152,8 +174,20 @@ class Refusing(SpanExporter):
 
 
 def test_a_batch_the_collector_did_not_take_is_counted():
-    losses = SpanLosses()
-    spans: List[Any] = [object(), object()]
-    assert CountingExporter(Refusing(False), losses).export(spans) is SpanExportResult.FAILURE
-    assert CountingExporter(Refusing(True), losses).export(spans) is SpanExportResult.FAILURE
-    assert losses.taken() == {"export_failed": 4}
+    for raises in (False, True):
+        losses = SpanLosses()
+        queue = SpanQueue(Refusing(raises), losses, every=60)
+        queue.add([object(), object()])
+        queue.stop(10)
+        assert losses.taken() == {"export_failed": 2}
+
+
+def test_the_queue_takes_the_sdks_batch_variables():
+    assert settings_from({}) == {"max_queue": 2048, "max_batch": 512, "every": 5.0}
+    environ = {
+        "OTEL_BSP_MAX_QUEUE_SIZE": "100",
+        "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "500",
+        "OTEL_BSP_SCHEDULE_DELAY": "250",
+    }
+    assert settings_from(environ) == {"max_queue": 100, "max_batch": 100, "every": 0.25}  # a batch within the queue
+    assert settings_from({"OTEL_BSP_MAX_QUEUE_SIZE": "-1", "OTEL_BSP_SCHEDULE_DELAY": "soon"})["max_queue"] == 2048
