@@ -40,7 +40,7 @@ from api.handoff import HANDOFF_FD, channel_pair, hand_over_queued
 from api.log_relay import Relay
 from api.metrics_dir import MULTIPROC_ENV
 from api.observe import worker_restarts
-from api.signals import hangups_held, on_signals, stop_reactor
+from api.signals import dump_stacks_on, hangups_held, on_signals, stop_reactor
 from api.steering import steer
 
 LOG_FD = 1
@@ -146,6 +146,7 @@ class Master:
         # SIGHUP at once (Twisted never sets it): one during the first spawns reloads, it does not kill.
         # SIGTERM/SIGINT once running: Twisted sets its own as it starts.
         on_signals(self.reactor, self.reload, signal.SIGHUP)
+        dump_stacks_on(signal.SIGUSR2)
         for slot in self.slots:
             self.spawn(slot)
         self.reactor.callWhenRunning(on_signals, self.reactor, self.shutdown, signal.SIGTERM, signal.SIGINT)

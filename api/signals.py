@@ -11,6 +11,11 @@ Who does what (docs/json-and-signals.md has the whole table):
   pending across exec, and Twisted resets only ignored ones), so not even a
   worker still starting can die of one.
 - SIGTERM/SIGINT: the master drains its workers; a worker drains itself.
+- SIGUSR2: a worker writes every thread's Python stack to its stderr
+  (``dump_stacks_on``), at once, also when its reactor is stuck: the
+  handler is the interpreter's own (``faulthandler``), so none of the
+  worker's code has to run for it. A worker that stops answering can then
+  say where it is.
 - The reactor is stopped through ``stop_reactor``: a second stop (a drain
   that ends as a warm-up fails, a signal after the last tick) raised
   ``ReactorNotRunning``, logged as a critical traceback.
@@ -19,7 +24,9 @@ Who does what (docs/json-and-signals.md has the whole table):
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import signal
+import sys
 from typing import Any, Callable, Iterator
 
 from twisted.internet.error import ReactorNotRunning
@@ -58,3 +65,9 @@ def stop_reactor(reactor: Any) -> None:
     """Stop ``reactor`` unless it is already stopping."""
     with contextlib.suppress(ReactorNotRunning):
         reactor.stop()
+
+
+def dump_stacks_on(signum: int = signal.SIGUSR2) -> None:
+    """``signum`` writes every thread's stack to stderr from now on (``kill -USR2 <worker pid>``); the process
+    goes on as before."""
+    faulthandler.register(signum, file=sys.stderr, all_threads=True)

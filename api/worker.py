@@ -33,7 +33,7 @@ from api.handoff import Receiver
 from api.log_writer import LineWriter
 from api.logs import LineStream, start_logging
 from api.observe import HotCacheMetrics, Metrics
-from api.signals import ignore_hangups, on_signals, stop_reactor
+from api.signals import dump_stacks_on, ignore_hangups, on_signals, stop_reactor
 from api.warm_up import WarmUpReport, warm_up
 from api.warm_up_scratch import warm_up_on_redis
 from cache.batches.batch import BatchRunner
@@ -84,6 +84,7 @@ def run_worker(
     ``slot``: the master's slot it serves, for its log line.
     """
     ignore_hangups()
+    dump_stacks_on(signal.SIGUSR2)
     stops = StopSignals(reactor)
     reactor.callWhenRunning(on_signals, reactor, stops, signal.SIGTERM, signal.SIGINT)
     metrics = Metrics()

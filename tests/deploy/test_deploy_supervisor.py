@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import re
 import shutil
 import signal
 import subprocess
@@ -56,6 +57,15 @@ serverurl=unix://{dir}/supervisor.sock
 [include]
 files={program}
 """
+
+
+def _kernel_state(pid: int) -> str:
+    """Each thread's state and what it waits in (``/proc``: R running, S sleeping, D in the kernel uninterruptibly)."""
+    threads = []
+    for task in sorted(Path(f"/proc/{pid}/task").iterdir()):
+        state = (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        threads.append(f"{task.name} {state} {(task / 'wchan').read_text() or '-'}")
+    return "; ".join(threads)
 
 
 class Supervisor:
@@ -116,12 +126,21 @@ class Supervisor:
             raise AssertionError(f"{timeout}\n{self.diagnosis()}") from None
 
     def diagnosis(self) -> str:
-        """supervisord's status of its processes and the end of each log here: why a wait for them failed."""
+        """supervisord's status of its processes, where each Jetway process is (its kernel state and, from
+        SIGUSR2, its threads' stacks, written to its log) and the end of each log here: why a wait failed."""
         try:
-            parts = [self.ctl("status", check=False)]
+            status = self.ctl("status", check=False)
+            parts = [status]
+            for pid in (int(found) for found in re.findall(r"\bpid (\d+)", status)):
+                try:
+                    parts.append(f"pid {pid}: {_kernel_state(pid)}")
+                    os.kill(pid, signal.SIGUSR2)  # the stacks, even of a stuck reactor (api.signals.dump_stacks_on)
+                except OSError as gone:
+                    parts.append(f"pid {pid}: {gone}")
+            time.sleep(1)
             for log in [*sorted(self.directory.glob("*.log")), self.directory / "supervisord.out"]:
                 if log.exists():
-                    parts += [f"--- {log.name}", *log.read_text(errors="replace").splitlines()[-15:]]
+                    parts += [f"--- {log.name}", *log.read_text(errors="replace").splitlines()[-40:]]
             return "\n".join(parts)
         except Exception as error:  # the diagnosis must not hide the failure it explains
             return f"(no diagnosis: {error!r})"

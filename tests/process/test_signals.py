@@ -103,6 +103,20 @@ def test_a_worker_ignores_sighup_from_its_start(leader):
     assert requests.get(leader.url("/healthz"), timeout=5).status_code == 200
 
 
+def test_sigusr2_writes_each_process_stacks_and_changes_nothing(leader):
+    """A worker's and the master's stacks, every thread's, to their stderr (this log); each serves on."""
+    before = worker_pids(leader)
+    for pid in (before[0], leader.process.pid):  # type: ignore[union-attr]
+        dumps = log_text(leader).count("Current thread")
+        os.kill(pid, signal.SIGUSR2)
+        wait_until(lambda: log_text(leader).count("Current thread") > dumps, 10, f"the stacks of {pid}")  # noqa: B023
+    text = log_text(leader)
+    assert text.count(" in doPoll") == 2  # where an idle reactor waits: the worker's, then the master's
+    assert "in run_worker" in text and "api/master.py" in text
+    assert worker_pids(leader) == before and leader.process.poll() is None
+    assert requests.get(leader.url("/healthz"), timeout=5).status_code == 200
+
+
 def test_a_hangup_of_the_whole_group_under_load_fails_no_request(leader):
     """``kill -HUP -PGID``: the master reloads one slot at a time, no slot is ever left empty, no request fails."""
     before = worker_pids(leader)
