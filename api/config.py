@@ -112,6 +112,11 @@ class Settings:
     tracing_endpoint: str = ""
     tracing_sample: float = 1.0
     tracing_service: str = "jetway"
+    # The span queue (api/span_queue.py): spans held, spans per POST (at most the queue), and milliseconds a span
+    # waits at most for its batch; the SDK's batch processor's variables (OTEL_BSP_*) and defaults.
+    tracing_queue: int = 2048
+    tracing_batch: int = 512
+    tracing_delay_ms: int = 5000
 
 
 def from_environment(environ: Optional[Mapping[str, str]] = None) -> Settings:
@@ -129,6 +134,7 @@ def from_environment(environ: Optional[Mapping[str, str]] = None) -> Settings:
             raise ConfigError(f"{name}={text!r}: {error}") from None
 
     redis_url = env.get("REDIS_URL") or DEFAULT_REDIS_URL
+    tracing_queue = read("OTEL_BSP_MAX_QUEUE_SIZE", _positive_int, defaults.tracing_queue)
     max_body = read("JETWAY_MAX_BODY", _positive_int, defaults.max_body)
     # Room for at least one body of the largest size, whatever the budget.
     body_budget = read("JETWAY_BODY_BUDGET", _positive_int, max(defaults.body_budget, max_body))
@@ -204,6 +210,9 @@ def from_environment(environ: Optional[Mapping[str, str]] = None) -> Settings:
         tracing_endpoint=read("JETWAY_TRACING_ENDPOINT", _http_url, defaults.tracing_endpoint),
         tracing_sample=read("JETWAY_TRACING_SAMPLE", _ratio, defaults.tracing_sample),
         tracing_service=read("JETWAY_TRACING_SERVICE", _service_name, defaults.tracing_service),
+        tracing_queue=tracing_queue,
+        tracing_batch=min(read("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", _positive_int, defaults.tracing_batch), tracing_queue),
+        tracing_delay_ms=read("OTEL_BSP_SCHEDULE_DELAY", _positive_int, defaults.tracing_delay_ms),
     )
 
 

@@ -16,33 +16,9 @@ from __future__ import annotations
 
 import collections
 import threading
-from typing import Any, Deque, Dict, List, Mapping, Optional
+from typing import Any, Deque, Dict, List
 
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
-
-# Spans held at most, spans sent in one POST at most, and seconds a span waits at most for its batch to fill:
-# the SDK's batch processor's defaults, and its variables (OTEL_BSP_*) set them, as they set it.
-MAX_QUEUE = 2048
-MAX_BATCH = 512
-EVERY = 5.0
-
-
-def settings_from(environ: Mapping[str, str]) -> Dict[str, Any]:
-    """``SpanQueue``'s ``max_queue``, ``max_batch`` and ``every`` from ``OTEL_BSP_MAX_QUEUE_SIZE``,
-    ``OTEL_BSP_MAX_EXPORT_BATCH_SIZE`` and ``OTEL_BSP_SCHEDULE_DELAY`` (milliseconds); one that is not a
-    positive number keeps its default, as the SDK does, and a batch is never larger than the queue."""
-    max_queue = _positive(environ.get("OTEL_BSP_MAX_QUEUE_SIZE"), MAX_QUEUE)
-    max_batch = min(_positive(environ.get("OTEL_BSP_MAX_EXPORT_BATCH_SIZE"), MAX_BATCH), max_queue)
-    every = _positive(environ.get("OTEL_BSP_SCHEDULE_DELAY"), int(EVERY * 1000)) / 1000
-    return {"max_queue": max_queue, "max_batch": max_batch, "every": every}
-
-
-def _positive(value: Optional[str], default: int) -> int:
-    try:
-        number = int(value or "")
-    except ValueError:
-        return default
-    return number if number > 0 else default
 
 
 class SpanLosses:
@@ -65,15 +41,17 @@ class SpanLosses:
 
 
 class SpanQueue:
-    """Spans added on the reactor's thread, exported on the queue's own (``jetway-trace-export``)."""
+    """Spans added on the reactor's thread, exported on the queue's own (``jetway-trace-export``): at most
+    ``max_queue`` held, ``max_batch`` per export, each waiting ``every`` seconds at most (``api.config``'s
+    ``tracing_queue``, ``tracing_batch`` and ``tracing_delay_ms``)."""
 
     def __init__(
         self,
         exporter: SpanExporter,
         losses: SpanLosses,
-        max_queue: int = MAX_QUEUE,
-        max_batch: int = MAX_BATCH,
-        every: float = EVERY,
+        max_queue: int,
+        max_batch: int,
+        every: float,
     ) -> None:
         self._exporter = exporter
         self._losses = losses

@@ -40,7 +40,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from api.counted_ids import CountedIds
 from api.otlp_export import OtlpHttpExporter
-from api.span_queue import SpanLosses, SpanQueue, settings_from
+from api.span_queue import SpanLosses, SpanQueue
 
 # Seconds one export may take; it runs on the queue's thread.
 EXPORT_TIMEOUT = 5.0
@@ -350,16 +350,20 @@ class Tracing:
     sampled costs a header lookup and a random number (``UnrecordedTrace``).
     """
 
-    def __init__(self, endpoint: str, sample: float, service: str, losses: SpanLosses, reactor: Any) -> None:
+    def __init__(self, settings: Any, losses: SpanLosses, reactor: Any) -> None:
+        """``settings``: the worker's ``api.config.Settings`` (its ``tracing_*``)."""
+        endpoint, service = settings.tracing_endpoint, settings.tracing_service
         self.losses = losses
         self._reactor = reactor
         resource = Resource.create(
             {"service.name": service, "service.instance.id": f"{socket.gethostname()}:{os.getpid()}"}
         )
-        self._sample = sample
+        self._sample = settings.tracing_sample
         self._unrecorded = UnrecordedIds()
         exporter = OtlpHttpExporter(endpoint.rstrip("/") + "/v1/traces", EXPORT_TIMEOUT)
-        self._queue = SpanQueue(exporter, losses, **settings_from(os.environ))
+        self._queue = SpanQueue(
+            exporter, losses, settings.tracing_queue, settings.tracing_batch, settings.tracing_delay_ms / 1000
+        )
         # Sampling is decided in begin, so what reaches the recorder is sampled: a new trace, or a sampled parent's.
         self._recorder = SpanRecorder(self._queue, resource, reactor)
         self._propagator = TraceContextTextMapPropagator()

@@ -20,6 +20,6 @@ def tracing_starter(settings: Any, metrics: Any, reactor: Any) -> Optional[Calla
         from api.tracing import Tracing  # the SDK, imported only now
 
         metrics.span_losses = losses = SpanLosses()
-        return Tracing(settings.tracing_endpoint, settings.tracing_sample, settings.tracing_service, losses, reactor)
+        return Tracing(settings, losses, reactor)
 
     return start

@@ -7,12 +7,14 @@ import threading
 import time
 from typing import Any, List
 
+import pytest
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace import SpanKind, StatusCode
 from twisted.internet.task import Clock
 
-from api.span_queue import SpanLosses, SpanQueue, settings_from
+from api.config import ConfigError, from_environment
+from api.span_queue import SpanLosses, SpanQueue
 from api.tracing import FLUSH_EVERY, MAX_REDIS_SPANS, RequestTrace, SpanRecorder, UnrecordedIds
 from handlers.http.auth import Grant
 from handlers.operations import OPERATIONS
@@ -155,7 +157,7 @@ def test_a_full_queue_drops_and_counts_and_what_it_held_is_sent_as_it_stops():
 def test_a_batch_waits_at_most_every_seconds():
     losses, stuck = SpanLosses(), Stuck()
     stuck.go.set()
-    queue = SpanQueue(stuck, losses, max_batch=512, every=0.05)
+    queue = SpanQueue(stuck, losses, max_queue=2048, max_batch=512, every=0.05)
     try:
         queue.add([object()])
         wait_for(lambda: stuck.exported == [1])
@@ -176,18 +178,24 @@ class Refusing(SpanExporter):
 def test_a_batch_the_collector_did_not_take_is_counted():
     for raises in (False, True):
         losses = SpanLosses()
-        queue = SpanQueue(Refusing(raises), losses, every=60)
+        queue = SpanQueue(Refusing(raises), losses, max_queue=2048, max_batch=512, every=60)
         queue.add([object(), object()])
         queue.stop(10)
         assert losses.taken() == {"export_failed": 2}
 
 
 def test_the_queue_takes_the_sdks_batch_variables():
-    assert settings_from({}) == {"max_queue": 2048, "max_batch": 512, "every": 5.0}
+    def queue_of(environ: Any) -> Any:
+        settings = from_environment(environ)
+        return settings.tracing_queue, settings.tracing_batch, settings.tracing_delay_ms
+
+    assert queue_of({}) == (2048, 512, 5000)
     environ = {
         "OTEL_BSP_MAX_QUEUE_SIZE": "100",
         "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "500",
         "OTEL_BSP_SCHEDULE_DELAY": "250",
     }
-    assert settings_from(environ) == {"max_queue": 100, "max_batch": 100, "every": 0.25}  # a batch within the queue
-    assert settings_from({"OTEL_BSP_MAX_QUEUE_SIZE": "-1", "OTEL_BSP_SCHEDULE_DELAY": "soon"})["max_queue"] == 2048
+    assert queue_of(environ) == (100, 100, 250)  # a batch within the queue
+    for name, text in (("OTEL_BSP_MAX_QUEUE_SIZE", "-1"), ("OTEL_BSP_SCHEDULE_DELAY", "soon")):
+        with pytest.raises(ConfigError, match=name):  # refused at the start, as every setting is
+            from_environment({name: text})
