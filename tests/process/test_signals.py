@@ -27,11 +27,12 @@ WORKERS = 2
 TRACEBACK_SIGNS = ("Traceback", "ReactorNotRunning", '"level": "critical"', '"level": "error"')
 
 
-def catches_sigterm(pid: int) -> bool:
-    """Whether ``pid`` handles SIGTERM: a worker does from its reactor's start, and it starts with its warm-up."""
+def catches(pid: int, signum: int) -> bool:
+    """Whether ``pid`` handles ``signum``: a worker handles SIGTERM from its reactor's start, and it starts with
+    its warm-up; SIGUSR2 from run_worker's first lines, before which it would die of one."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("SigCgt:"):
-            return bool(int(line.split()[1], 16) >> (signal.SIGTERM - 1) & 1)
+            return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
     return False
 
 
@@ -112,6 +113,7 @@ def test_sigusr2_writes_each_process_stacks_and_changes_nothing(leader):
     before = worker_pids(leader)
     for pid, bottom in ((before[0], "api/worker.py"), (leader.process.pid, "api/master.py")):  # type: ignore[union-attr]
         assert bottom not in log_text(leader)
+        wait_until(lambda: catches(pid, signal.SIGUSR2), 30, f"{pid} to handle SIGUSR2")  # noqa: B023
         os.kill(pid, signal.SIGUSR2)
         wait_until(lambda: bottom in log_text(leader), 10, f"the stacks of {pid}")  # noqa: B023
     assert log_text(leader).count("Current thread") == 2
@@ -166,7 +168,8 @@ def test_sigterm_while_the_workers_warm_up_stops_them_quietly(redis_server, redi
             start_new_session=True,
         )
     try:
-        wait_until(lambda: worker_pids(server) and catches_sigterm(worker_pids(server)[0]), 30, "the warm-up to start")
+        warming = lambda: worker_pids(server) and catches(worker_pids(server)[0], signal.SIGTERM)  # noqa: E731
+        wait_until(warming, 30, "the warm-up to start")
         worker = worker_pids(server)[0]
         os.kill(worker, signal.SIGTERM)
         wait_until(lambda: "worker of slot 0 ended" in log_text(server), 10, "the master to see the worker end")
