@@ -90,10 +90,14 @@ def test_the_fuzzer_finds_no_response_the_document_does_not_describe(api, fuzzed
         timeout=300,
     )
     output = result.stdout + result.stderr
-    if result.returncode != 0 or "No issues found" not in output:
+    events = tmp_path / "events.ndjson"
+    if result.returncode != 0 and "No issues found" in output and _all_answers_passed(events):
+        # Said, not warned (the suite makes warnings errors): make test-slow's -rP prints it.
+        print(f"the fuzzer counted an operation failed on none of its answers:\n{_failed_checks(events)}")
+    elif result.returncode != 0 or "No issues found" not in output:
         said = [line for line in fuzzed_server.log_path.read_text().splitlines() if '"level": "info"' not in line]
         server = "\n".join(said[-20:]) or "(the server logged nothing above info)"
-        pytest.fail(f"{_failed_checks(tmp_path / 'events.ndjson')}\n\n{server}\n\n{_failures_first(output)}")
+        pytest.fail(f"{_failed_checks(events)}\n\n{server}\n\n{_failures_first(output)}")
 
 
 def _failed_checks(events: Path, limit: int = 4000) -> str:
@@ -102,9 +106,10 @@ def _failed_checks(events: Path, limit: int = 4000) -> str:
     Its FAILURES section lists the checks that failed. When Hypothesis ends
     an operation's test with ``Flaky`` and schemathesis recorded no error,
     schemathesis counts the operation as failed and prints nothing else
-    about it (its ``engine/phases/unit/_executor.py``): a CI run and a run
-    here said "1 failed" and "No issues found" in the same report. The event
-    log still names the operation and holds its requests and answers.
+    about it (its ``engine/phases/unit/_executor.py``): two runs here said
+    "1 failed" and "No issues found" in the same report, and a CI run said
+    "1 failed" and showed none. The event log still names the operation and
+    holds its requests and answers.
     """
     found = []
     for line in events.read_text().splitlines() if events.exists() else []:
@@ -128,6 +133,35 @@ def _failed_checks(events: Path, limit: int = 4000) -> str:
     if not found:
         return "(no failed check in the fuzzer's event log)"
     return "\n".join(found)[:limit]
+
+
+def _all_answers_passed(events: Path) -> bool:
+    """Whether every request the fuzzer sent got an answer and every answer passed every check.
+
+    Then an operation it counts as failed (``_failed_checks``: Hypothesis's
+    ``Flaky`` with no error recorded) says nothing of the server: its own
+    words are the checks. One in 20 to 35 runs here (seeds 11 and 203). A
+    request that got no answer (a reset, a timeout) or an answer that failed
+    a check still fails the test.
+    """
+    if not events.exists():
+        return False
+    for line in events.read_text().splitlines():
+        finished = json.loads(line).get("ScenarioFinished")
+        if not finished:
+            continue
+        recorder = finished["recorder"]
+        if finished.get("status") == "error":
+            return False
+        if any(
+            not (interaction.get("response") or {}) for interaction in (recorder.get("interactions") or {}).values()
+        ):
+            return False
+        if any(
+            check.get("status") != "success" for checks in (recorder.get("checks") or {}).values() for check in checks
+        ):
+            return False
+    return True
 
 
 def _described(message: Any) -> str:
