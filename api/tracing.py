@@ -38,6 +38,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from api.config import Settings
 from api.counted_ids import CountedIds
 from api.otlp_export import OtlpHttpExporter
 from api.span_queue import SpanLosses, SpanQueue
@@ -350,8 +351,8 @@ class Tracing:
     sampled costs a header lookup and a random number (``UnrecordedTrace``).
     """
 
-    def __init__(self, settings: Any, losses: SpanLosses, reactor: Any) -> None:
-        """``settings``: the worker's ``api.config.Settings`` (its ``tracing_*``)."""
+    def __init__(self, settings: Settings, losses: SpanLosses, reactor: Any) -> None:
+        """``settings``: the worker's, of which its ``tracing_*``."""
         endpoint, service = settings.tracing_endpoint, settings.tracing_service
         self.losses = losses
         self._reactor = reactor

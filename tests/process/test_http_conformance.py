@@ -17,7 +17,7 @@ import json
 import os
 import subprocess
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Dict, Iterator
 
 import pytest
 import requests
@@ -112,19 +112,16 @@ def _failed_checks(events: Path, limit: int = 4000) -> str:
     holds its requests and answers.
     """
     found = []
-    for line in events.read_text().splitlines() if events.exists() else []:
-        finished = json.loads(line).get("ScenarioFinished")
-        if not finished:
-            continue
+    for finished in _scenarios(events):
         recorder = finished["recorder"]
+        interactions = recorder.get("interactions") or {}
         if finished.get("status") in ("failure", "error"):
-            answers = [i.get("response") or {} for i in (recorder.get("interactions") or {}).values()]
-            statuses = sorted(str(answer.get("status_code", "none")) for answer in answers)
+            statuses = sorted(str((i.get("response") or {}).get("status_code", "none")) for i in interactions.values())
             found.append(f"{finished['phase']} {recorder['label']}: {finished['status']}, answers {' '.join(statuses)}")
         for case_id, checks in (recorder.get("checks") or {}).items():
             for check in checks:
                 if check.get("status") != "success":
-                    interaction = (recorder.get("interactions") or {}).get(case_id, {})
+                    interaction = interactions.get(case_id, {})
                     found.append(
                         f"{finished['phase']} {recorder['label']}: {json.dumps(check)[:800]}\n"
                         f"  request: {_described(interaction.get('request'))}\n"
@@ -146,22 +143,23 @@ def _all_answers_passed(events: Path) -> bool:
     """
     if not events.exists():
         return False
-    for line in events.read_text().splitlines():
-        finished = json.loads(line).get("ScenarioFinished")
-        if not finished:
-            continue
+    for finished in _scenarios(events):
         recorder = finished["recorder"]
-        if finished.get("status") == "error":
+        interactions = (recorder.get("interactions") or {}).values()
+        checks = [check for made in (recorder.get("checks") or {}).values() for check in made]
+        if finished.get("status") == "error" or any(not interaction.get("response") for interaction in interactions):
             return False
-        if any(
-            not (interaction.get("response") or {}) for interaction in (recorder.get("interactions") or {}).values()
-        ):
-            return False
-        if any(
-            check.get("status") != "success" for checks in (recorder.get("checks") or {}).values() for check in checks
-        ):
+        if any(check.get("status") != "success" for check in checks):
             return False
     return True
+
+
+def _scenarios(events: Path) -> Iterator[Dict[str, Any]]:
+    """Each operation's test as the fuzzer's event log ends it (``ScenarioFinished``); none without a log."""
+    for line in events.read_text().splitlines() if events.exists() else []:
+        finished = json.loads(line).get("ScenarioFinished")
+        if finished:
+            yield finished
 
 
 def _described(message: Any) -> str:
