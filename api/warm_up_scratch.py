@@ -11,10 +11,13 @@ conditional requests (``If-Match``, ``If-None-Match``), reads from Redis and
 from the hot cache (gzip too), a multi-get (both forms), a list page, a
 batch and a read of the change feed.
 
-It never touches a client's data: every document is in ``SCRATCH``, a
-collection name outside the grammar of names (``handlers.http.validation``),
-which this process admits only while the warm-up runs, before it serves;
-no client can name it, in a request or a batch. It declares no settings
+It never touches a client's data: every document is in a scratch
+collection (``scratch_collection``), a name outside the grammar of names
+(``handlers.http.validation``), which this process admits only while the
+warm-up runs, before it serves; no client can name it, in a request or a
+batch. Each warm-up has its own (its pid and a random part: workers warm
+up at once, on one host or several sharing a Redis, and one's removal must
+not delete the feed another is reading, whose read would then be a 410). It declares no settings
 (nothing in ``jw:{collections}``, no settings change published) and writes
 no TTL (no expiry registry). What other workers hear of it is harmless:
 the hot cache's invalidations of keys they do not hold, and feed nudges on
@@ -35,6 +38,7 @@ import dataclasses
 import gc
 import json
 import os
+import secrets
 import time
 from typing import Any, Callable, List
 
@@ -51,7 +55,7 @@ from cache.redis.topology import connect
 from handlers import paths
 from handlers.http.validation import admit_collection
 
-SCRATCH = "warm.up"  # a dot: refused by the collection-name grammar, so no client's collection
+SCRATCH_PREFIX = "warm.up"  # a dot: refused by the collection-name grammar, so no client's collection
 MAX_SECONDS = 5.0
 TOKEN_SECONDS = 60
 
@@ -59,19 +63,26 @@ TOKEN_SECONDS = 60
 def warm_up_on_redis(settings: Any, reactor: Any, requests: int, assemble: Assemble) -> defer.Deferred:
     """Serve ``requests`` requests on the scratch collection, then remove it; fires with a ``WarmUpReport``."""
     # What its requests may meet: a 412 on purpose, a 201 or 412 as s3 is there or not, a 404 when another
-    # connection deleted first.
-    report = WarmUpReport(label="on Redis", expected=frozenset({200, 201, 204, 404, 412}))
+    # connection deleted first, a 410 once its own writes pushed the feed's start past its cap (its read is
+    # from the start; most writes are to s1, one shard's stream: 100,000 / 16 events on a fast machine).
+    report = WarmUpReport(label="on Redis", expected=frozenset({200, 201, 204, 404, 410, 412}))
     started = time.monotonic()
     link = connect(settings.redis, reactor, settings.redis_timeout, 1)
     token = new_token()
-    revoke = admit_collection(SCRATCH)
+    scratch = scratch_collection()
+    revoke = admit_collection(scratch)
     made = _make_token(link, digest_of(token))
-    made.addCallback(lambda _: _serve(settings, reactor, requests, assemble, token, report, started))
+    made.addCallback(lambda _: _serve(settings, reactor, requests, assemble, token, scratch, report, started))
     made.addErrback(lambda failure: setattr(report, "error", f"could not warm up: {failure.getErrorMessage()}"))
     made.addBoth(lambda _: revoke())
-    made.addBoth(lambda _: _remove(link, digest_of(token), report))
+    made.addBoth(lambda _: _remove(link, digest_of(token), scratch, report))
     made.addBoth(lambda _: link.close())
     return made.addBoth(lambda _: _finish(report, started))
+
+
+def scratch_collection() -> str:
+    """A scratch collection of its own, so that warm-ups running at once do not share one."""
+    return f"{SCRATCH_PREFIX}.{os.getpid()}.{secrets.token_hex(4)}"
 
 
 def _make_token(link: Any, digest: bytes) -> defer.Deferred:
@@ -82,7 +93,14 @@ def _make_token(link: Any, digest: bytes) -> defer.Deferred:
 
 
 def _serve(
-    settings: Any, reactor: Any, requests: int, assemble: Assemble, token: str, report: WarmUpReport, started: float
+    settings: Any,
+    reactor: Any,
+    requests: int,
+    assemble: Assemble,
+    token: str,
+    scratch: str,
+    report: WarmUpReport,
+    started: float,
 ) -> defer.Deferred:
     """The first warm-up's load and close (``api.warm_up``), on an application connected to the real Redis."""
     closers: List[Callable[[], Any]] = []
@@ -96,7 +114,7 @@ def _serve(
     except Exception as error:  # reported, and the worker serves
         report.error = f"could not start: {error!r}"
         return _close(reactor, closers, [], devnull, lines, report, started)
-    load = _Load(scratch_requests(token, settings.max_body), requests, report)
+    load = _Load(scratch_requests(token, scratch, settings.max_body), requests, report)
     for _ in range(CONNECTIONS):
         reactor.connectTCP("127.0.0.1", http_port.getHost().port, load)
     timeout = reactor.callLater(MAX_SECONDS, load.time_up)
@@ -104,20 +122,20 @@ def _serve(
     return load.done.addBoth(lambda _: _close(reactor, closers, [http_port], devnull, lines, report, started))
 
 
-def scratch_requests(token: str, max_body: int) -> List[bytes]:
+def scratch_requests(token: str, scratch: str, max_body: int) -> List[bytes]:
     """The cycle of requests the connections send in turn (no body over ``max_body``)."""
     head = f"Host: localhost\r\nUser-Agent: jetway-warm-up\r\nAccept: */*\r\nAuthorization: Bearer {token}\r\n"
     large = _LARGE if len(_LARGE) <= max_body else _SMALL
-    base = paths.COLLECTION.format(collection=SCRATCH)
-    start = position.encode(SCRATCH.encode(), (position.ZERO,) * keys.INDEX_SHARDS)  # the feed from its start
+    base = paths.COLLECTION.format(collection=scratch)
+    start = position.encode(scratch.encode(), (position.ZERO,) * keys.INDEX_SHARDS)  # the feed from its start
     batch = json.dumps(
         {
             "operations": [
-                {"op": "put", "collection": SCRATCH, "id": "b1", "document": {"n": 1}},
-                {"op": "get", "collection": SCRATCH, "id": "s1"},
-                {"op": "patch", "collection": SCRATCH, "id": "b1", "patch": {"n": 2}},
-                {"op": "create", "collection": SCRATCH, "document": {"n": 3}},
-                {"op": "delete", "collection": SCRATCH, "id": "b1"},
+                {"op": "put", "collection": scratch, "id": "b1", "document": {"n": 1}},
+                {"op": "get", "collection": scratch, "id": "s1"},
+                {"op": "patch", "collection": scratch, "id": "b1", "patch": {"n": 2}},
+                {"op": "create", "collection": scratch, "document": {"n": 3}},
+                {"op": "delete", "collection": scratch, "id": "b1"},
             ]
         }
     ).encode()
@@ -146,10 +164,10 @@ def scratch_requests(token: str, max_body: int) -> List[bytes]:
         put,
         request("PUT", f"{base}/s2", body=large),
         request("GET", f"{base}?ids=s1,s2,s3"),
-        request("POST", paths.MULTI_GET.format(collection=SCRATCH), body=b'{"ids":["s1","s2","s3"]}'),
+        request("POST", paths.MULTI_GET.format(collection=scratch), body=b'{"ids":["s1","s2","s3"]}'),
         request("GET", f"{base}?limit=20"),
         request("POST", paths.BATCH, body=batch),
-        request("GET", paths.CHANGES.format(collection=SCRATCH) + f"?since={start}&wait=0&limit=20&include_docs=true"),
+        request("GET", paths.CHANGES.format(collection=scratch) + f"?since={start}&wait=0&limit=20&include_docs=true"),
         request("DELETE", f"{base}/s3"),  # 204, or 404 when another connection deleted it first
         put,
         put,
@@ -157,9 +175,9 @@ def scratch_requests(token: str, max_body: int) -> List[bytes]:
 
 
 @defer.inlineCallbacks
-def _remove(link: Any, digest: bytes, report: WarmUpReport) -> Any:
+def _remove(link: Any, digest: bytes, scratch: str, report: WarmUpReport) -> Any:
     """Delete the token and every key of the scratch collection: one command per shard, each shard one slot."""
-    name = SCRATCH.encode()
+    name = scratch.encode()
     try:
         yield link.execute(b"DEL", token_key(digest))
         for shard in range(keys.INDEX_SHARDS):

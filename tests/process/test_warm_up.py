@@ -169,7 +169,7 @@ def _snapshot(redis: Any) -> Dict[bytes, Any]:
 def test_the_warm_up_on_redis_writes_for_real_and_leaves_nothing(own_redis: RedisServer, tmp_path: Path) -> None:
     """Its scripts ran on the real Redis before the worker served; no key of its scratch collection or
     token is left, and a user's document and feed are as they were."""
-    from api.warm_up_scratch import SCRATCH
+    from api.warm_up_scratch import SCRATCH_PREFIX
 
     redis = own_redis.client()
     user = JetwayServer(own_redis.url, tmp_path / "user.log", env={"JETWAY_WORKERS": "1"})
@@ -197,22 +197,51 @@ def test_the_warm_up_on_redis_writes_for_real_and_leaves_nothing(own_redis: Redi
     assert found[0]["level"] == "info" and match and match.group(4) == "400", found[0]
     # No client had written: these script calls are the warm-up's, on the real Redis.
     assert stats["cmdstat_evalsha"]["calls"] >= 100, stats.get("cmdstat_evalsha")
-    assert [key for key in redis.scan_iter(count=1000) if SCRATCH.encode() in key] == []
+    assert [key for key in redis.scan_iter(count=1000) if SCRATCH_PREFIX.encode() in key] == []
     assert _snapshot(redis) == before
 
 
+def test_a_warm_up_whose_writes_pass_the_feed_cap_says_no_trouble(own_redis: RedisServer, tmp_path: Path) -> None:
+    """Its feed reads are from the start, and its writes (most to one shard) pass a small cap: 410s, which are
+    its own doing, not a warning (the CI run of stop 71: two workers sharing one scratch feed passed the default
+    cap of 100,000 / 16 events a shard)."""
+    server = JetwayServer(
+        own_redis.url,
+        tmp_path / "capped.log",
+        env={"JETWAY_WARM_UP": str(WARM_UP), "JETWAY_WORKERS": "1", "JETWAY_FEED_MAX_EVENTS": "16"},
+        auth=True,
+    )
+    try:
+        server.start()
+        found = serving_lines(server.log_path)
+    finally:
+        server.stop()
+    assert len(found) == 1 and found[0]["level"] == "info", found
+    assert _SERVING.fullmatch(found[0]["message"]), found
+
+
 def test_no_client_can_name_the_scratch_collection() -> None:
-    from api.warm_up_scratch import SCRATCH
+    from api.warm_up_scratch import scratch_collection
     from handlers.http.errors import ApiError
     from handlers.http.validation import admit_collection, collection_name
 
+    scratch = scratch_collection()
     with pytest.raises(ApiError):
-        collection_name(SCRATCH)
-    revoke = admit_collection(SCRATCH)
-    assert collection_name(SCRATCH) == SCRATCH.encode()
+        collection_name(scratch)
+    revoke = admit_collection(scratch)
+    assert collection_name(scratch) == scratch.encode()
     revoke()
     with pytest.raises(ApiError):
-        collection_name(SCRATCH)
+        collection_name(scratch)
+
+
+def test_warm_ups_at_once_have_a_scratch_collection_each() -> None:
+    """Workers warm up at once (on one host, or several sharing a Redis): one's removal of its collection
+    deleted the feed the other was reading, a 410 in a CI run's start line (stop 71)."""
+    from api.warm_up_scratch import SCRATCH_PREFIX, scratch_collection
+
+    names = {scratch_collection() for _ in range(100)}
+    assert len(names) == 100 and all(name.startswith(SCRATCH_PREFIX + ".") for name in names)
 
 
 def _all_keys(client: Any) -> List[bytes]:
@@ -225,7 +254,7 @@ def _all_keys(client: Any) -> List[bytes]:
 def test_the_warm_up_on_redis_works_on_the_suites_topology(redis_server: RedisServer, tmp_path: Path) -> None:
     """On one Redis, a 3-master cluster or a Sentinel group (JETWAY_TEST_TOPOLOGY): every request answered as its
     mix expects, and no key of the scratch collection left on any node."""
-    from api.warm_up_scratch import SCRATCH
+    from api.warm_up_scratch import SCRATCH_PREFIX
 
     server = JetwayServer(
         redis_server.url, tmp_path / "warm.log", env={"JETWAY_WARM_UP": "300", "JETWAY_WORKERS": "1"}, auth=True
@@ -238,4 +267,4 @@ def test_the_warm_up_on_redis_works_on_the_suites_topology(redis_server: RedisSe
     assert len(found) == 1, found
     match = _SERVING.fullmatch(found[0]["message"])
     assert found[0]["level"] == "info" and match and match.group(4) == "300", found[0]
-    assert [key for key in _all_keys(redis_server.client()) if SCRATCH.encode() in key] == []
+    assert [key for key in _all_keys(redis_server.client()) if SCRATCH_PREFIX.encode() in key] == []
