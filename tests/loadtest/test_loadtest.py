@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional
 
 import pytest
 
-from loadtest import _baseline, _data, _gate, _token
+from loadtest import _baseline, _busy, _data, _gate, _token
 from loadtest.bench import _report
 from loadtest.bench._bench import CpuPlan, jetway_settings, parse_wrk, plan_cpus
 from tests.support import ROOT
@@ -111,6 +111,31 @@ def test_beside_a_busy_figure_the_locust_cpu_figure_is_shown_not_judged():
 def test_any_failed_request_fails_and_rare_requests_are_not_judged_by_latency():
     assert verdict([side(400)] * 3, [side(400, failures=1)] * 3) == ["GET doc: 3 requests failed"]
     assert verdict([side(400, 1.0, requests=10)] * 3, [side(400, 50.0, requests=10)] * 3) == []
+
+
+def test_a_busy_slice_with_errors_is_run_again_then_fails(monkeypatch):
+    """A stall on a loaded machine (wrk's timeouts) costs a slice, not the gate; errors every time still fail it,
+    and a warm-up slice with errors is only not counted."""
+    runs: List[str] = []
+
+    def slice_(sides: Any, seconds: float) -> List[Any]:
+        runs.append("run")
+        if len(runs) < failing:
+            raise _busy.BusyErrors("the busy phase against baseline had errors: {'timeout': 16}")
+        return [(0.5, 10_000), (1.0, 10_000)]
+
+    monkeypatch.setattr(_busy, "_slice", slice_)
+    sides = ["a", "b"]
+    failing = 3  # two slices with errors, then one without
+    assert _busy.measure_busy(sides, 4.0, slices=1) == [50.0, 100.0] and len(runs) == 3  # type: ignore[arg-type]
+    runs.clear()
+    failing = _busy.SLICE_TRIES + 1
+    with pytest.raises(_busy.BusyErrors):
+        _busy.measure_busy(sides, 4.0, slices=1)  # type: ignore[arg-type]
+    assert len(runs) == _busy.SLICE_TRIES
+    runs.clear()
+    failing = 2  # the first warm-up slice had errors: skipped, then two that agree
+    assert _busy.warm_up(sides) == [[50.0, 100.0], [50.0, 100.0]] and len(runs) == 3  # type: ignore[arg-type]
 
 
 def busy(locust_cpu_us: float, busy_cpu_us: float) -> _gate.Round:
