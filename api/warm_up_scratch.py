@@ -15,9 +15,10 @@ It never touches a client's data: every document is in a scratch
 collection (``scratch_collection``), a name outside the grammar of names
 (``handlers.http.validation``), which this process admits only while the
 warm-up runs, before it serves; no client can name it, in a request or a
-batch. Each warm-up has its own (its pid and a random part: workers warm
-up at once, on one host or several sharing a Redis, and one's removal must
-not delete the feed another is reading, whose read would then be a 410). It declares no settings
+batch. Each warm-up has its own (its pid and a random part): workers warm
+up at once, on one host or on several sharing a Redis, and shared, their
+writes together passed the feed's cap and one's removal could delete what
+another still read. It declares no settings
 (nothing in ``jw:{collections}``, no settings change published) and writes
 no TTL (no expiry registry). What other workers hear of it is harmless:
 the hot cache's invalidations of keys they do not hold, and feed nudges on
