@@ -195,11 +195,12 @@ class BatchHandler(ResourceHandler):
             return error
 
     def _operation(self, raw: Any, span: Optional[Span]) -> Operation:
-        if not isinstance(raw, dict) or raw.get("op") not in _FIELDS:
+        op = raw.get("op") if isinstance(raw, dict) else None
+        # A string first: an object or array "op" is no key of _FIELDS, and looking it up would raise (a 500).
+        if not isinstance(op, str) or op not in _FIELDS:
             raise bad_request(
                 'an operation is an object whose "op" is get, put, create, patch or delete', "invalid-batch"
             )
-        op = raw["op"]
         if not raw.keys() <= _ALLOWED[op]:
             unknown = set(raw) - _ALLOWED[op]
             raise bad_request(f"a {op} takes no {', '.join(sorted(unknown))}", "invalid-batch")

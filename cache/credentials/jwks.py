@@ -203,7 +203,8 @@ def _unusable(entry: Any, algorithms: Tuple[str, ...]) -> Optional[str]:
         return "a symmetric (oct) key is never used"
     if any(member in entry for member in PRIVATE_MEMBERS):
         return "it carries private key members"
-    if kty not in {KEY_TYPE_OF[name] for name in algorithms}:
+    # A string first: a list or object kty is no key type, and a set lookup of it would raise for the whole set.
+    if not isinstance(kty, str) or kty not in {KEY_TYPE_OF[name] for name in algorithms}:
         return f"no allowed algorithm ({', '.join(algorithms)}) uses key type {str(kty)[:16]!r}"
     kid = entry.get("kid")
     if not isinstance(kid, str) or not 0 < len(kid) <= MAX_KID_LENGTH:

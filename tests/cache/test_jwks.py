@@ -445,6 +445,16 @@ def test_key_types_no_allowed_algorithm_uses_and_a_kid_named_twice_are_dropped()
     assert kept == {} and "key 'a': its kid is named twice" in dropped
 
 
+@pytest.mark.parametrize("kty", [[], {}, ["RSA"], 1, None, True])
+def test_a_key_whose_members_are_of_another_json_type_is_dropped_and_the_others_kept(kty):
+    # A list or object kty once raised inside the set lookup, and so refused every key of the set.
+    rsa = rsa_key("rsa")
+    odd = {"kty": kty, "kid": "odd", "alg": ["RS256"], "crv": {}, "use": [], "n": "AQAB", "e": "AQAB"}
+    kept, dropped = public_keys({"keys": [odd, jwk(rsa)]}, ("RS256", "EdDSA"))
+    assert list(kept) == ["rsa"]
+    assert len(dropped) == 1 and dropped[0].startswith("key 'odd': ")
+
+
 @pytest.mark.parametrize("document", [[], {"keys": {}}, {"nokeys": []}, {"keys": [{}] * 101}])
 def test_a_document_that_is_not_a_small_jwk_set_is_refused_whole(document):
     with pytest.raises(JwksError):
