@@ -42,10 +42,10 @@ def fuzzed_server(redis_server, tmp_path_factory) -> Iterator[JetwayServer]:
         server.stop()
 
 
-# The fuzzer's own run is allowed 300 s below; with the change feed's two
-# operations it took 119 s of the suite's default 120 while the full suite
-# ran beside it on this 2-core machine.
-@pytest.mark.slow  # ~1,000 fuzzed requests: ~80 s
+# The fuzzer's own run is allowed 300 s below; schemathesis 4.10 took 119 s
+# of the suite's default 120 while the full suite ran beside it on this
+# 2-core machine (4.20's ~1,550 requests: 23-33 s on a loaded one).
+@pytest.mark.slow
 @pytest.mark.timeout(360)
 def test_the_fuzzer_finds_no_response_the_document_does_not_describe(api, fuzzed_server, tmp_path):
     token = fuzzed_server.make_token("fuzzer", "admin")
@@ -74,8 +74,10 @@ def test_the_fuzzer_finds_no_response_the_document_does_not_describe(api, fuzzed
             "response_schema_conformance,not_a_server_error",
             "--max-examples",
             "15",
+            # One worker: with two threads, Hypothesis's lambda descriptions (ast.parse) raced in CPython 3.11's
+            # AST validator ("AST constructor recursion depth mismatch"), an error of the fuzzer's own.
             "--workers",
-            "2",
+            "1",
             "--seed",
             os.environ.get("JETWAY_FUZZ_SEED", "1"),  # another seed, to look further: docs/testing.md
             "--report",
@@ -91,10 +93,7 @@ def test_the_fuzzer_finds_no_response_the_document_does_not_describe(api, fuzzed
     )
     output = result.stdout + result.stderr
     events = tmp_path / "events.ndjson"
-    if result.returncode != 0 and "No issues found" in output and _all_answers_passed(events):
-        # Said, not warned (the suite makes warnings errors): make test-slow's -rP prints it.
-        print(f"the fuzzer counted an operation failed on none of its answers:\n{_failed_checks(events)}")
-    elif result.returncode != 0 or "No issues found" not in output:
+    if result.returncode != 0 or " passed" not in output:
         said = [line for line in fuzzed_server.log_path.read_text().splitlines() if '"level": "info"' not in line]
         server = "\n".join(said[-20:]) or "(the server logged nothing above info)"
         pytest.fail(f"{_failed_checks(events)}\n\n{server}\n\n{_failures_first(output)}")
@@ -103,13 +102,10 @@ def test_the_fuzzer_finds_no_response_the_document_does_not_describe(api, fuzzed
 def _failed_checks(events: Path, limit: int = 4000) -> str:
     """Each check that did not pass, from the fuzzer's event log: its operation, the request and the answer.
 
-    Its FAILURES section lists the checks that failed. When Hypothesis ends
-    an operation's test with ``Flaky`` and schemathesis recorded no error,
-    schemathesis counts the operation as failed and prints nothing else
-    about it (its ``engine/phases/unit/_executor.py``): two runs here said
-    "1 failed" and "No issues found" in the same report, and a CI run said
-    "1 failed" and showed none. The event log still names the operation and
-    holds its requests and answers.
+    The fuzzer's own output lists them too, after its progress; an operation
+    that ended in an error of the fuzzer's is named here with the answers it
+    had (schemathesis 4.10 once counted one "failed" and showed nothing else:
+    its issue #4209, fixed in 4.20.3).
     """
     found = []
     for finished in _scenarios(events):
@@ -130,31 +126,6 @@ def _failed_checks(events: Path, limit: int = 4000) -> str:
     if not found:
         return "(no failed check in the fuzzer's event log)"
     return "\n".join(found)[:limit]
-
-
-def _all_answers_passed(events: Path) -> bool:
-    """Whether every request the fuzzer sent got an answer and every answer passed every check.
-
-    Then an operation it counts as failed (``_failed_checks``: Hypothesis's
-    ``Flaky`` with no error recorded) says nothing of the server: its own
-    words are the checks. One in 20 to 35 runs here (seeds 11 and 203).
-    schemathesis's issue #4209 is this, fixed in 4.20.3 (2488c302: "an
-    unreproducible result with no observed failure is generation noise, not
-    a failure"); the 4.10 pinned here (requirements-clients.txt) has it. A
-    request that got no answer (a reset, a timeout) or an answer that failed
-    a check still fails the test.
-    """
-    if not events.exists():
-        return False
-    for finished in _scenarios(events):
-        recorder = finished["recorder"]
-        interactions = (recorder.get("interactions") or {}).values()
-        checks = [check for made in (recorder.get("checks") or {}).values() for check in made]
-        if finished.get("status") == "error" or any(not interaction.get("response") for interaction in interactions):
-            return False
-        if any(check.get("status") != "success" for check in checks):
-            return False
-    return True
 
 
 def _scenarios(events: Path) -> Iterator[Dict[str, Any]]:
