@@ -22,11 +22,15 @@ from typing import Callable, Dict, List
 
 from cache import keys
 from loadtest import _data
-from loadtest.studies._index_writes import resp
 
 # A shard's stream keeps the feed's default cap over 16 shards (JETWAY_FEED_MAX_EVENTS, cache.feed.streams).
 STREAM_CAP = b"6250"
 COLLECTION = b"rawceiling"
+
+
+def _command(*parts: bytes) -> bytes:
+    """One command in Redis's protocol (``_index_writes.resp``'s, which imports this module through ``_queries``)."""
+    return b"*%d\r\n" % len(parts) + b"".join(b"$%d\r\n%s\r\n" % (len(part), part) for part in parts)
 
 
 def commands(documents: int, size: int) -> bytes:
@@ -38,9 +42,9 @@ def commands(documents: int, size: int) -> bytes:
         shard = keys.shard_of(doc_id)
         etag = b'"%016x"' % number
         body = _data.document(doc_id.decode(), size)
-        sent.append(resp([b"HSET", keys.document_key(COLLECTION, doc_id), b"b", body, b"e", etag, b"m", modified]))
-        event = [b"o", b"put", b"i", doc_id, b"e", etag]
-        sent.append(resp([b"XADD", keys.feed_key(COLLECTION, shard), b"MAXLEN", b"~", STREAM_CAP, b"*", *event]))
+        sent.append(_command(b"HSET", keys.document_key(COLLECTION, doc_id), b"b", body, b"e", etag, b"m", modified))
+        event = (b"o", b"put", b"i", doc_id, b"e", etag)
+        sent.append(_command(b"XADD", keys.feed_key(COLLECTION, shard), b"MAXLEN", b"~", STREAM_CAP, b"*", *event))
     return b"".join(sent)
 
 
