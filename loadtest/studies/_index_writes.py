@@ -34,7 +34,7 @@ import statistics
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 from cache import keys
 from cache.documents.document import VARIANT_FIELDS
@@ -45,20 +45,12 @@ from cache.indexes.scripts import SPEC
 from loadtest._servers import Processes, stop_on_sigterm
 from loadtest._token import ROOT
 from loadtest.studies._queries import THREE
+from loadtest.studies._raw_writes import resp
 from loadtest.studies._served import append_report
 
 REPORT = ROOT / "loadtest" / "results" / "index_writes.md"
 INDEXES = declared_indexes(THREE)
 BATCH = 100
-
-
-def resp(parts: Sequence[Any]) -> bytes:
-    """One command in Redis's protocol, as ``redis-cli --pipe`` reads it."""
-    out = [b"*%d\r\n" % len(parts)]
-    for part in parts:
-        data = part if isinstance(part, bytes) else str(part).encode()
-        out.append(b"$%d\r\n%s\r\n" % (len(data), data))
-    return b"".join(out)
 
 
 class Writes:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import subprocess
 import time
-from typing import Callable, Dict, List
+from typing import Any, Callable, Dict, List, Sequence
 
 from cache import keys
 from loadtest import _data
@@ -28,9 +28,13 @@ STREAM_CAP = b"6250"
 COLLECTION = b"rawceiling"
 
 
-def _command(*parts: bytes) -> bytes:
-    """One command in Redis's protocol (``_index_writes.resp``'s, which imports this module through ``_queries``)."""
-    return b"*%d\r\n" % len(parts) + b"".join(b"$%d\r\n%s\r\n" % (len(part), part) for part in parts)
+def resp(parts: Sequence[Any]) -> bytes:
+    """One command in Redis's protocol, as ``redis-cli --pipe`` reads it (``_index_writes`` sends its scripts so)."""
+    out = [b"*%d\r\n" % len(parts)]
+    for part in parts:
+        data = part if isinstance(part, bytes) else str(part).encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(data), data))
+    return b"".join(out)
 
 
 def commands(documents: int, size: int) -> bytes:
@@ -42,9 +46,9 @@ def commands(documents: int, size: int) -> bytes:
         shard = keys.shard_of(doc_id)
         etag = b'"%016x"' % number
         body = _data.document(doc_id.decode(), size)
-        sent.append(_command(b"HSET", keys.document_key(COLLECTION, doc_id), b"b", body, b"e", etag, b"m", modified))
-        event = (b"o", b"put", b"i", doc_id, b"e", etag)
-        sent.append(_command(b"XADD", keys.feed_key(COLLECTION, shard), b"MAXLEN", b"~", STREAM_CAP, b"*", *event))
+        sent.append(resp([b"HSET", keys.document_key(COLLECTION, doc_id), b"b", body, b"e", etag, b"m", modified]))
+        event = [b"o", b"put", b"i", doc_id, b"e", etag]
+        sent.append(resp([b"XADD", keys.feed_key(COLLECTION, shard), b"MAXLEN", b"~", STREAM_CAP, b"*", *event]))
     return b"".join(sent)
 
 
@@ -52,8 +56,7 @@ def ceiling(socket_path: str, documents: int, size: int, redis_cpu: Callable[[st
     """Documents/s of wall time and Redis's CPU µs per document, for ``documents`` of ~``size`` bytes."""
     stream = commands(documents, size)
     cpu_before, started = redis_cpu(socket_path), time.monotonic()
-    said = subprocess.run(["redis-cli", "-s", socket_path, "--pipe"], input=stream, capture_output=True, check=True)
+    # redis-cli --pipe exits non-zero when Redis refused any command: then there is no rate to report.
+    subprocess.run(["redis-cli", "-s", socket_path, "--pipe"], input=stream, capture_output=True, check=True)
     took, cpu = time.monotonic() - started, redis_cpu(socket_path) - cpu_before
-    if b"errors: 0," not in said.stdout:
-        raise RuntimeError(f"Redis refused some of the ceiling's commands: {said.stdout.decode().strip()[-200:]}")
     return {"documents/s": documents / took, "redis µs/document": cpu / documents * 1e6}
