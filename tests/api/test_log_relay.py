@@ -188,6 +188,7 @@ def hammer(server: JetwayServer, threads: int, per_thread: int, path_bytes: int)
 
 @pytest.mark.parametrize("log_format", ["json", "text"])
 @pytest.mark.parametrize("stdout", ["pipe", "file"])
+@pytest.mark.slow
 def test_lines_of_two_busy_workers_are_each_whole(redis_server, redis_client, tmp_path, log_format, stdout):
     """Lines of ~3 KB, so a turn's lines pass PIPE_BUF: every line parses, none is lost or repeated.
 
@@ -242,6 +243,7 @@ def relays_log(pid: int) -> bool:
     return b"--log-pipe" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
 
 
+@pytest.mark.slow
 def test_a_stdout_nobody_reads_does_not_stop_the_server(redis_server, redis_client, tmp_path):
     """~20 MB of access lines into a pipe nobody reads: every request is answered, the lines dropped are counted."""
     read_end, write_end = os.pipe()
@@ -289,6 +291,7 @@ class NumberedClient(ClientThreads):
                     self.answered.append(path)
 
 
+@pytest.mark.slow
 def test_workers_replaced_by_sighup_or_stopped_by_sigterm_leave_every_line(redis_server, redis_client, tmp_path):
     """Every request answered before, across a SIGHUP and up to the SIGTERM has its access line, once."""
     server = JetwayServer(

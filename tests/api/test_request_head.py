@@ -63,6 +63,7 @@ def _outcome(parse, *args):
 
 @settings(max_examples=1000, deadline=None)
 @given(_request_lines, _lines)
+@pytest.mark.slow
 def test_a_head_parses_alike_before_and_after_its_lines_are_known(request_line, lines):
     """A line remembered parses as its checks parse it; a line refused is not remembered."""
     block = b"\r\n".join([request_line, *lines])
@@ -79,6 +80,7 @@ def test_a_head_parses_alike_before_and_after_its_lines_are_known(request_line, 
 
 @settings(max_examples=2000, deadline=None)
 @given(st.one_of(_request_lines, st.binary(max_size=40)))
+@pytest.mark.slow
 def test_a_request_line_parses_as_the_pattern_parses_it(line):
     """The common methods' lines take no pattern, and are read exactly as the pattern reads them."""
     assert _outcome(request_head._request_line, line) == _outcome(request_head.request_line_by_pattern, line)
@@ -127,6 +129,7 @@ _lengths = st.lists(
 @example(["0012"])
 @example(["\u0663"])
 @example(["12", "12"])
+@pytest.mark.slow
 def test_a_content_length_reads_as_its_rules_read_it(values):
     """The one-plain-number shortcut gives what the full rules give, and refuses nothing they accept."""
     headers = request_head.RequestHeaders()
@@ -164,6 +167,7 @@ _crlf_soup = st.lists(st.sampled_from([b"\r", b"\n", b"\r\n", b"x", b":", b" "])
 
 @settings(max_examples=2000, deadline=None)
 @given(_crlf_soup, _crlf_soup)
+@pytest.mark.slow
 def test_a_repeated_heads_end_is_where_a_search_finds_it(first, then):
     """``repeated_end`` answers only where ``find`` would, whatever the bytes (CR and LF near the joins)."""
     heads = RepeatedHeads()

@@ -58,6 +58,7 @@ def bare_export(server: JetwayServer, collection: str) -> bytes:
     return requests.get(server.url(f"/v1/{collection}"), headers={"Accept": NDJSON}).content
 
 
+@pytest.mark.slow
 def test_an_export_imported_into_an_empty_collection_gives_the_same_documents(server, redis_client, tmp_path):
     source = tmp_path / "source.ndjson"
     source.write_bytes(b"".join(wrapped_lines(3000, 1)))

@@ -186,6 +186,7 @@ steps = st.lists(
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(before=steps, after=steps, limit=st.integers(min_value=1, max_value=3))
+@pytest.mark.slow
 def test_writes_deletes_and_builds_keep_array_indexes_and_cs_queries_exact(redis_client, before, after, limit) -> None:
     """``before``: writes before the indexes are declared (then built); ``after``: writes that change or remove
     arrays and deletes once they are; each a (id, document or None for a delete, the worker's entries or Redis's)."""

@@ -19,6 +19,7 @@ import json
 import math
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+import pytest
 import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -202,6 +203,7 @@ def queries(draw: Any) -> Model:
     limit=st.integers(min_value=1, max_value=4),
     share=st.sampled_from([0, 60, 150, 1 << 20]),
 )
+@pytest.mark.slow
 def test_every_page_of_an_in_or_a_prefix_is_the_models_answer(redis_client, docs, query, limit, share) -> None:
     """``share``: each stream's bytes (the budget is that for each shard and range): 0, the least budget (most
     documents are read alone), one or two documents (a stream stops with more: the page ends there), or more

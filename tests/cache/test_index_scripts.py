@@ -253,6 +253,7 @@ values = st.one_of(
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(email=values, age=values, team=values, flag=values)
+@pytest.mark.slow
 def test_lua_and_python_make_the_same_entries(redis_client, email, age, team, flag) -> None:
     spec(redis_client)
     document = {"email": email, "age": age, "team": {"name": team}, "tags": [flag]}

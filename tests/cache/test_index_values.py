@@ -53,6 +53,7 @@ def _sign(a: object, b: object) -> int:
 
 @settings(max_examples=2000)
 @given(numbers, numbers)
+@pytest.mark.slow
 def test_numbers_sort_as_numbers(a: float, b: float) -> None:
     assert _sign(encode(a, NUMBER), encode(b, NUMBER)) == _sign(a, b)
 
@@ -72,6 +73,7 @@ def test_strings_sort_by_code_point(a: str, b: str) -> None:
 
 @settings(max_examples=2000)
 @given(st.tuples(texts, numbers, ids), st.tuples(texts, numbers, ids))
+@pytest.mark.slow
 def test_composite_entries_sort_as_tuples(a: tuple, b: tuple) -> None:
     fields = [(("s",), STRING), (("n",), NUMBER)]
     first = entry({"s": a[0], "n": a[1]}, fields, a[2])

@@ -83,6 +83,7 @@ async def run(reactor, path):
     ).replace("TRIALS", str(trials))
 
 
+@pytest.mark.slow
 def test_a_lookup_overtaken_by_its_tokens_revocation_is_not_kept_in_1000_trials(own_redis):
     """The reply of a lookup sent before the revocation arrives after its message: answered, never cached."""
     figures = run_script(own_redis, race_script(1000))

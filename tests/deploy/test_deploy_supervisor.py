@@ -276,6 +276,7 @@ class TestMasterMode:
         # A request the killed worker held may fail; queued ones wait for its replacement.
         assert len(client.failures) <= 4, client.failures
 
+    @pytest.mark.slow
     def test_supervisorctl_signal_hup_reloads_every_worker_with_no_failed_request(self, master_mode, redis_client):
         master = master_mode.pid("jetway")
         before = set(master_mode.children(master))
@@ -288,6 +289,7 @@ class TestMasterMode:
         assert client.ok > 0
         assert client.failures == []
 
+    @pytest.mark.slow
     def test_supervisorctl_restart_comes_back_but_refuses_in_between(self, master_mode, redis_client):
         """Not zero-failure: stop drains the old master, and the port is closed until the new one binds."""
         old = master_mode.pid("jetway")
@@ -327,6 +329,7 @@ class TestFcgiMode:
             for setting, value in DEFAULT_GC_ENVIRONMENT.items():
                 assert f"{setting}={value}".encode() in environ, (name, setting)
 
+    @pytest.mark.slow
     def test_supervisorctl_restart_one_worker_at_a_time_fails_no_request(self, fcgi_mode, redis_client):
         before = {name: fcgi_mode.pid(name) for name in FCGI_NAMES}
         with SteadyClient(fcgi_mode.base) as client:
@@ -337,6 +340,7 @@ class TestFcgiMode:
         assert client.ok > 0
         assert client.failures == []
 
+    @pytest.mark.slow
     def test_group_restart_comes_back_but_refuses_in_between(self, fcgi_mode, redis_client):
         """Not zero-failure: every worker stops first, and the socket closes with the last one."""
         with SteadyClient(fcgi_mode.base) as client:

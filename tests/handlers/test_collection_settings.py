@@ -17,6 +17,7 @@ import sys
 import time
 import uuid
 
+import pytest
 import requests
 
 from cache.collection_settings import CHANGED_CHANNEL, NAMES_KEY, settings_key
@@ -330,6 +331,7 @@ def cli(redis_url: str, *args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_the_cli_sets_shows_lists_and_deletes(api, redis_server, tmp_path):
     schema_file = tmp_path / "users.json"
     schema_file.write_text(json.dumps(USERS_SCHEMA))

@@ -190,6 +190,7 @@ def try_document_read(browser, collection: str, doc_id: str, expected: str) -> N
     WebDriverWait(browser.driver, SCRIPT_TIMEOUT).until(lambda _: shown() == expected, f"not {expected}: {shown()}")
 
 
+@pytest.mark.slow
 def test_swagger_ui_shows_every_operation_authorizes_and_reads_a_document(browser, api, tmp_path):
     assert api.put_json("/v1/books/dune", BOOK).status_code == 201
     token = api.auth_header["Authorization"].split(" ", 1)[1]

@@ -128,6 +128,7 @@ def in_list(values: List[Any]) -> str:
     return quote("in.(" + ",".join(written) + ")")
 
 
+@pytest.mark.slow
 def test_generated_in_queries_answer_what_python_computes(api) -> None:
     """``in`` over generated documents and queries: the ranges of its values merged in the order of what follows
     them (or, ordered by the in's field, one after another), paged by small limits, held to Python's answer."""
@@ -626,6 +627,7 @@ def wrong_answers(counts: Dict[str, int]) -> Dict[str, int]:
     return {name: counts[name] for name in ("not matching", "out of order", "missing", "failed")}
 
 
+@pytest.mark.slow
 def test_queries_racing_writers_answer_nothing_wrong(api) -> None:
     counts = race(api, "raced", 2_000)
     assert counts["queries"] >= 2_000 and counts["writes"] > 100, counts

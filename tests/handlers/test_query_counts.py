@@ -17,6 +17,8 @@ import random
 from typing import Any, Callable, Dict, List, Optional, Tuple
 from urllib.parse import quote, urlsplit
 
+import pytest
+
 from tests.handlers.test_queries import INDEXES, PROBLEM, declare, in_list, put, wait_built
 from tests.handlers.test_query_arrays import cs, holds
 
@@ -112,6 +114,7 @@ def generated_query(rng: random.Random, docs: Dict[str, Any]) -> Tuple[str, Call
     return "", lambda d: True  # the list, in id order
 
 
+@pytest.mark.slow
 def test_generated_queries_and_list_pages_count_what_python_computes(api) -> None:
     rng = random.Random(5959)
     docs = generated(120, rng)

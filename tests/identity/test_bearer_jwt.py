@@ -255,6 +255,7 @@ def test_a_jwts_ticket_outlives_neither_the_token_nor_its_own_lifetime(fresh, oi
     assert again.status_code == 401
 
 
+@pytest.mark.slow
 def test_keys_rotate_a_removed_key_stops_its_tokens_and_an_issuer_down_at_start_is_503(redis_server, tmp_path):
     """A provider of the test's own: down when Jetway starts (503, never a hang), then up; its keys rotated
     (a new key's tokens verify at once, by a fetch on their unknown kid); the old key dropped (its tokens,
@@ -310,6 +311,7 @@ class JwksRelay(BaseHTTPRequestHandler):
         pass
 
 
+@pytest.mark.slow
 def test_a_flood_of_unknown_kids_is_refused_and_fetches_the_jwks_a_bounded_number_of_times(
     redis_server, oidc_provider, tmp_path
 ):

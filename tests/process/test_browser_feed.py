@@ -73,6 +73,7 @@ def received(browser) -> List[List[str]]:
     return browser.run("return window.__changes;")
 
 
+@pytest.mark.slow
 def test_an_event_source_with_a_ticket_gets_every_write_once_in_order_across_a_reload(
     browser, page_server, feed_jetway
 ):

@@ -104,6 +104,7 @@ def test_connections_that_asked_nothing_when_the_drain_began_are_answered_when_t
     assert server.process.wait(60) == 0
 
 
+@pytest.mark.slow
 def test_a_request_unread_when_the_drain_closes_idle_connections_is_answered(redis_server, redis_client, tmp_path):
     """The worker is busy (every request burns 2.5 s of CPU here) while a keep-alive client sends its next
     request: when the drain next looks, that connection is idle past IDLE_CLOSE, its request still unread."""

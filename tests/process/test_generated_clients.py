@@ -103,6 +103,7 @@ def test_python_client_generates_without_warnings_and_does_every_operation(api, 
     assert "every operation answered as documented" in output
 
 
+@pytest.mark.slow
 def test_typescript_client_type_checks_and_does_every_operation(api, spec_file, token, tmp_path):
     assert (NODE_MODULES / ".bin" / "tsc").exists(), "run `make setup-clients`"
     project = tmp_path / "ts"

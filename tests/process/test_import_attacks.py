@@ -179,6 +179,7 @@ def test_an_import_cut_short_at_random_points_by_each_cause_resumes_writing_each
         assert_each_line_once(server, redis_client, collection)
 
 
+@pytest.mark.slow
 def test_a_trickling_body_ends_by_its_minimum_rate_and_says_what_it_wrote(server, redis_client):
     """Never idle (a byte every 0.25 s), yet far below the minimum rate: a 408 with the lines written."""
     upload = Upload(server, "trickle", "trickle-1")

@@ -19,6 +19,8 @@ import threading
 from pathlib import Path
 from typing import List
 
+import pytest
+
 from tests.support import ROOT, free_port, stop_process, wait_until
 
 WORKERS = 2
@@ -29,6 +31,7 @@ _WORKER = re.compile(
 )
 
 
+@pytest.mark.slow
 def test_make_run_says_little_before_it_serves(tmp_path: Path) -> None:
     port = free_port()
     env = {name: value for name, value in os.environ.items() if not name.startswith(("REDIS_URL", "JETWAY_"))}

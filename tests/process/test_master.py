@@ -189,6 +189,7 @@ def test_sigterm_lets_50_requests_in_flight_complete(master, redis_server):
     assert time.monotonic() - started < 5 + 1, "the master outlived its grace period"
 
 
+@pytest.mark.slow
 def test_sighup_replaces_the_workers_with_no_failed_request(master):
     before = worker_pids(master)
     with SteadyClient(master.base) as client:
@@ -211,6 +212,7 @@ time.sleep({pause})
 """
 
 
+@pytest.mark.slow
 def test_of_two_sighups_during_one_reload_the_second_ones_code_serves_after(redis_server, redis_client, tmp_path):
     """Every HUP during a reload makes one more reload after it, not one each, nor none."""
     code, started = tmp_path / "code", tmp_path / "started"
@@ -292,6 +294,7 @@ def test_dual_stack_answers_ipv4_and_ipv6(redis_server, redis_client, tmp_path):
         server.stop()
 
 
+@pytest.mark.slow
 def test_a_worker_adopts_a_socket_opened_by_another_parent(redis_server, redis_client, tmp_path):
     """``python -m api worker --fd N``, as supervisor would start it."""
     listener = socket.socket()

@@ -121,6 +121,7 @@ def test_sigusr2_writes_each_process_stacks_and_changes_nothing(leader):
     assert requests.get(leader.url("/healthz"), timeout=5).status_code == 200
 
 
+@pytest.mark.slow
 def test_a_hangup_of_the_whole_group_under_load_fails_no_request(leader):
     """``kill -HUP -PGID``: the master reloads one slot at a time, no slot is ever left empty, no request fails."""
     before = worker_pids(leader)

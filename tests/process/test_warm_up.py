@@ -63,6 +63,7 @@ def servers(own_redis: RedisServer, tmp_path: Path) -> Iterator[List[JetwayServe
             server.stop()
 
 
+@pytest.mark.slow
 def test_each_worker_warms_up_alone_and_then_serves(servers: List[JetwayServer], own_redis: RedisServer) -> None:
     warm, cold = servers
     wait_until(lambda: len(serving_lines(warm.log_path)) >= 2, 30, "both workers' start lines")
@@ -166,6 +167,7 @@ def _snapshot(redis: Any) -> Dict[bytes, Any]:
     return {key: redis.dump(key) for key in redis.scan_iter(count=1000)}
 
 
+@pytest.mark.slow
 def test_the_warm_up_on_redis_writes_for_real_and_leaves_nothing(own_redis: RedisServer, tmp_path: Path) -> None:
     """Its scripts ran on the real Redis before the worker served; no key of its scratch collection or
     token is left, and a user's document and feed are as they were."""
@@ -201,6 +203,7 @@ def test_the_warm_up_on_redis_writes_for_real_and_leaves_nothing(own_redis: Redi
     assert _snapshot(redis) == before
 
 
+@pytest.mark.slow
 def test_a_warm_up_whose_writes_pass_the_feed_cap_says_no_trouble(own_redis: RedisServer, tmp_path: Path) -> None:
     """Its feed reads are from the start, and its writes (most to one shard) pass a small cap: 410s, which are
     its own doing, not a warning (the CI run of stop 71: two workers sharing one scratch feed passed the default
@@ -251,6 +254,7 @@ def _all_keys(client: Any) -> List[bytes]:
     return list(client.scan_iter(count=1000))
 
 
+@pytest.mark.slow
 def test_the_warm_up_on_redis_works_on_the_suites_topology(redis_server: RedisServer, tmp_path: Path) -> None:
     """On one Redis, a 3-master cluster or a Sentinel group (JETWAY_TEST_TOPOLOGY): every request answered as its
     mix expects, and no key of the scratch collection left on any node."""

@@ -23,6 +23,7 @@ from tests.tracing.collector import Collector, Span, render, tree
 
 PARENT_TRACE = "0af7651916cd43dd8448eb211c80319c"
 PARENT_SPAN = "b7ad6b7169203331"
+QUIET_TRACE = "2" * 32  # a parent that did not sample
 JSON = {"Content-Type": "application/json"}
 
 
@@ -38,9 +39,19 @@ def traced_server(redis_url: str, log: Path, endpoint: str, **env: str) -> Jetwa
     return JetwayServer(redis_url, log, env=settings).start()
 
 
-@pytest.fixture
-def server(redis_server, redis_client, collector, tmp_path) -> Iterator[JetwayServer]:
-    jetway = traced_server(redis_server.url, tmp_path / "jetway.log", collector.endpoint)
+@pytest.fixture(scope="module")
+def shared_collector() -> Iterator[Collector]:
+    """The receiver of the module's server: its tests tell their spans apart by trace id."""
+    with Collector() as receiver:
+        yield receiver
+
+
+@pytest.fixture(scope="module")
+def server(redis_server, shared_collector, tmp_path_factory) -> Iterator[JetwayServer]:
+    """One traced server for the tests that need no setting of their own (one each cost ~8 s of the suite)."""
+    redis_server.client().flushall()
+    log = tmp_path_factory.mktemp("traces") / "jetway.log"
+    jetway = traced_server(redis_server.url, log, shared_collector.endpoint)
     try:
         yield jetway
     finally:
@@ -67,7 +78,7 @@ def children(collector: Collector, parent: Span) -> List[Span]:
     return [span for span in collector.trace(parent.trace_id) if span.parent_span_id == parent.span_id]
 
 
-def test_a_put_is_one_trace_with_its_redis_calls_under_the_incoming_parent(server, collector):
+def test_a_put_is_one_trace_with_its_redis_calls_under_the_incoming_parent(server, shared_collector):
     """The request's span continues the client's trace; each Redis round trip is its child; the response,
     the access line and the span agree on the ids."""
     traceparent = f"00-{PARENT_TRACE}-{PARENT_SPAN}-01"
@@ -77,7 +88,7 @@ def test_a_put_is_one_trace_with_its_redis_calls_under_the_incoming_parent(serve
     assert response.status_code == 201
     given = trace_of(response)
     assert given["trace_id"] == PARENT_TRACE and given["flags"] == "01"
-    root = server_span(collector, PARENT_TRACE, given["span_id"])
+    root = server_span(shared_collector, PARENT_TRACE, given["span_id"])
     assert root.parent_span_id == PARENT_SPAN
     assert root.name == "PUT /v1/{collection}/{id}"
     assert root.attributes["http.route"] == "/v1/{collection}/{id}"
@@ -87,23 +98,24 @@ def test_a_put_is_one_trace_with_its_redis_calls_under_the_incoming_parent(serve
     assert root.attributes["jetway.collection"] == "users"
     assert root.attributes["jetway.request_id"] == response.headers["X-Request-ID"]
     assert root.service == "jetway"
-    redis_calls = collector.wait_for(lambda: children(collector, root))
+    redis_calls = shared_collector.wait_for(lambda: children(shared_collector, root))
     assert any(span.name == "EVALSHA put" for span in redis_calls), [s.name for s in redis_calls]
     assert all(span.kind == 3 and span.attributes["db.system.name"] == "redis" for span in redis_calls)
     assert all(root.start_ns <= span.start_ns <= span.end_ns <= root.end_ns for span in redis_calls)
-    print(render(tree(collector.trace(PARENT_TRACE))))
+    print(render(tree(shared_collector.trace(PARENT_TRACE))))
     access = [json.loads(line) for line in server.log_path.read_text().splitlines() if '"jetway.access"' in line]
     line = next(line for line in access if line["request_id"] == response.headers["X-Request-ID"])
     assert line["trace_id"] == PARENT_TRACE
 
 
-def test_a_redis_span_names_the_cluster_nodes_it_went_to(redis_server, server, collector):
+def test_a_redis_span_names_the_cluster_nodes_it_went_to(redis_server, server, shared_collector):
     """On a cluster (make test-cluster) a script's span names its node, and a multi-get over every shard's slots
     names each master; one Redis or a Sentinel group names none."""
     put = requests.put(server.url("/v1/users/n1"), data=b"{}", headers=JSON, timeout=10)
     ids = [f"n{number}" for number in range(40)]
     many = requests.post(server.url("/v1/_get/users"), json={"ids": ids}, timeout=10)
     assert (put.status_code, many.status_code) == (201, 200)
+    collector = shared_collector
     [script] = [
         s
         for s in collector.wait_for(lambda: children(collector, server_span(collector, trace_of(put)["trace_id"])))
@@ -120,18 +132,18 @@ def test_a_redis_span_names_the_cluster_nodes_it_went_to(redis_server, server, c
 
 
 @pytest.mark.parametrize("connection", ["keep-alive", "close"], ids=["answered-by-the-connection", "by-cyclone"])
-def test_a_read_is_traced_both_ways_it_is_answered(server, collector, connection):
+def test_a_read_is_traced_both_ways_it_is_answered(server, shared_collector, connection):
     """The connection's own answers and Cyclone's handlers each make the request's span and its Redis child."""
     requests.put(server.url("/v1/users/u2"), data=b"{}", headers=JSON, timeout=10)
     with requests.Session() as session:
         response = session.get(server.url("/v1/users/u2"), headers={"Connection": connection}, timeout=10)
     assert response.status_code == 200
     given = trace_of(response)
-    root = server_span(collector, given["trace_id"], given["span_id"])
+    root = server_span(shared_collector, given["trace_id"], given["span_id"])
     assert root.parent_span_id == ""
     assert root.attributes["jetway.operation"] == "getDocument"
     if connection == "close":  # the hot cache is the connection's: Cyclone's path reads Redis each time
-        assert collector.wait_for(lambda: children(collector, root))
+        assert shared_collector.wait_for(lambda: children(shared_collector, root))
 
 
 @pytest.mark.parametrize("connection", ["keep-alive", "close"], ids=["answered-by-the-connection", "by-cyclone"])
@@ -179,7 +191,7 @@ def test_a_token_is_named_never_shown(redis_server, redis_client, collector, tmp
         f"00-{PARENT_TRACE}-{PARENT_SPAN}",  # no flags
     ],
 )
-def test_an_invalid_traceparent_is_ignored(server, collector, traceparent):
+def test_an_invalid_traceparent_is_ignored(server, shared_collector, traceparent):
     """W3C Trace Context: a traceparent that does not parse starts a new trace, and its tracestate is dropped."""
     response = requests.get(
         server.url("/v1/users/none"), headers={"traceparent": traceparent, "tracestate": "a=b"}, timeout=10
@@ -187,26 +199,26 @@ def test_an_invalid_traceparent_is_ignored(server, collector, traceparent):
     assert response.status_code == 404
     given = trace_of(response)
     assert given["trace_id"] not in (PARENT_TRACE, "0" * 32)
-    assert server_span(collector, given["trace_id"]).parent_span_id == ""
+    assert server_span(shared_collector, given["trace_id"]).parent_span_id == ""
 
 
-def test_a_traceparent_that_says_not_sampled_is_followed(server, collector):
+def test_a_traceparent_that_says_not_sampled_is_followed(server, shared_collector):
     """Sampled flag 00: nothing of that trace is exported, and the response says so; the next request, sampled by
     its parent, arrives (so the first one's spans would have arrived before it)."""
     quiet = requests.put(
         server.url("/v1/users/u3"),
         data=b"{}",
-        headers={**JSON, "traceparent": f"00-{PARENT_TRACE}-{PARENT_SPAN}-00"},
+        headers={**JSON, "traceparent": f"00-{QUIET_TRACE}-{PARENT_SPAN}-00"},
         timeout=10,
     )
     assert quiet.status_code == 201
-    assert trace_of(quiet) == {"trace_id": PARENT_TRACE, "span_id": trace_of(quiet)["span_id"], "flags": "00"}
+    assert trace_of(quiet) == {"trace_id": QUIET_TRACE, "span_id": trace_of(quiet)["span_id"], "flags": "00"}
     loud_trace = "1" * 32
     loud = requests.put(
         server.url("/v1/users/u4"), data=b"{}", headers={**JSON, "traceparent": f"00-{loud_trace}-{PARENT_SPAN}-01"}
     )
-    server_span(collector, loud_trace)
-    assert collector.trace(PARENT_TRACE) == []
+    server_span(shared_collector, loud_trace)
+    assert shared_collector.trace(QUIET_TRACE) == []
     assert loud.status_code == 201
 
 
@@ -227,6 +239,7 @@ def test_a_sample_of_zero_exports_only_what_a_parent_sampled(redis_server, redis
         jetway.stop()
 
 
+@pytest.mark.slow
 def test_a_5xx_is_marked_failed_with_its_redis_error(own_redis, collector, tmp_path):
     """Redis stopped: the 503's span and its Redis call are errors, and the problem names the trace."""
     jetway = traced_server(own_redis.url, tmp_path / "jetway.log", collector.endpoint)

@@ -155,6 +155,7 @@ def test_put_and_get_a_document_through_rediss(tls_redis, start_jetway):
     assert client.dbsize() > 0  # it really went to the TLS-only server
 
 
+@pytest.mark.slow
 def test_tokens_are_made_checked_and_revoked_over_rediss(tls_redis, start_jetway):
     """The keys CLI, the token lookups and each worker's revocation channel (pub/sub) all speak TLS."""
     tls_redis.client().flushall()

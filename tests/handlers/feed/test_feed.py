@@ -178,6 +178,7 @@ def reload(server: JetwayServer, ends: List[str]) -> None:
     wait_until(lambda: ends.count("reconnect") > ended, 30, "the stream to end with reconnect")
 
 
+@pytest.mark.slow
 def test_reloads_under_writes_lose_and_repeat_nothing_for_a_client_that_reconnects(redis_server, tmp_path):
     """SIGHUP twice while writes go on; each reload ends the stream with reconnect, and the client
     resumes with Last-Event-ID after each end, as EventSource does."""

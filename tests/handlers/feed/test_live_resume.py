@@ -41,6 +41,7 @@ def open_stream(server: JetwayServer, query: str, **headers: str) -> SseClient:
     return SseClient(server.port, f"/v1/_changes/rare{query}", dict(headers))
 
 
+@pytest.mark.slow
 def test_a_rare_live_query_resumes_past_more_than_the_cap_of_other_writes_without_410_or_rereading(
     capped, redis_client
 ) -> None:

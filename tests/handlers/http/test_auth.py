@@ -154,6 +154,7 @@ def test_rate_headers_on_every_response_and_retry_after_on_429(server):
     assert int(limited.headers["RateLimit-Reset"]) > 0
 
 
+@pytest.mark.slow
 def test_the_cli_end_to_end(redis_server, redis_client):
     url = redis_server.url
     token = make_token(url, "ci", "read:*", "write:orders", rate="100/s", expires="30d")
