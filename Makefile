@@ -200,9 +200,9 @@ clean-loadtest:
 	rm -rf $(LT_VENV)
 
 # --- The slow tests: marked `slow`, skipped by `make test` ----------------------
-# Each runs well over ten seconds on its own (the HTTP fuzzer, the load-test
-# gate, the schema fuzzer, the feed's heartbeat), kept out of `make test`
-# (about twenty minutes here); these take about six. CI runs it after `make test`.
+# Each runs over ten seconds on its own (the fuzzers, the load-test gate,
+# reloads and restarts under load, the generated parsers' and indexes' checks),
+# kept out of `make test`; README.md says how long each takes. CI runs it after `make test`.
 .PHONY: test-slow
 test-slow: setup setup-clients identity-packages setup-loadtest loadtest-packages
 	JETWAY_TEST_SLOW=1 $(PY) -m pytest -rP -m slow

@@ -4,9 +4,9 @@ Redis is flushed before each test that uses it. Each fixture stops what it
 started, whatever the test did. ``JETWAY_TEST_TOPOLOGY=cluster`` (or
 ``sentinel``) puts a 3-master Redis Cluster (or a Sentinel group) behind the
 same fixtures, so the API tests run unchanged on it (``make test-cluster``).
-Tests marked ``slow`` (the fuzzers, the load-test gate: each over ten
-seconds) are skipped unless ``JETWAY_TEST_SLOW=1`` (``make test-slow``), so
-``make test`` stays near ten minutes; those marked ``consistency``
+Tests marked ``slow`` (the fuzzers, the load-test gate, reloads under load:
+each over ten seconds) are skipped unless ``JETWAY_TEST_SLOW=1`` (``make
+test-slow``), to bring ``make test`` toward ten minutes; those marked ``consistency``
 (tests/consistency/) unless ``JETWAY_TEST_CONSISTENCY=1`` (``make
 test-consistency``).
 """

@@ -121,7 +121,7 @@ def test_writes_racing_an_export_lose_no_document_that_lived_through_it_and_repe
     born = [b"k%06d" % n + b"n" for n in random.Random(8).sample(range(10**6), 400)]
     sock = stalled_export(server, tokens["full"], "racing")
     # The stalled export is aborted after SEND_TIMEOUT without progress: the writes stop at half of it, so a
-    # busy machine races fewer of them rather than losing the export (it lost it at 800 writes in 8.8 s).
+    # busy machine races fewer of them rather than losing the export (800 writes lost it in a clean-clone run).
     stop_writing = time.monotonic() + SEND_TIMEOUT / 2
     headers = {**tokens["full"], "Content-Type": "application/json"}
     deleted, created = [], []
