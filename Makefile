@@ -90,7 +90,7 @@ stop-redis:
 # shellcheck comes as a binary in a wheel.
 $(LINT_VENV)/.installed: requirements-lint.txt | system-packages
 	python3 -m venv $(LINT_VENV)
-	$(LINT_VENV)/bin/pip install -q --disable-pip-version-check -r requirements-lint.txt
+	$(LINT_VENV)/bin/python -m pip install -q --disable-pip-version-check -r requirements-lint.txt
 	touch $@
 
 lint: setup $(LINT_VENV)/.installed
@@ -113,7 +113,7 @@ client-packages: | system-packages
 
 $(CLIENTS_VENV)/.installed: requirements-clients.txt | system-packages
 	python3 -m venv $(CLIENTS_VENV)
-	$(CLIENTS_VENV)/bin/pip install -q --disable-pip-version-check -r requirements-clients.txt
+	$(CLIENTS_VENV)/bin/python -m pip install -q --disable-pip-version-check -r requirements-clients.txt
 	touch $@
 
 $(NODE_CLIENTS)/node_modules/.installed: $(NODE_CLIENTS)/package.json $(NODE_CLIENTS)/package-lock.json | client-packages
