@@ -271,6 +271,7 @@ class SentinelServers:
         self.master, self.replica = self.pair.master, self.pair.replica
         master_port = self.master.port
         self.sentinels: List[RedisProcess] = []
+        self._seen: Dict[int, str] = {}  # what each sentinel last said of the group, for a timeout's message
         for index in range(3):
             port = free_port()
             home = directory / f"sentinel-{index}"
@@ -293,7 +294,10 @@ class SentinelServers:
         self.pair.start()
         for sentinel in self.sentinels:
             sentinel.start()
-        wait_until(self._sentinels_ready, 30, "the sentinels to know the replica and each other")
+        try:
+            wait_until(self._sentinels_ready, 30, "the sentinels to know the replica and each other")
+        except TimeoutError as error:  # once in CI-like runs: say which sentinel knew what
+            raise TimeoutError(f"{error}; last seen: {self._seen}") from None
         return self
 
     def stop(self) -> None:
@@ -316,10 +320,15 @@ class SentinelServers:
         return next(process for process in (self.master, self.replica) if process.port == port)
 
     def _sentinels_ready(self) -> bool:
+        self._seen = {}
         for sentinel in self.sentinels:
             with sentinel.client() as client:
                 state = client.execute_command("SENTINEL", "MASTER", SERVICE)
                 fields = dict(zip(state[::2], state[1::2]))
+                self._seen[sentinel.port] = " ".join(
+                    f"{name}={fields.get(name.encode(), b'?').decode()}"
+                    for name in ("flags", "num-slaves", "num-other-sentinels")
+                )
                 if int(fields[b"num-slaves"]) < 1 or int(fields[b"num-other-sentinels"]) < 2:
                     return False
         return True
