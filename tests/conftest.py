@@ -90,15 +90,20 @@ def suite_token(jetway: JetwayServer, redis_server: RedisServer) -> Tuple[str, D
     return token, saved
 
 
-@pytest.fixture
-def redis_client(redis_server: RedisServer) -> Iterator[redis.Redis]:
-    client = redis_server.client()
+def flush(client: redis.Redis) -> None:
+    """Empty Redis, and tell the running workers' settings caches when there were settings to forget."""
     had_settings = client.exists(SETTINGS_NAMES)
     client.flushall()
     if had_settings:
         # A flush publishes nothing: tell the workers' settings caches (cache/settings_cache.py).
         client.publish(SETTINGS_CHANNEL, FORGET_ALL)
         time.sleep(0.05)
+
+
+@pytest.fixture
+def redis_client(redis_server: RedisServer) -> Iterator[redis.Redis]:
+    client = redis_server.client()
+    flush(client)
     try:
         yield client
     finally:

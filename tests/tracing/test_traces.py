@@ -17,6 +17,7 @@ import jsonschema
 import pytest
 import requests
 
+from tests.conftest import flush
 from tests.multinode import TOPOLOGY
 from tests.support import JetwayServer, free_port, wait_until
 from tests.tracing.collector import Collector, Span, render, tree
@@ -49,7 +50,8 @@ def shared_collector() -> Iterator[Collector]:
 @pytest.fixture(scope="module")
 def server(redis_server, shared_collector, tmp_path_factory) -> Iterator[JetwayServer]:
     """One traced server for the tests that need no setting of their own (one each cost ~8 s of the suite)."""
-    redis_server.client().flushall()
+    with redis_server.client() as client:
+        flush(client)
     log = tmp_path_factory.mktemp("traces") / "jetway.log"
     jetway = traced_server(redis_server.url, log, shared_collector.endpoint)
     try:
