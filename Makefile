@@ -140,8 +140,11 @@ browser-packages: | system-packages
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
 	fi
 
+# On $(TEST_WORKERS) pytest-xdist workers, each file's tests on one worker
+# (its module fixtures are started once); TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
 test: setup setup-cpython setup-clients identity-packages browser-packages lint
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 clean:
 	rm -rf $(VENV) $(CPY_VENV) $(LINT_VENV) $(CLIENTS_VENV) $(NODE_CLIENTS)/node_modules $(NODE_IDENTITY)/node_modules $(VAR) .pytest_cache
