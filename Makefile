@@ -206,9 +206,12 @@ clean-loadtest:
 # Each runs over ten seconds on its own (the fuzzers, the load-test gate,
 # reloads and restarts under load, the generated parsers' and indexes' checks),
 # kept out of `make test`; README.md says how long each takes. CI runs it after `make test`.
+# On $(TEST_WORKERS) workers as `make test`, but the load-test gate, which
+# measures throughput against a baseline and so runs alone, after them.
 .PHONY: test-slow
 test-slow: setup setup-clients identity-packages setup-loadtest loadtest-packages
-	JETWAY_TEST_SLOW=1 $(PY) -m pytest -rP -m slow
+	JETWAY_TEST_SLOW=1 $(PY) -m pytest -rP -m slow -n $(TEST_WORKERS) --dist loadfile --ignore=tests/loadtest
+	JETWAY_TEST_SLOW=1 $(PY) -m pytest -rP -m slow tests/loadtest
 
 # --- Releases: what a server installs (docs/deploy.md) ------------------------
 # One file per commit: the code and a wheelhouse of the runtime requirements
