@@ -143,8 +143,9 @@ browser-packages: | system-packages
 # On $(TEST_WORKERS) pytest-xdist workers, each file's tests on one worker
 # (its module fixtures are started once); TEST_WORKERS=0 runs in one process.
 TEST_WORKERS ?= 2
+ON_WORKERS = -n $(TEST_WORKERS) --dist loadfile
 test: setup setup-cpython setup-clients identity-packages browser-packages lint
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
+	$(PY) -m pytest $(ON_WORKERS)
 
 clean:
 	rm -rf $(VENV) $(CPY_VENV) $(LINT_VENV) $(CLIENTS_VENV) $(NODE_CLIENTS)/node_modules $(NODE_IDENTITY)/node_modules $(VAR) .pytest_cache
@@ -210,7 +211,7 @@ clean-loadtest:
 # measures throughput against a baseline and so runs alone, after them.
 .PHONY: test-slow
 test-slow: setup setup-clients identity-packages setup-loadtest loadtest-packages
-	JETWAY_TEST_SLOW=1 $(PY) -m pytest -rP -m slow -n $(TEST_WORKERS) --dist loadfile --ignore=tests/loadtest
+	JETWAY_TEST_SLOW=1 $(PY) -m pytest -rP -m slow $(ON_WORKERS) --ignore=tests/loadtest
 	JETWAY_TEST_SLOW=1 $(PY) -m pytest -rP -m slow tests/loadtest
 
 # --- Releases: what a server installs (docs/deploy.md) ------------------------

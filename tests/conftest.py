@@ -1,4 +1,5 @@
-"""Fixtures: one real redis-server and one real Jetway for the session.
+"""Fixtures: one real redis-server and one real Jetway for the session (each
+pytest-xdist worker's own, under ``make test``).
 
 Redis is flushed before each test that uses it. Each fixture stops what it
 started, whatever the test did. ``JETWAY_TEST_TOPOLOGY=cluster`` (or
