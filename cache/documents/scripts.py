@@ -206,6 +206,25 @@ FEED_ARGS = 6
 # A (a table): the single PUT's script calls it with KEYS and ARGV, and
 # WRITE_MANY with each document's share of its own.
 _PUT = """
+-- WRITE_MANY's: by shard's id index, the ids its new documents add, in one ZADD a shard at the call's end (or
+-- before a delete of the call, which may take one out again: list_ids). A single write adds its own at once.
+local listing = nil
+local function list_id(ids_key, id)
+  -- The score as a string: Redis formats a Lua number given to redis.call, at every call
+  -- (docs/history/performance.md, "Lua numbers in redis.call").
+  if not listing then return redis.call('ZADD', ids_key, '0', id) end
+  local adds = listing[ids_key]
+  if not adds then
+    adds = {}
+    listing[ids_key] = adds
+  end
+  adds[#adds + 1] = '0'
+  adds[#adds + 1] = id
+end
+local function list_ids()
+  for ids_key, adds in pairs(listing) do redis.call('ZADD', ids_key, unpack(adds)) end
+  listing = {}
+end
 local function put(K, A)
   local itag = index_tag(K[2])
   local index_at = 9 + 2 * tonumber(A[8])
@@ -226,7 +245,7 @@ local function put(K, A)
   if not holds(current, A[6], A[7]) then return 0 end
   -- Before any write: Redis making the entries may refuse the document.
   if indexed and not indexed.entries then indexed.entries = own_entries(indexed, A[1], A[2]) end
-  if not current then
+  if not current and may_expire(itag) then
     -- A document whose hash expired and whose expiry was not carried out yet: first its expiry (its entries
     -- leave, its event precedes this create's), as the sweeper would have (cache.indexes.expiry_scripts).
     local due = redis.call('ZSCORE', itag .. 'xe', A[1])
@@ -253,9 +272,10 @@ local function put(K, A)
   elseif indexed and current then
     remirror(itag, K[1], A[1], indexed, held)
   end
-  -- The score as a string: Redis formats a Lua number given to redis.call, at every call
-  -- (docs/history/performance.md, "Lua numbers in redis.call").
-  redis.call('ZADD', K[2], '0', A[1])
+  -- Only a new document joins the shard's id index: a hash with an ETag has its id there already (only a
+  -- delete or a carried-out expiry takes an id out, with its hash), and a ZADD that changes nothing was ~15%
+  -- of a batched overwrite's Redis time (docs/history/performance.md, "Writes' redis.calls on 2026-12-02").
+  if not current then list_id(K[2], A[1]) end
   log_change(K, A, A[1], A[3], marks)
   if current then return 1 end
   return 2
@@ -299,7 +319,7 @@ WRITE_MANY = Script(
         + """
 local per = tonumber(ARGV[1])
 local results = {}
-nudges, counting, digests = {}, {}, {}
+nudges, counting, digests, listing, expiring = {}, {}, {}, {}, {}
 local at, k = 2, 0
 while at <= #ARGV do
   local n = tonumber(ARGV[at + 1])
@@ -307,7 +327,10 @@ while at <= #ARGV do
   if per == 3 then K[3] = KEYS[k + 3] end
   local A = {unpack(ARGV, at + 2, at + 1 + n)}
   local write = put
-  if ARGV[at] == 'd' then write = delete end
+  if ARGV[at] == 'd' then
+    list_ids()  -- an id a put of this call added goes in before a delete may take it out
+    write = delete
+  end
   local ok, answer = pcall(write, K, A)
   if not ok then
     if type(answer) == 'table' then answer = answer.err end
@@ -316,6 +339,7 @@ while at <= #ARGV do
   results[#results + 1] = answer
   at, k = at + 2 + n, k + per
 end
+list_ids()
 for channel, shards in pairs(nudges) do
   for shard, event in pairs(shards) do redis.call('PUBLISH', channel, shard .. ' ' .. event) end
 end

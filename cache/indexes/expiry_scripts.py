@@ -63,11 +63,25 @@ end
 EXPIRY_LUA = (
     MIRROR_LUA
     + r"""
+-- WRITE_MANY's: by shard's index tag, whether its xe may hold an id (one EXISTS a call, not a ZSCORE a create;
+-- nil elsewhere: a single write's create asks ZSCORE at once). Only mirror_expiry adds to xe in a write's call.
+local expiring = nil
+local function may_expire(itag)
+  if not expiring then return true end
+  local found = expiring[itag]
+  if found == nil then
+    found = redis.call('EXISTS', itag .. 'xe') == 1
+    expiring[itag] = found
+  end
+  return found
+end
+
 -- A write that set a TTL (key: the document's hash, just EXPIREd): xe gets the hash's own expiry (the script's
 -- frozen time plus the TTL, as Redis holds it), xm the entries the write left (indexed: index_fields', nil in a
 -- shard without indexes, where a mirror left from when it had some names only indexes it no longer lists).
 local function mirror_expiry(itag, key, id, indexed)
   redis.call('ZADD', itag .. 'xe', redis.call('PEXPIRETIME', key), id)
+  if expiring then expiring[itag] = true end
   if not indexed then return end
   local mirrored = {}
   for i, field in ipairs(indexed.fields) do

@@ -109,3 +109,36 @@ def test_a_redis_error_of_one_write_leaves_the_others_done(api, redis_client):
     assert answer[1]["status"] >= 500
     assert api.get("/v1/groups/x").json() == api.get("/v1/groups/y").json() == {"v": 1}
     assert feed_etags(redis_client, b"groups", b"odd") == []
+
+
+def test_new_ids_join_the_id_index_once_a_shard_and_an_overwrite_leaves_it_alone(api, redis_server, redis_client):
+    # A hash with an ETag has its id listed already: only a create adds one, a group's in one ZADD a shard.
+    creates = [{"op": "put", "collection": "listed", "id": f"n{n}", "document": {"n": n}} for n in range(100)]
+    batch(api, {"op": "put", "collection": "listed", "id": "warm", "document": {}})
+    before = command_calls(redis_server)
+    assert [result["status"] for result in results(batch(api, *creates))] == [201] * 100
+    created = command_calls(redis_server) - before
+    assert 0 < created["cmdstat_zadd"] <= INDEX_SHARDS, created
+    before = command_calls(redis_server)
+    assert [result["status"] for result in results(batch(api, *creates))] == [200] * 100
+    assert api.put_json("/v1/listed/n7", b'{"n":"seven"}').status_code == 200
+    assert (command_calls(redis_server) - before)["cmdstat_zadd"] == 0
+    for n in range(100):
+        assert redis_client.zscore(index_key_for(b"listed", f"n{n}".encode()), f"n{n}".encode()) == 0
+
+
+def test_an_id_created_then_deleted_in_one_batch_is_not_listed(api, redis_client):
+    def put(doc_id: str) -> dict:
+        return {"op": "put", "collection": "listed", "id": doc_id, "document": {"id": doc_id}}
+
+    def delete(doc_id: str) -> dict:
+        return {"op": "delete", "collection": "listed", "id": doc_id}
+
+    operations = [put("c1"), delete("c1"), put("c2"), put("c3"), delete("c3"), put("c3"), put("c4"), delete("c4")]
+    answer = results(batch(api, *operations))
+    assert [result["status"] for result in answer] == [201, 204, 201, 201, 204, 201, 201, 204]
+    listed = {
+        doc_id: redis_client.zscore(index_key_for(b"listed", doc_id), doc_id) for doc_id in (b"c1", b"c2", b"c3", b"c4")
+    }
+    assert listed == {b"c1": None, b"c2": 0, b"c3": 0, b"c4": None}
+    assert api.get("/v1/listed/c1").status_code == 404 and api.get("/v1/listed/c3").json() == {"id": "c3"}
