@@ -273,7 +273,7 @@ local function put(K, A)
     remirror(itag, K[1], A[1], indexed, held)
   end
   -- Only a new document joins the shard's id index: a hash with an ETag has its id there already (only a
-  -- delete or a carried-out expiry takes an id out, with its hash), and a ZADD that changes nothing was ~15%
+  -- delete or a carried-out expiry takes an id out, with its hash), and a ZADD that changes nothing was ~10-15%
   -- of a batched overwrite's Redis time (docs/history/performance.md, "Writes' redis.calls on 2026-12-02").
   if not current then list_id(K[2], A[1]) end
   log_change(K, A, A[1], A[3], marks)
