@@ -107,7 +107,7 @@ def index_states_key(collection: bytes, shard: int) -> bytes:
 
 
 def feed_bytes_key(collection: bytes, shard: int) -> bytes:
-    """What one shard's change feed holds, in bytes as its budget counts them (``cache.documents.scripts``' trim_feed);
+    """What one shard's change feed holds, in bytes as its budget counts them (``cache.feed.feed_lua``' trim_feed);
     ``+ b"s"``: each event's count, oldest first."""
     return INDEX_PREFIX + _tag(collection, shard)[len(PREFIX) :] + b":fb"
 

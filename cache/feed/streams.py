@@ -89,7 +89,7 @@ return {0, redis.call('XRANGE', KEYS[1], '(' .. ARGV[1] .. '-' .. ARGV[2], ARGV[
 
 
 MAX_ID_BYTES = 128  # a document id's most (handlers.http.validation)
-# The most bytes one event counts (documents.scripts' event_bytes: 48, then each field and value and one more, and a
+# The most bytes one event counts (feed_lua's event_bytes: 48, then each field and value and one more, and a
 # quarter more for the allocator): o, i, e with the longest operation, id and ETag, and with MAX_INDEXES indexes
 # each entry after the write (x:<name>:<version>) and the one before (w:...), the longest names and entries of
 # MAX_FIELDS strings of MAX_STRING_BYTES bytes, all NULs (each escaped in two bytes, then a two-byte end), then
@@ -115,7 +115,7 @@ class FeedLog:
     ``max_events / INDEX_SHARDS`` of them (writes spread over ids spread
     over shards). ``max_age`` (seconds, 0: none) also drops older events.
     ``max_bytes`` is per collection too, divided over the shards alike:
-    the bytes of events (``cache.documents.scripts``' event_bytes, at most
+    the bytes of events (``cache.feed.feed_lua``' event_bytes, at most
     ``MAX_EVENT_BYTES`` each) a shard's stream keeps.
     """
 
@@ -129,7 +129,7 @@ class FeedLog:
         return self.script_parts(b"", collection, keys.shard_of(doc_id))[0]
 
     def script_args(self, op: bytes, collection: bytes, doc_id: bytes) -> List[Any]:
-        """The write script's last arguments (``cache.documents.scripts._FEED``)."""
+        """The write script's last arguments (``cache.feed.feed_lua.FEED_LUA``)."""
         return self.script_parts(op, collection, keys.shard_of(doc_id))[1]
 
     def script_parts(self, op: bytes, collection: bytes, shard: int) -> Tuple[List[bytes], List[Any]]:

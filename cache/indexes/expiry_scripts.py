@@ -26,7 +26,7 @@ a shard's due ids, a step at a time: the sweeper's script
 expired document runs first (``cache.documents.scripts.EXPIRE_DUE_LUA``).
 
 These fragments need ``entries_of`` (``ENTRIES_LUA``), ``index_tag``
-(``WRITE_LUA``) and ``log_change`` (``cache.documents.scripts``) defined
+(``WRITE_LUA``) and ``log_change`` (``cache.feed.feed_lua``) defined
 before them; ``MIRROR_LUA`` (the build's) needs nothing.
 """
 
