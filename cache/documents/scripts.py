@@ -138,7 +138,6 @@ _RARE = (
     "replace_entries",
     "own_entries",
     "move_entries",
-    "unindex",
     "mirror_entry",
     "mirror_expiry",
     "remirror",
