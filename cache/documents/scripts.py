@@ -114,8 +114,8 @@ local function put(K, A)
     remirror(itag, K[1], A[1], indexed, held)
   end
   -- Only a new document joins the shard's id index: a hash with an ETag has its id there already (only a
-  -- delete or a carried-out expiry takes an id out, with its hash), and a ZADD that changes nothing was ~10-15%
-  -- of a batched overwrite's Redis time (docs/history/performance.md, "Writes' redis.calls on 2026-12-02").
+  -- delete or a carried-out expiry takes an id out, with its hash), and a ZADD that changes nothing still costs
+  -- Redis a command (docs/history/performance.md, "Writes' redis.calls on 2026-12-02").
   if not current then list_id(K[2], A[1]) end
   log_change(K, A, A[1], A[3], marks)
   if current then return 1 end
@@ -123,7 +123,7 @@ local function put(K, A)
 end
 """
 # What a plain write never calls (an index's, an expiry's, a stream's counting): made on first use in a call, not at
-# every call (cache.redis.lazy_lua: ~3 µs of Redis's CPU a single PUT).
+# every call (cache.redis.lazy_lua).
 _RARE = (
     "trim_feed",
     "sizes_of",

@@ -1,18 +1,19 @@
 """A script's rarely called Lua functions made on first use in a call, not at every call.
 
 ``EVALSHA`` runs the script's whole chunk at every call, so each ``local
-function`` of it is made again each time: a closure and its upvalues, ~25-60
-ns each. The PUT script defines 33, of which a plain write (no index, no TTL,
-an event within its share of the stream) calls 11; the others cost a single
-PUT ~3 µs of Redis's CPU in ~28 (docs/history/performance.md, "Writes'
-redis.calls on 2026-12-02"). ``made_on_first_use`` rewrites a script's
-definitions so that the named functions are made together, by one loader,
-the first time one of them is called in that call:
+function`` of it is made again each time: a closure and its upvalues. Most
+of the write scripts' functions serve an index, an expiry or a counted
+stream, and a plain write calls none of them (what they cost a single PUT:
+docs/history/performance.md, "Writes' redis.calls on 2026-12-02").
+``made_on_first_use`` rewrites a script's definitions so that the named
+functions are made together, by one loader, the first time one of them is
+called in that call:
 
 - each named ``local function NAME(...)`` (a top-level one, ending at an
   ``end`` in column 0) leaves its place for the loader's body, in the order
-  they had (a body calls only those defined before it), and the loader is placed after every other definition, so each
-  name a body uses is in scope there as it was;
+  they had (a body calls only those defined before it), and the loader is
+  placed after every other definition, so each name a body uses is in
+  scope there as it was;
 - each call of a named function outside the loader, ``NAME(``, becomes
   ``make_rare().NAME(``: the first makes them all and keeps them in a
   table, the others return that table. (Not ``(make_rare() or NAME)(``: a

@@ -119,7 +119,7 @@ class PrivateRedis:
 
 # The PUT script's lines that --parts takes out (cache.documents.scripts, cache.indexes.scripts' move_entries).
 _INDEX_ZADD = "if entry then redis.call('ZADD', itag .. field, '0', entry) end"
-_MOVE_ENTRIES = "if indexed then marks = move_entries(itag, indexed, held, 1, sets, dels, K[3] ~= nil) end"
+_MOVE_ENTRIES = "if indexed then marks = make_rare().move_entries(itag, indexed, held, 1, sets, dels, K[3] ~= nil) end"
 
 
 def parts(redis: PrivateRedis, documents: int, rounds: int) -> List[str]:
