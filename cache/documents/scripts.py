@@ -48,7 +48,7 @@ end
 # WRITE_MANY with each document's share of its own.
 _PUT = """
 -- WRITE_MANY's: by shard's id index, the ids its new documents add, in one ZADD a shard at the call's end (or
--- before a delete of the call, which may take one out again: list_ids). A single write adds its own at once.
+-- before a delete of the call, which may take one out again). A single write adds its own at once.
 local listing = nil
 local function list_id(ids_key, id)
   -- The score as a string: Redis formats a Lua number given to redis.call, at every call
@@ -61,10 +61,6 @@ local function list_id(ids_key, id)
   end
   adds[#adds + 1] = '0'
   adds[#adds + 1] = id
-end
-local function list_ids()
-  for ids_key, adds in pairs(listing) do redis.call('ZADD', ids_key, unpack(adds)) end
-  listing = {}
 end
 local function put(K, A)
   local itag = index_tag(K[2])
@@ -148,12 +144,12 @@ _RARE = (
 )
 
 
-def _writes(*parts: str) -> str:
-    """The write scripts' definitions, their rare functions made on first use."""
-    return made_on_first_use("".join(parts), _RARE)
+def _writes(*own: str) -> str:
+    """A write script's definitions (the shared ones, then ``own``), its rare functions made on first use."""
+    return made_on_first_use("".join((_CONDITIONS, _FEED, WRITE_LUA, EXPIRY_LUA, *own)), _RARE)
 
 
-PUT = Script((_writes(_CONDITIONS, _FEED, WRITE_LUA, EXPIRY_LUA, _PUT) + "return put(KEYS, ARGV)\n").encode())
+PUT = Script((_writes(_PUT) + "return put(KEYS, ARGV)\n").encode())
 
 # KEYS: document, index shard[, change feed]. ARGV: id, If-Match[, the feed's (_FEED)].
 # Returns 0 when the condition failed, -1 when missing, 1 when deleted.
@@ -171,7 +167,7 @@ local function delete(K, A)
   return 1
 end
 """
-DELETE = Script((_writes(_CONDITIONS, _FEED, WRITE_LUA, EXPIRY_LUA, _DELETE) + "return delete(KEYS, ARGV)\n").encode())
+DELETE = Script((_writes(_DELETE) + "return delete(KEYS, ARGV)\n").encode())
 
 # Many writes in one call (a batch's, cache.batches.groups), each as PUT or
 # DELETE would make it alone, in order. KEYS: each write's own (document,
@@ -182,8 +178,12 @@ DELETE = Script((_writes(_CONDITIONS, _FEED, WRITE_LUA, EXPIRY_LUA, _DELETE) + "
 # for a write a Redis error refused (the others go on, as in a pipeline).
 WRITE_MANY = Script(
     (
-        _writes(_CONDITIONS, _FEED, WRITE_LUA, EXPIRY_LUA, _PUT, _DELETE)
+        _writes(_PUT, _DELETE)
         + """
+local function list_ids()
+  for ids_key, adds in pairs(listing) do redis.call('ZADD', ids_key, unpack(adds)) end
+  listing = {}
+end
 local per = tonumber(ARGV[1])
 local results = {}
 nudges, counting, digests, listing, expiring = {}, {}, {}, {}, {}
