@@ -51,8 +51,11 @@ $(CPY_VENV)/.installed: $(REQUIREMENTS) | system-packages
 # Serve on $(HOST):$(PORT). Without REDIS_URL a private Redis is started on a
 # unix socket under ./var/ (and left running for the next `make run`;
 # `make stop-redis` ends it). Logs as text for a terminal unless
-# JETWAY_LOG_FORMAT says otherwise (JSON is the default everywhere else).
-run: setup
+# JETWAY_LOG_FORMAT says otherwise (JSON is the default everywhere else). The
+# master runs on CPython (.venv-cpython), its workers on PyPy: the master
+# serves no request, and on CPython it is under half PyPy's size
+# (api/master_python.py); JETWAY_MASTER_PYTHON= (empty) keeps it on PyPy.
+run: setup setup-cpython
 	@if [ -z "$$REDIS_URL" ]; then \
 	  $(MAKE) --no-print-directory private-redis || exit 1; \
 	  export REDIS_URL=unix://$(VAR)/redis.sock; \
@@ -63,7 +66,8 @@ run: setup
 	  echo "development token (all scopes; a new one each run):"; \
 	  echo "  curl -H 'Authorization: Bearer $$token' http://$(HOST):$(PORT)/v1/users/u1"; \
 	fi; \
-	JETWAY_LOG_FORMAT=$${JETWAY_LOG_FORMAT:-text} exec $(PY) -m api serve --host $(HOST) --port $(PORT)
+	JETWAY_MASTER_PYTHON=$${JETWAY_MASTER_PYTHON-$(CURDIR)/$(CPY)} \
+	  JETWAY_LOG_FORMAT=$${JETWAY_LOG_FORMAT:-text} exec $(PY) -m api serve --host $(HOST) --port $(PORT)
 
 # The private Redis: its files in $(VAR), and an append-only file written
 # before each reply and fsynced every second, so a crash of Redis loses no

@@ -31,7 +31,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     overrides = {name: getattr(args, name, None) for name in ("host", "port", "workers")}
     settings = config.replace(settings, **{name: value for name, value in overrides.items() if value is not None})
     if args.command == "serve":
-        return _serve(settings)
+        return _serve(settings, args.worker_python or sys.executable)
     if args.command == "keys":
         return keys.run(settings, args)
     if args.command == "collections":
@@ -47,7 +47,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     )
 
 
-def _serve(settings: config.Settings) -> int:
+def _serve(settings: config.Settings, worker_python: str) -> int:
     if settings.workers < 1:
         return _fail("--workers must be at least 1")
     raise_fd_limit()
@@ -72,7 +72,7 @@ def _serve(settings: config.Settings) -> int:
         warming = "; each warms up for a few seconds before it serves" if settings.warm_up else ""
         workers = f"{settings.workers} worker{'s' if settings.workers != 1 else ''}"
         Logger().info("jetway: starting {workers} on {url}{warming}", workers=workers, url=url, warming=warming)
-        return Master(listeners, reactor, settings.grace, relay, url=url).run()
+        return Master(listeners, reactor, settings.grace, relay, python=worker_python, url=url).run()
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -82,6 +82,10 @@ def _parser() -> argparse.ArgumentParser:
     serving.add_argument("--host", help="IPv4/IPv6 address to bind, :: for both (env JETWAY_HOST, default 127.0.0.1)")
     serving.add_argument("--port", type=int, help="port to bind (env JETWAY_PORT, default 8080)")
     serving.add_argument("--workers", type=int, help="worker processes (env JETWAY_WORKERS, default: the cores)")
+    serving.add_argument(
+        "--worker-python",
+        help="the interpreter the workers run on (default: this one; set when JETWAY_MASTER_PYTHON execs the master)",
+    )
     keys.add_parser(commands)
     collections_cli.add_parser(commands)
     transfer_cli.add_parsers(commands)

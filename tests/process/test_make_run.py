@@ -4,7 +4,7 @@
 temporary ``VAR`` and a free ``PORT``, its workers warming up as they do by
 default: at most ten lines up to the master's "serving on", none of them
 Twisted's talk about its factories and ports, one line per worker with its
-slot, pid and warm-up. Then a Ctrl-C (SIGINT to its process group, as a
+slot, pid and warm-up; the master on CPython, its workers on PyPy. Then a Ctrl-C (SIGINT to its process group, as a
 terminal sends it) stops it, and the private Redis is stopped by its pid.
 """
 
@@ -51,6 +51,12 @@ def test_make_run_says_little_before_it_serves(tmp_path: Path) -> None:
     try:
         wait_until(lambda: any(" jetway: serving on " in line for line in lines), 90, f"make run to serve: {lines}")
         before = lines[: next(n for n, line in enumerate(lines) if " jetway: serving on " in line)]
+        # The master on CPython, its workers on PyPy (api.master_python; the Makefile's run).
+        (master,) = Path(f"/proc/{make.pid}/task/{make.pid}/children").read_text().split()
+        assert os.path.realpath(f"/proc/{master}/exe") == os.path.realpath(ROOT / ".venv-cpython" / "bin" / "python")
+        children = Path(f"/proc/{master}/task/{master}/children").read_text().split()
+        pypy = os.path.realpath(ROOT / ".venv" / "bin" / "python")
+        assert {os.path.realpath(f"/proc/{pid}/exe") for pid in children} == {pypy}
         os.killpg(make.pid, signal.SIGINT)
         make.wait(30)
     finally:
