@@ -15,12 +15,13 @@ code 2, never a master that dies as it starts.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Dict, List, Mapping, MutableMapping, Optional
+
+from api.master_gc import put_back, remembered
 
 MASTER_PYTHON = "JETWAY_MASTER_PYTHON"
 # Set for the exec'd image only: the operator's PYTHONPATH (null: unset), put back before the workers start.
@@ -48,22 +49,15 @@ def master_python(environ: Mapping[str, str]) -> Optional[str]:
 
 def exec_environment(environ: Mapping[str, str]) -> Dict[str, str]:
     """The master's environment on the other interpreter: this code first on its path, the operator's
-    PYTHONPATH remembered."""
+    PYTHONPATH remembered (``api.master_gc.remembered``)."""
     path = environ.get("PYTHONPATH")
-    first = CODE_ROOT + (os.pathsep + path if path else "")
-    return {**environ, "PYTHONPATH": first, MARKER: json.dumps(path)}
+    return remembered(environ, {"PYTHONPATH": CODE_ROOT + (os.pathsep + path if path else "")}, MARKER)
 
 
 def restore(environ: MutableMapping[str, str]) -> None:
     """Put back the operator's PYTHONPATH (the exec'd image calls this, so its workers find the code as the
     command did: a release's workers follow ``current``, docs/deploy.md)."""
-    if MARKER not in environ:
-        return
-    original = json.loads(environ.pop(MARKER))
-    if original is None:
-        environ.pop("PYTHONPATH", None)
-    else:
-        environ["PYTHONPATH"] = original
+    put_back(environ, MARKER)
 
 
 def check(python: str, environment: Mapping[str, str]) -> None:

@@ -35,7 +35,7 @@ def test_the_exec_d_image_execs_no_more_and_puts_back_the_operators_pythonpath()
     for operators in ({}, {"PYTHONPATH": "/opt/lib"}):
         environment = exec_environment({MASTER_PYTHON: "/usr/bin/python3", **operators})
         assert environment["PYTHONPATH"].split(os.pathsep)[0] == CODE_ROOT
-        assert json.loads(environment[MARKER]) == operators.get("PYTHONPATH")
+        assert json.loads(environment[MARKER]) == {"PYTHONPATH": operators.get("PYTHONPATH")}
         assert master_python(environment) is None  # exec'd already: no second exec
         restore(environment)
         assert environment == {MASTER_PYTHON: "/usr/bin/python3", **operators}

@@ -4,8 +4,9 @@
 temporary ``VAR`` and a free ``PORT``, its workers warming up as they do by
 default: at most ten lines up to the master's "serving on", none of them
 Twisted's talk about its factories and ports, one line per worker with its
-slot, pid and warm-up; the master on CPython, its workers on PyPy. Then a Ctrl-C (SIGINT to its process group, as a
-terminal sends it) stops it, and the private Redis is stopped by its pid.
+slot, pid and warm-up; the master on CPython, its workers on PyPy. Then a
+Ctrl-C (SIGINT to its process group, as a terminal sends it) stops it, and
+the private Redis is stopped by its pid.
 """
 
 from __future__ import annotations
