@@ -225,7 +225,7 @@ test-slow: setup setup-clients identity-packages setup-loadtest loadtest-package
 RELEASE_DIR := $(VAR)/releases
 .PHONY: release
 
-release: setup
+release: setup setup-cpython
 	release/build.sh --out $(RELEASE_DIR) $(if $(COMMIT),--commit $(COMMIT)) $(if $(VERSION),--version $(VERSION))
 
 # --- The EC2 user data on a booted Debian: tests/deploy/test_deploy_boot.py --

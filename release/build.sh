@@ -14,6 +14,10 @@
 #                                                  built as wheels for this machine's interpreter
 #                                                  (Debian's PyPy 3.9, this architecture): the
 #                                                  runtime needs only, never requirements-dev.txt
+#   master-wheels/                                 the same for Debian's CPython 3.11, which the
+#                                                  master runs on (JETWAY_MASTER_PYTHON,
+#                                                  api/master_python.py; RELEASE_MASTER_PYTHON
+#                                                  builds them, .venv-cpython by default)
 # LABEL defaults to the commit's short hash. The wheels are resolved with the
 # versions the development .venv holds as constraints, so a release runs the
 # dependency versions `make test` ran against. Lives outside deploy/, which
@@ -25,6 +29,7 @@ commit=HEAD
 version=""
 out=var/releases
 python=${RELEASE_PYTHON:-.venv/bin/python}
+master_python=${RELEASE_MASTER_PYTHON:-.venv-cpython/bin/python}
 while [ $# -gt 0 ]; do
   case "$1" in
   --commit) commit="$2"
@@ -51,6 +56,9 @@ if ! [[ "$version" =~ ^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$ ]]; then
 fi
 "$python" -c 'import platform, sys; assert platform.python_implementation() == "PyPy" and sys.version_info[:2] == (3, 9)' ||
   { echo "release/build.sh: $python is not PyPy 3.9 (make setup makes .venv)" >&2; exit 2; }
+# Debian bookworm's python3, the interpreter the server's master venv is made with.
+"$master_python" -c 'import platform, sys; assert platform.python_implementation() == "CPython" and sys.version_info[:2] == (3, 11)' ||
+  { echo "release/build.sh: $master_python is not CPython 3.11 (make setup-cpython makes .venv-cpython)" >&2; exit 2; }
 
 name="jetway-$version"
 work="$(mktemp -d)"
@@ -64,9 +72,15 @@ echo "$sha" >"$work/$name/COMMIT"
 # Constraints: the versions in the development .venv (those `make test` ran
 # on), so an unpinned dependency of a dependency is not whatever is newest today.
 "$python" -m pip freeze --exclude-editable --disable-pip-version-check | grep -v ' @ ' >"$work/constraints.txt"
-pip_wheel=("$python" -m pip wheel -q --disable-pip-version-check --wheel-dir "$work/$name/wheels")
-"${pip_wheel[@]}" -c "$work/constraints.txt" -r "$work/$name/requirements.txt"
-"${pip_wheel[@]}" --no-deps -r "$work/$name/requirements-nodeps.txt"
+# wheels PYTHON DIR: the runtime requirements built for PYTHON into the release's DIR. The
+# master's take the same constraints: one set of versions on both interpreters.
+wheels() {
+  local pip_wheel=("$1" -m pip wheel -q --disable-pip-version-check --wheel-dir "$work/$name/$2")
+  "${pip_wheel[@]}" -c "$work/constraints.txt" -r "$work/$name/requirements.txt"
+  "${pip_wheel[@]}" --no-deps -r "$work/$name/requirements-nodeps.txt"
+}
+wheels "$python" wheels
+wheels "$master_python" master-wheels
 
 # Reproducible from the same files: sorted, no owners, the commit's time.
 when="$(git show -s --format=%ct "$sha")"

@@ -4,12 +4,13 @@
 # cloud-init runs it as root on first boot; it may be run again by hand, and
 # then changes only what the settings changed: each step compares before it
 # writes, and a service is reloaded only when something it reads changed.
-#   1. pypy3, pypy3-venv, supervisor and curl from Debian (no git, no compiler,
-#      no redis-server: Redis is REDIS_URL's);
+#   1. pypy3, pypy3-venv, python3-venv, supervisor and curl from Debian (no git,
+#      no compiler, no redis-server: Redis is REDIS_URL's);
 #   2. the release: the file at JETWAY_RELEASE_URL (`make release`), checked
 #      against JETWAY_RELEASE_SHA256, unpacked into JETWAY_DIR/releases/<version>,
-#      its wheels installed into a venv there with no package index; then
-#      JETWAY_DIR/current points at it. The previous release stays for a rollback;
+#      its wheels installed with no package index into a PyPy venv there (the
+#      workers) and a CPython one (the master); then JETWAY_DIR/current points
+#      at it. The previous release stays for a rollback;
 #   3. kernel and open-files tuning for many connections;
 #   4. the settings in /etc/jetway/jetway.env, handed to supervisord by a
 #      systemd drop-in, and the release's deploy/supervisor/jetway.conf;
@@ -64,7 +65,7 @@ put_file() {
 
 # --- 1. Debian packages, only those missing -------------------------------
 missing=()
-for package in pypy3 pypy3-venv supervisor curl ca-certificates; do
+for package in pypy3 pypy3-venv python3-venv supervisor curl ca-certificates; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
 done
 if [ "${#missing[@]}" -gt 0 ]; then
@@ -97,7 +98,7 @@ installed_release() {
 
 # install_release: fetch, check, unpack and install; sets version.
 install_release() {
-  local incoming="$RELEASES/.incoming" tops target python site
+  local incoming="$RELEASES/.incoming" tops target python master site
   rm -rf "$incoming"
   install -d -m 0700 "$incoming"
   curl -fsSL --retry 5 --retry-connrefused -o "$incoming/release.tar.gz" "$JETWAY_RELEASE_URL"
@@ -140,6 +141,15 @@ install_release() {
   # JETWAY_USER cannot write __pycache__ in a root-owned tree: compile once
   # here, on every core, all but the packages' own tests (a third of their files).
   "$python" -m compileall -q -j 0 -x '/tests?/' "$target/venv/lib" "$target/api" "$target/handlers" "$target/cache" >/dev/null
+  # The master's venv, on Debian's CPython: the master serves no request, so
+  # PyPy's JIT buys it nothing, and CPython's image is under half PyPy's
+  # (api/master_python.py). A release built before it had no master-wheels.
+  if [ -d "$target/master-wheels" ]; then
+    python3 -m venv --without-pip "$target/master-venv"
+    master="$target/master-venv/bin/python"
+    "$master" "${pip_wheels[-1]}/pip" install -q --disable-pip-version-check --no-index --no-deps --no-compile "$target"/master-wheels/*.whl
+    "$master" -m compileall -q -j 0 -x '/tests?/' "$target/master-venv/lib" "$target/api" "$target/handlers" "$target/cache" >/dev/null
+  fi
   echo "$JETWAY_RELEASE_SHA256" >"$target/.installed"
   echo "jetway: installed release $version in $target (${SECONDS} s into the user data)"
 }
@@ -197,6 +207,11 @@ root  hard  nofile  1048576
 EOF
 
 # --- 4. settings, supervisor ------------------------------------------------
+# The master's interpreter, through `current` like the workers'; none (the
+# master on PyPy) for a release without a master venv, so a rollback to one
+# restarts supervisord instead of leaving it a path that a restart cannot run.
+master_python="$JETWAY_DIR/current/master-venv/bin/python"
+[ -x "$master_python" ] || master_python=""
 if put_file 0640 "$ETC/jetway/jetway.env" <<EOF; then
 # Jetway's settings (see README.md) and the paths that
 # deploy/supervisor/jetway.conf reads as %(ENV_...)s. Read by systemd for
@@ -210,6 +225,7 @@ JETWAY_WORKERS=${JETWAY_WORKERS}
 JETWAY_TRUSTED_PROXIES=${JETWAY_TRUSTED_PROXIES}
 JETWAY_WRITE_REPLICAS=${JETWAY_WRITE_REPLICAS}
 REDIS_URL=${REDIS_URL}
+JETWAY_MASTER_PYTHON=${master_python}
 EOF
   restart_supervisor=1
 fi

@@ -15,7 +15,8 @@ redis-server this test starts.
 Then, from the host: release A answers within the first-boot allowance (the
 test's own, not a systemd-wide limit: the user data is part of cloud-final);
 the production venv holds requirements.txt's packages and what they need,
-nothing else, and the instance has no git, compiler or redis-server; a token
+nothing else, and the instance has no git, compiler or redis-server; the
+master runs on the release's CPython venv and its workers on PyPy; a token
 made with the CLI inside the instance writes and reads a document; a worker
 killed with SIGKILL is replaced; after a reboot Jetway serves the same data;
 the user data with release B under load is a rolling upgrade with no failed
@@ -226,6 +227,10 @@ def test_the_user_data_installs_a_release_on_a_booted_debian_and_upgrades_and_ro
     assert status.get("status") == "done", status
 
     packages = _runtime_only(container)
+    master_exe, worker_exes = _interpreters(container)
+    assert Path(master_exe).name.startswith("python3"), master_exe  # the release's master venv: Debian's CPython
+    assert worker_exes and all("pypy" in exe for exe in worker_exes), worker_exes
+    resident = _resident(container)
 
     # A token made with the CLI on the instance, as an operator would; a document through it.
     token = container.run(
@@ -279,6 +284,8 @@ def test_the_user_data_installs_a_release_on_a_booted_debian_and_upgrades_and_ro
         f" {first_serving:.1f} s (cloud-init: {status.get('status')}; user data: {steps}); after a reboot"
         f" {after_reboot:.1f} s ({reboot_steps})\n"
         f"production venv ({len(packages)}): {', '.join(sorted(packages))}\n"
+        f"master on {master_exe}, workers on {', '.join(sorted(set(worker_exes)))}; resident after the first"
+        f" boot, master and workers: {resident}\n"
         f"upgrade A -> B: user data {upgrade['seconds']:.1f} s, {upgrade['ok']} requests under load, 0 failed;"
         f" rollback B -> A: {rollback['seconds']:.1f} s, {rollback['ok']} requests, 0 failed"
     )
@@ -326,6 +333,27 @@ def _runtime_only(container: Container) -> Dict[str, str]:
     for tool in ("git", "make", "gcc", "redis-server"):
         assert container.run("sh", "-c", f"command -v {tool}", check=False).returncode != 0, f"{tool} on a server"
     return installed
+
+
+def _interpreters(container: Container) -> Tuple[str, List[str]]:
+    """The executables (in the container) that Jetway's master and its workers run on."""
+    master = container.run("supervisorctl", "pid", "jetway").stdout.strip()
+    command = container.run("cat", f"/proc/{master}/cmdline").stdout.split("\0")
+    assert command[0] == "/opt/jetway/current/master-venv/bin/python", command  # through current, as the workers
+    exe = container.run("readlink", f"/proc/{master}/exe").stdout.strip()
+    return exe, [container.run("readlink", f"/proc/{pid}/exe").stdout.strip() for pid in _workers(container)]
+
+
+def _resident(container: Container) -> str:
+    """VmRSS (VmHWM) of the master, then of each worker, in MiB."""
+    master = container.run("supervisorctl", "pid", "jetway").stdout.strip()
+    shown = []
+    for pid in [master, *map(str, _workers(container))]:
+        lines = container.run("cat", f"/proc/{pid}/status").stdout.splitlines()
+        status = dict(line.split(":", 1) for line in lines if ":" in line)
+        rss, hwm = (int(status[key].split()[0]) // 1024 for key in ("VmRSS", "VmHWM"))
+        shown.append(f"{rss} ({hwm})")
+    return ", ".join(shown) + " MiB"
 
 
 def _name(name: str) -> str:

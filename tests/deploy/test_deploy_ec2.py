@@ -131,7 +131,7 @@ case "$name" in
     # check, answered with the release that `current` points at.
     if [ "$4" = --retry-connrefused ]; then cp "${last#file://}" "$6"
     else printf 'HTTP/1.1 200 OK\r\nX-Jetway-Release: %s\r\n\r\n' "$(cat "$JETWAY_DIR/current/RELEASE")"; fi ;;
-  pypy3) mkdir -p "$last/bin" && ln -s "$0" "$last/bin/python" ;;  # pypy3 -m venv DIR
+  pypy3 | python3) mkdir -p "$last/bin" && ln -s "$0" "$last/bin/python" ;;  # pypy3 (python3) -m venv DIR
   python)
     # The venv's python: -c asks for its site-packages.
     if [ "$1" = -c ]; then site="$(dirname "$(dirname "$0")")/site-packages"; mkdir -p "$site"; echo "$site"; fi ;;
@@ -145,14 +145,15 @@ case "$name" in
     esac ;;
 esac
 """
-STUBBED = ["dpkg-query", "apt-get", "id", "useradd", "pypy3", "sysctl", "systemctl", "supervisorctl", "curl"]
+STUBBED = ["dpkg-query", "apt-get", "id", "useradd", "pypy3", "python3", "sysctl", "systemctl", "supervisorctl", "curl"]
 # Calls that only look: packages, users, services, the health check, the master's pid, the venv's paths.
 LOOKING = ("dpkg-query ", "id ", "systemctl is-enabled", "systemctl is-active", "curl -fsS ", "supervisorctl pid ")
 LOOKING_PYTHON = "python -c "
 
 
-def release_file(directory: Path, version: str, marker: str = "") -> Tuple[str, str]:
-    """A release as ``release/build.sh`` lays it out (no real wheels); its file:// URL and sha256."""
+def release_file(directory: Path, version: str, marker: str = "", master: bool = True) -> Tuple[str, str]:
+    """A release as ``release/build.sh`` lays it out (no real wheels); its file:// URL and sha256.
+    ``master``: with the master's wheels (a release built before them has none)."""
     path = directory / f"jetway-{version}.tar.gz"
     members = {
         "RELEASE": f"{version}\n",
@@ -162,6 +163,8 @@ def release_file(directory: Path, version: str, marker: str = "") -> Tuple[str, 
         "api/__init__.py": marker,
         "wheels/placeholder.whl": "",
     }
+    if master:
+        members["master-wheels/placeholder.whl"] = ""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
         for name, text in members.items():
@@ -189,6 +192,7 @@ class Machine:
         for name in STUBBED:
             (stubs / name).symlink_to(stubs / "stub")
         self.releases = {version: release_file(releases, version) for version in ("v1", "v2", "v3")}
+        self.releases["old"] = release_file(releases, "old", master=False)
         url, sha256 = self.releases["v1"]
         self.env = {
             "PATH": f"{stubs}:/usr/bin:/bin",
@@ -254,17 +258,20 @@ def machine(tmp_path: Path) -> Machine:
 
 def test_the_first_run_installs_the_release_tunes_and_starts_jetway_under_supervisor(machine):
     calls = machine.run()
-    packages = "pypy3 pypy3-venv supervisor curl ca-certificates"
+    packages = "pypy3 pypy3-venv python3-venv supervisor curl ca-certificates"
     assert f"apt-get install -y -qq --no-install-recommends -o Dpkg::Options::=--force-unsafe-io {packages}" in calls
     assert not [call for call in calls if call.startswith(("git ", "make ")) or "redis-server" in call]
     release = machine.jetway_dir / "releases" / "v1"
     assert machine.current() == "releases/v1"
     assert (release / ".installed").read_text().strip() == machine.env["JETWAY_RELEASE_SHA256"]
     assert f"pypy3 -m venv --without-pip {release}/venv" in calls
+    assert f"python3 -m venv --without-pip {release}/master-venv" in calls  # the master's, on CPython
     pip = "/pip install -q --disable-pip-version-check --no-index --no-deps --no-compile"
-    (install,) = [call for call in calls if pip in call]  # Debian's pip wheel, the venv has none
-    wheels = f"{release}/wheels/placeholder.whl"
-    assert re.fullmatch(rf"python /usr/share/python-wheels/pip-\S+\.whl{pip} {re.escape(wheels)}", install)
+    installs = [call for call in calls if pip in call]  # Debian's pip wheel, the venvs have none
+    assert len(installs) == 2
+    for install, wheels in zip(installs, ("wheels", "master-wheels")):
+        placeholder = re.escape(f"{release}/{wheels}/placeholder.whl")
+        assert re.fullmatch(rf"python /usr/share/python-wheels/pip-\S+\.whl{pip} {placeholder}", install)
     assert not [call for call in calls if "requirements-dev" in call]
     pth = (release / "venv" / "site-packages" / "jetway-release.pth").read_text().splitlines()
     assert pth[0] == str(release) and pth[1].startswith("import os, sys; sys.path[:] = [os.path.realpath(p)")
@@ -280,6 +287,7 @@ def test_the_first_run_installs_the_release_tunes_and_starts_jetway_under_superv
     assert "REDIS_URL=rediss://master.jetway.example.invalid:6379/0" in env.splitlines()
     assert f"JETWAY_DIR={machine.jetway_dir}" in env.splitlines()
     assert "JETWAY_WRITE_REPLICAS=0" in env.splitlines()  # unless the template says 1
+    assert f"JETWAY_MASTER_PYTHON={machine.jetway_dir}/current/master-venv/bin/python" in env.splitlines()
     assert (machine.sysroot / "etc/jetway/jetway.env").stat().st_mode & 0o777 == 0o640  # it may hold a password
     drop_in = machine.etc("systemd/system/supervisor.service.d/jetway.conf")
     assert "EnvironmentFile=/etc/jetway/jetway.env" in drop_in and "LimitNOFILE=1048576" in drop_in
@@ -308,6 +316,21 @@ def test_another_release_is_a_rolling_reload_and_keeps_the_previous_for_a_rollba
     # A third release: the one before it stays, the older one goes.
     machine.deploy("v3")
     assert machine.current() == "releases/v3" and machine.installed() == ["v1", "v3"]
+
+
+def test_a_release_without_a_master_venv_runs_its_master_on_pypy_and_a_switch_to_it_restarts(machine):
+    """A release built before the master's wheels: no master venv, and no JETWAY_MASTER_PYTHON that a
+    restart of its master could not run; switching to or from it is a supervisord restart, not a HUP."""
+    machine.deploy("old")
+    assert not (machine.jetway_dir / "releases" / "old" / "master-venv").exists()
+    assert "JETWAY_MASTER_PYTHON=" in machine.etc("jetway/jetway.env").splitlines()
+    calls = machine.deploy("v1")
+    assert "systemctl restart supervisor" in calls and "supervisorctl signal HUP jetway" not in calls
+    master = f"JETWAY_MASTER_PYTHON={machine.jetway_dir}/current/master-venv/bin/python"
+    assert master in machine.etc("jetway/jetway.env").splitlines()
+    calls = machine.deploy("old")  # the rollback
+    assert _changing(calls) == ["systemctl restart supervisor"]
+    assert "JETWAY_MASTER_PYTHON=" in machine.etc("jetway/jetway.env").splitlines()
 
 
 def test_a_release_whose_checksum_differs_is_not_installed(machine):
