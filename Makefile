@@ -248,7 +248,7 @@ deploy-packages: | system-packages
 $(DEPLOY_BASE)/.jetway-base-complete: | deploy-packages
 	$(SUDO) env PATH="$$PATH:/usr/sbin:/sbin" tests/deploy/base_root.sh $(DEPLOY_BASE)
 
-test-deploy: setup $(DEPLOY_BASE)/.jetway-base-complete
+test-deploy: setup setup-cpython $(DEPLOY_BASE)/.jetway-base-complete
 	$(SUDO) env JETWAY_TEST_DEPLOY=1 JETWAY_DEPLOY_BASE=$(DEPLOY_BASE) $(PY) -m pytest -rP tests/deploy/test_deploy_boot.py
 
 # --- Multi-node Redis: tests/multinode.py, see docs/operations.md, "Scaling Redis"
