@@ -34,13 +34,16 @@ class DirectEPollReactor(epollreactor.EPollReactor):
     What is registered with ``after_each_poll`` runs once every poll's
     events are handled: the access log writes a poll's lines there, at the
     cost of a call, where a ``callLater(0)`` per poll made and scheduled a
-    timer.
+    timer. What is registered with ``before_each_wait`` runs before each
+    wait for events, once the pass's events and due timers are handled: the
+    Redis links send the pass's commands there (``cache.redis.resp``).
     """
 
     def __init__(self) -> None:
         super().__init__()
         self._first: Set[int] = set()
         self._after_poll: List[Callable[[], None]] = []
+        self._before_wait: List[Callable[[], None]] = []
 
     def after_each_poll(self, call: Callable[[], None]) -> None:
         """Call ``call()`` after the events of every poll are handled (an error in it is logged)."""
@@ -66,7 +69,16 @@ class DirectEPollReactor(epollreactor.EPollReactor):
         else:
             self._first.discard(fd)
 
+    def before_each_wait(self, call: Callable[[], None]) -> None:
+        """Call ``call()`` before every wait for events (an error in it is logged)."""
+        self._before_wait.append(call)
+
     def doPoll(self, timeout: Optional[float]) -> None:
+        for call in self._before_wait:
+            try:
+                call()
+            except Exception:
+                _log.failure("before a poll, in {call!r}", call=call)
         try:
             events = twisted_internals.poll(self, timeout)
         except InterruptedError:

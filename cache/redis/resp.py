@@ -19,9 +19,12 @@ request path:
   ``str``, errors as ``ResponseError``;
 - one timer per connection keeps the reply deadline: armed for the oldest
   batch still waiting and re-armed lazily, not set and cancelled per command;
-- a batch leaves at the reactor's next pass, with the others of that pass
-  in one write, which Redis reads in one go; one sent ``sent_at_once``
-  leaves at once, so Redis works on it while the worker goes on.
+- the batches of one pass of the reactor leave in one write, which Redis
+  reads in one go: on the workers' reactor (``before_each_wait``,
+  ``api.event_loop``) straight from the socket as the pass ends, before
+  the reactor waits again; elsewhere through the transport's queue, at the
+  next pass. One sent ``sent_at_once`` leaves at once, so Redis works on it
+  while the worker goes on.
 
 txredisapi's own command methods (AUTH, SELECT, ROLE) call
 ``execute_command``, which goes through ``send`` too, so replies keep their
@@ -32,6 +35,7 @@ Jetway uses Lua scripts and ``send`` instead.
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections import deque
 from typing import Any, Deque, Iterator, List, Optional, Sequence, Tuple, Union
 
@@ -205,6 +209,40 @@ def _as_bytes(arg: Any) -> bytes:
     raise TypeError(f"a Redis argument must be bytes, str, int or float, not {type(arg).__name__}")
 
 
+class _PassWrites:
+    """The connections given commands during a pass of the reactor, each sent in one write as the pass ends.
+
+    Twisted's own ``transport.write`` queues the bytes and asks epoll to say
+    when the socket is writable, so a command leaves one poll later, after
+    two ``epoll_ctl`` calls and a pass through the transport's ``doWrite``.
+    Sent straight from the socket before the reactor waits, the commands of
+    every request of the pass still go in one write, and those costs are
+    gone; what the socket does not take is queued as before.
+    """
+
+    def __init__(self) -> None:
+        self.waiting: List[FastRedisProtocol] = []
+        self._hooked: weakref.WeakSet[Any] = weakref.WeakSet()
+
+    def on(self, clock: Any) -> Optional[_PassWrites]:
+        """This, once ``clock`` calls it before each wait (it has ``before_each_wait``); None for another reactor."""
+        before_each_wait = getattr(clock, "before_each_wait", None)
+        if before_each_wait is None:
+            return None
+        if clock not in self._hooked:
+            self._hooked.add(clock)
+            before_each_wait(self.send_all)
+        return self
+
+    def send_all(self) -> None:
+        waiting, self.waiting = self.waiting, []
+        for protocol in waiting:
+            protocol.send_unsent()
+
+
+_PASS_WRITES = _PassWrites()
+
+
 class _Batch:
     """Commands written together, waiting for their replies."""
 
@@ -231,6 +269,9 @@ class FastRedisProtocol(txredisapi.RedisProtocol):
         self._reader = ReplyReader()
         self._batches: Deque[_Batch] = deque()
         self._deadline_check: Optional[Any] = None
+        # Commands of this pass not written yet, and where they wait (None: written through the transport at once).
+        self._unsent: List[bytes] = []
+        self._pass: Optional[_PassWrites] = None
 
     def connectionMade(self) -> Any:
         if isinstance(self.transport, tcp.Connection) and not self.transport.TLS:
@@ -238,6 +279,7 @@ class FastRedisProtocol(txredisapi.RedisProtocol):
             # buffer; a TLS transport's socket feeds its TLS engine, which
             # hands the protocol plain bytes through dataReceived.
             take_over_reads(self.transport, self._read_replies)
+            self._pass = _PASS_WRITES.on(self.clock)
         return super().connectionMade()
 
     @property
@@ -255,13 +297,32 @@ class FastRedisProtocol(txredisapi.RedisProtocol):
         timeout = self.replyTimeout or 0
         batch = _Batch(len(commands), self.clock.seconds() + timeout)
         self._batches.append(batch)
-        if _AtOnce.active:
-            payload = send_at_once(self.transport, payload)
-        if payload:
-            self.transport.write(payload)
+        if self._pass is not None and not _AtOnce.active:
+            if not self._unsent:
+                self._pass.waiting.append(self)
+            self._unsent.append(payload)
+        else:
+            if self._unsent:  # never ahead of commands given before it
+                payload = self._take_unsent() + payload
+            if _AtOnce.active:
+                payload = send_at_once(self.transport, payload)
+            if payload:
+                self.transport.write(payload)
         if timeout and self._deadline_check is None:
             self._deadline_check = self.clock.callLater(timeout, self._check_deadline)
         return batch.deferred
+
+    def send_unsent(self) -> None:
+        """Write the commands this pass gave: straight from the socket, the rest (if any) queued on the transport."""
+        if self._unsent:
+            rest = send_at_once(self.transport, self._take_unsent())
+            if rest:
+                self.transport.write(rest)
+
+    def _take_unsent(self) -> bytes:
+        payload = b"".join(self._unsent)
+        self._unsent = []
+        return payload
 
     def execute_command(self, *args: Any, **kwargs: Any) -> defer.Deferred:
         """txredisapi's entry point for one command, on ``send``."""
@@ -305,6 +366,7 @@ class FastRedisProtocol(txredisapi.RedisProtocol):
 
     def connectionLost(self, why: Any) -> None:
         super().connectionLost(why)
+        self._unsent = []  # their batches fail below
         self._inbox.clear()
         self._reader.reset()
         if self._deadline_check is not None and self._deadline_check.active():

@@ -150,3 +150,27 @@ def test_what_runs_after_each_poll_runs_once_its_events_are_handled(reactor, log
         assert seen == [b"ping", b"ping"]
     failures = [event["log_failure"] for event in logged if "log_failure" in event]
     assert any("a broken after-poll call" in str(failure.value) for failure in failures), logged
+
+
+def test_what_runs_before_each_wait_runs_before_the_poll_sees_its_events(reactor, logged):
+    """A call made before the wait can produce what that same poll reads (the Redis links' writes)."""
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        reader = SocketReader(ours, reactor)
+        reactor.addReader(reader)
+        sent: List[int] = []
+
+        def broken() -> None:
+            raise RuntimeError("a broken before-wait call")
+
+        def send() -> None:
+            sent.append(theirs.send(b"sent before the wait"))
+
+        reactor.before_each_wait(broken)
+        reactor.before_each_wait(send)
+        reactor.doIteration(1.0)
+        assert reader.received == b"sent before the wait"  # read in that poll, despite the call before failing
+        reactor.doIteration(0)
+        assert len(sent) == 2  # every wait, with or without events
+    failures = [event["log_failure"] for event in logged if "log_failure" in event]
+    assert any("a broken before-wait call" in str(failure.value) for failure in failures), logged

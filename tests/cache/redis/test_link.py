@@ -12,6 +12,8 @@ import sys
 import textwrap
 from typing import Any, Dict
 
+import pytest
+
 from tests.support import ROOT
 
 PRELUDE = """
@@ -39,8 +41,10 @@ def main(reactor, url, path):
 """
 
 
-def run_script(redis_server: Any, body: str) -> Dict[str, Any]:
-    code = PRELUDE + textwrap.dedent(body) + "\ntask.react(main, [sys.argv[1], sys.argv[2]])\n"
+def run_script(redis_server: Any, body: str, workers_reactor: bool = False) -> Dict[str, Any]:
+    """``body`` run after PRELUDE; ``workers_reactor``: on the workers' reactor (``api.event_loop``), not Twisted's."""
+    install = "from api import event_loop; event_loop.install()\n" if workers_reactor else ""
+    code = install + PRELUDE + textwrap.dedent(body) + "\ntask.react(main, [sys.argv[1], sys.argv[2]])\n"
     result = subprocess.run(
         [sys.executable, "-c", code, redis_server.url, redis_server.socket_path],
         cwd=ROOT,
@@ -234,3 +238,63 @@ def test_a_batch_sent_at_once_is_on_redis_socket_before_the_reactor_runs_again(r
     )
     assert figures == {"queued_at_once": 0, "queued_later": figures["queued_later"], "replies": ["1", "2"]}
     assert figures["queued_later"] > 0
+
+
+@pytest.mark.parametrize("workers_reactor", [True, False])
+def test_a_pass_commands_leave_in_one_write_before_the_reactor_waits_on_the_workers_reactor(
+    redis_server, redis_client, workers_reactor
+):
+    """On the workers' reactor a pass's batches go in one write straight from the socket before the reactor
+    waits (no write interest asked of epoll); on another they are queued on the transport for its next pass.
+    A batch ``sent_at_once`` never overtakes one given before it."""
+    figures = run_script(
+        redis_server,
+        """
+        TIMEOUT = 2.0
+        from cache.redis import resp
+        from cache.twisted_internals import unsent_bytes
+
+        writes = []
+        straight = resp.send_at_once
+
+        def counted(transport, data):
+            writes.append(data.count(b"\\r\\n$4\\r\\nINCR") + data.count(b"\\r\\n$3\\r\\nGET"))
+            return straight(transport, data)
+
+        resp.send_at_once = counted
+
+        async def run(reactor, link, path):
+            await link.execute(b"DEL", b"n")
+            connection = link._factory.pool[0]
+            transport = connection.transport
+            asked = []
+            start_writing = transport.startWriting
+            transport.startWriting = lambda: (asked.append(1), start_writing())
+            writes.clear()
+            first = connection.send([(b"INCR", b"n")])
+            second = connection.send([(b"INCR", b"n"), (b"GET", b"n")])
+            queued = unsent_bytes(transport)
+            with resp.sent_at_once():
+                third = connection.send([(b"GET", b"n")])
+            at_once = list(writes)
+            replies = [await first, await second, await third]
+            writes.clear()
+            fourth = connection.send([(b"INCR", b"n")])
+            fifth = connection.send([(b"GET", b"n")])
+            replies += [await fourth, await fifth]
+            writing_asked = len(asked)  # before the close, whose loseConnection asks for it
+            await link.close()
+            out(
+                queued=queued, at_once=at_once, pass_writes=writes, asked=writing_asked,
+                replies=[[r.decode() if isinstance(r, bytes) else r for r in reply] for reply in replies],
+            )
+        """,
+        workers_reactor=workers_reactor,
+    )
+    assert figures["replies"] == [[1], [2, "2"], ["2"], [3], ["3"]], figures
+    if workers_reactor:
+        # The first two waited in the connection, not on the transport; the third took them along, ahead of it.
+        assert figures["queued"] == 0 and figures["at_once"] == [4], figures
+        assert figures["pass_writes"] == [2] and figures["asked"] == 0, figures  # both in one write, no EPOLLOUT
+    else:
+        assert figures["queued"] > 0 and figures["pass_writes"] == [] and figures["asked"] > 0, figures
