@@ -269,7 +269,7 @@ class FastRedisProtocol(txredisapi.RedisProtocol):
         self._reader = ReplyReader()
         self._batches: Deque[_Batch] = deque()
         self._deadline_check: Optional[Any] = None
-        # Commands of this pass not written yet, and where they wait (None: written through the transport at once).
+        # Commands of this pass not written yet, and where they wait (None: through the transport's queue).
         self._unsent: List[bytes] = []
         self._pass: Optional[_PassWrites] = None
 
