@@ -96,9 +96,25 @@ installed_release() {
   return 1
 }
 
+# release_venv INTERPRETER RELEASE VENV WHEELS: RELEASE/VENV, a venv of INTERPRETER
+# holding RELEASE/WHEELS. It is made where it runs (its scripts hold absolute
+# paths), with no pip or setuptools of its own: Debian's pip wheel (the -venv
+# packages need it) installs the wheels, all of them and nothing else (the
+# build resolved them: --no-deps), with no index: nothing is fetched but the
+# release itself. JETWAY_USER cannot write __pycache__ in a root-owned tree:
+# the venv and the release's code are compiled once here, on every core, all
+# but the packages' own tests (a third of their files).
+release_venv() {
+  local interpreter="$1" release="$2" venv="$2/$3" wheels="$2/$4" pip_wheels
+  "$interpreter" -m venv --without-pip "$venv"
+  pip_wheels=(/usr/share/python-wheels/pip-*.whl)
+  "$venv/bin/python" "${pip_wheels[-1]}/pip" install -q --disable-pip-version-check --no-index --no-deps --no-compile "$wheels"/*.whl
+  "$venv/bin/python" -m compileall -q -j 0 -x '/tests?/' "$venv/lib" "$release/api" "$release/handlers" "$release/cache" >/dev/null
+}
+
 # install_release: fetch, check, unpack and install; sets version.
 install_release() {
-  local incoming="$RELEASES/.incoming" tops target python master site
+  local incoming="$RELEASES/.incoming" tops target python site
   rm -rf "$incoming"
   install -d -m 0700 "$incoming"
   curl -fsSL --retry 5 --retry-connrefused -o "$incoming/release.tar.gz" "$JETWAY_RELEASE_URL"
@@ -123,32 +139,20 @@ install_release() {
   mv "${tops[0]}" "$target"
   rm -rf "$incoming"
   chmod -R go-w,a+rX "$target"
-  # The venv is made where it runs (its scripts hold absolute paths), with
-  # no pip or setuptools of its own: Debian's pip wheel (pypy3-venv needs it)
-  # installs the release's wheels, all of them and nothing else (the build
-  # resolved them: --no-deps), with no index: nothing is fetched but the
-  # release itself.
-  pypy3 -m venv --without-pip "$target/venv"
+  # The workers' venv, on PyPy.
+  release_venv pypy3 "$target" venv wheels
   python="$target/venv/bin/python"
-  pip_wheels=(/usr/share/python-wheels/pip-*.whl)
-  "$python" "${pip_wheels[-1]}/pip" install -q --disable-pip-version-check --no-index --no-deps --no-compile "$target"/wheels/*.whl
   # The code is found through the venv (supervisord starts Jetway in JETWAY_DIR,
   # not in a release), and every path on sys.path resolved: a process started
   # through `current` keeps its release's code even once `current` moves on, and
   # a worker started after the move gets the new release's venv and code.
   site="$("$python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')"
   printf '%s\n%s\n' "$target" 'import os, sys; sys.path[:] = [os.path.realpath(p) if p else p for p in sys.path]' >"$site/jetway-release.pth"
-  # JETWAY_USER cannot write __pycache__ in a root-owned tree: compile once
-  # here, on every core, all but the packages' own tests (a third of their files).
-  "$python" -m compileall -q -j 0 -x '/tests?/' "$target/venv/lib" "$target/api" "$target/handlers" "$target/cache" >/dev/null
   # The master's venv, on Debian's CPython: the master serves no request, so
   # PyPy's JIT buys it nothing, and CPython's image is under half PyPy's
   # (api/master_python.py). A release built before it had no master-wheels.
   if [ -d "$target/master-wheels" ]; then
-    python3 -m venv --without-pip "$target/master-venv"
-    master="$target/master-venv/bin/python"
-    "$master" "${pip_wheels[-1]}/pip" install -q --disable-pip-version-check --no-index --no-deps --no-compile "$target"/master-wheels/*.whl
-    "$master" -m compileall -q -j 0 -x '/tests?/' "$target/master-venv/lib" "$target/api" "$target/handlers" "$target/cache" >/dev/null
+    release_venv python3 "$target" master-venv master-wheels
   fi
   echo "$JETWAY_RELEASE_SHA256" >"$target/.installed"
   echo "jetway: installed release $version in $target (${SECONDS} s into the user data)"
