@@ -56,11 +56,7 @@ class DirectEPollReactor(epollreactor.EPollReactor):
 
     def polled(self) -> None:
         """What runs as a poll's events are done (``after_each_poll``)."""
-        for call in self._after_poll:
-            try:
-                call()
-            except Exception:
-                _log.failure("after a poll, in {call!r}", call=call)
+        _call_each(self._after_poll, "after a poll")
 
     def read_first(self, fd: int, first: bool = True) -> None:
         """Handle ``fd``'s events before the others of a poll (or no longer)."""
@@ -74,11 +70,8 @@ class DirectEPollReactor(epollreactor.EPollReactor):
         self._before_wait.append(call)
 
     def doPoll(self, timeout: Optional[float]) -> None:
-        for call in self._before_wait:
-            try:
-                call()
-            except Exception:
-                _log.failure("before a poll, in {call!r}", call=call)
+        if self._before_wait:
+            _call_each(self._before_wait, "before a poll")
         try:
             events = twisted_internals.poll(self, timeout)
         except InterruptedError:
@@ -99,6 +92,15 @@ class DirectEPollReactor(epollreactor.EPollReactor):
             self.polled()
 
     doIteration = doPoll  # the base class binds its own doPoll under this name
+
+
+def _call_each(calls: List[Callable[[], None]], when: str) -> None:
+    """Each of ``calls``; one that raises is logged and the others still run."""
+    for call in calls:
+        try:
+            call()
+        except Exception:
+            _log.failure(when + ", in {call!r}", call=call)
 
 
 def install() -> Any:
