@@ -56,7 +56,8 @@ class Group:
         args: List[Any] = [len(self.members[0][1].keys)]
         for _, write in self.members:
             keys += write.keys
-            args += (b"d" if isinstance(write, PreparedDelete) else b"p", len(write.args), *write.args)
+            args += (b"d" if isinstance(write, PreparedDelete) else b"p", len(write.args))
+            args += write.args  # extended in place: a tuple of each write's arguments was a copy more
         return scripts.WRITE_MANY.call(keys, args)
 
     def outcomes(self, ok: bool, reply: Any) -> List[Tuple[bool, Any]]:

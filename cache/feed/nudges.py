@@ -30,7 +30,7 @@ from twisted.internet import defer, protocol, task
 from cache.feed.position import StreamId, parse_id
 from cache.feed.streams import CHANNEL_PREFIX, channel
 from cache.redis.address import RedisAddress
-from cache.redis.resp import encode_command
+from cache.redis.resp import encode_command, encode_commands
 from cache.redis.subscription import PingedSubscription
 from cache.redis.topology import subscriber_endpoint
 
@@ -57,7 +57,7 @@ class _Protocol(PingedSubscription):
             self._unconfirmed = set(followed)
             commands.append([b"SUBSCRIBE", *[channel(name) for name in followed]])
         if commands:
-            self.transport.write(b"".join(encode_command(command) for command in commands))
+            self.transport.write(encode_commands(commands))
         if not followed:
             self.owner._up(self)
 

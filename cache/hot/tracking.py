@@ -66,7 +66,7 @@ from cache import keys
 from cache.hot.cache import HotCache
 from cache.redis.address import CLUSTER, SENTINEL, RedisAddress
 from cache.redis.link import endpoint_for
-from cache.redis.resp import Incomplete, encode_command, parse_reply
+from cache.redis.resp import Incomplete, encode_command, encode_commands, parse_reply
 from cache.redis.sentinel import MasterEndpoint
 
 # Every document key starts so (cache.keys). So do index and token keys,
@@ -122,7 +122,7 @@ class _TrackingProtocol(Protocol):
         self._send(setup)
 
     def _send(self, commands: List[Any]) -> None:
-        self.transport.write(b"".join(encode_command(command) for command, _ in commands))
+        self.transport.write(encode_commands([command for command, _ in commands]))
         self._expected.extend(expect for _, expect in commands)
 
     def dataReceived(self, data: bytes) -> None:

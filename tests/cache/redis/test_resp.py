@@ -3,7 +3,7 @@
 import pytest
 import txredisapi
 
-from cache.redis.resp import PENDING, Incomplete, ReplyReader, parse_reply
+from cache.redis.resp import PENDING, Incomplete, ReplyReader, encode_command, encode_commands, parse_reply
 
 STREAM = (
     b"+OK\r\n"
@@ -100,3 +100,37 @@ def test_a_large_reply_of_many_strings_in_64_kib_reads_parses_whole():
     stream = b"*2000\r\n" + b"".join(b"$10000\r\n" + b"y" * 10000 + b"\r\n" for _ in range(2000))
     replies = read_in_pieces(stream, list(range(65536, len(stream), 65536)))
     assert len(replies) == 1 and len(replies[0]) == 2000 and replies[0][-1] == b"y" * 10000
+
+
+def _reference(command: list) -> bytes:
+    """RESP as the protocol's text spells it, argument by argument: what the encoder must match."""
+    values = [
+        arg if isinstance(arg, bytes) else (b"%d" % arg if isinstance(arg, int) else arg.encode()) for arg in command
+    ]
+    return b"*%d\r\n" % len(values) + b"".join(b"$%d\r\n%s\r\n" % (len(value), value) for value in values)
+
+
+COMMANDS = [
+    [b"PING"],
+    [b"SET", b"k", b""],  # an empty value
+    [b"HSET", b"k", b"b", b"x" * 1023, b"e", b"y" * 1024],  # either side of the ready heads
+    [b"SET", b"k", b"\r\n" * 40000],  # a large value holding CRLF
+    [b"EVALSHA", b"f" * 40, 3, b"a", b"b", b"c", 0, -1, 1023, 1024, 10**12, "text"],  # ints and str
+    [b"RPUSH", b"k", *[b"v%d" % n for n in range(63)]],  # 65 arguments: past the ready array heads
+    [],
+]
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=range(len(COMMANDS)))
+def test_a_command_encodes_as_resp_spells_it(command):
+    assert encode_command(command) == _reference(command)
+
+
+def test_commands_encode_one_after_another_in_one_piece():
+    assert encode_commands(COMMANDS) == b"".join(_reference(command) for command in COMMANDS)
+    assert encode_commands([]) == b""
+
+
+def test_an_argument_of_another_type_is_refused():
+    with pytest.raises(TypeError):
+        encode_command([b"SET", b"k", None])
