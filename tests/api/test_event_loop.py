@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-from typing import Any, Dict, Iterator, List
+from typing import Any, Callable, Dict, Iterator, List
 
 import pytest
 from twisted.internet import abstract, main
@@ -63,6 +63,20 @@ def logged() -> Iterator[List[Dict[str, Any]]]:
         globalLogPublisher.removeObserver(events.append)
 
 
+def raising(message: str) -> Callable[[], None]:
+    """A call for the reactor's hooks that raises ``message``."""
+
+    def broken() -> None:
+        raise RuntimeError(message)
+
+    return broken
+
+
+def failure_logged(logged: List[Dict[str, Any]], message: str) -> bool:
+    """Whether a failure carrying ``message`` was logged."""
+    return any(message in str(event["log_failure"].value) for event in logged if "log_failure" in event)
+
+
 def test_a_readable_socket_is_read_without_a_log_context_per_event(reactor, monkeypatch):
     wrapped: List[Any] = []
     monkeypatch.setattr(log, "callWithLogger", lambda *args, **kwargs: wrapped.append(args))
@@ -88,8 +102,7 @@ def test_an_error_that_escapes_a_transport_is_logged_and_the_loop_goes_on(reacto
         theirs.sendall(b"still served")
         reactor.doIteration(1.0)
         assert healthy.received == b"still served"
-    failures = [event["log_failure"] for event in logged if "log_failure" in event]
-    assert any("a broken connectionLost" in str(failure.value) for failure in failures), logged
+    assert failure_logged(logged, "a broken connectionLost"), logged
 
 
 def test_descriptors_named_read_first_are_read_before_the_others_of_a_poll(reactor):
@@ -138,18 +151,14 @@ def test_what_runs_after_each_poll_runs_once_its_events_are_handled(reactor, log
         reactor.addReader(reader)
         seen: List[bytes] = []
 
-        def broken() -> None:
-            raise RuntimeError("a broken after-poll call")
-
-        reactor.after_each_poll(broken)
+        reactor.after_each_poll(raising("a broken after-poll call"))
         reactor.after_each_poll(lambda: seen.append(reader.received))
         theirs.sendall(b"ping")
         reactor.doIteration(1.0)
         assert seen == [b"ping"]  # after the event, and despite the call before it failing
         reactor.doIteration(0)  # a poll with no event runs it too
         assert seen == [b"ping", b"ping"]
-    failures = [event["log_failure"] for event in logged if "log_failure" in event]
-    assert any("a broken after-poll call" in str(failure.value) for failure in failures), logged
+    assert failure_logged(logged, "a broken after-poll call"), logged
 
 
 def test_what_runs_before_each_wait_runs_before_the_poll_sees_its_events(reactor, logged):
@@ -160,17 +169,13 @@ def test_what_runs_before_each_wait_runs_before_the_poll_sees_its_events(reactor
         reactor.addReader(reader)
         sent: List[int] = []
 
-        def broken() -> None:
-            raise RuntimeError("a broken before-wait call")
-
         def send() -> None:
             sent.append(theirs.send(b"sent before the wait"))
 
-        reactor.before_each_wait(broken)
+        reactor.before_each_wait(raising("a broken before-wait call"))
         reactor.before_each_wait(send)
         reactor.doIteration(1.0)
         assert reader.received == b"sent before the wait"  # read in that poll, despite the call before failing
         reactor.doIteration(0)
         assert len(sent) == 2  # every wait, with or without events
-    failures = [event["log_failure"] for event in logged if "log_failure" in event]
-    assert any("a broken before-wait call" in str(failure.value) for failure in failures), logged
+    assert failure_logged(logged, "a broken before-wait call"), logged
