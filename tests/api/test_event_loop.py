@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-from typing import Any, Callable, Dict, Iterator, List
+from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 import pytest
 from twisted.internet import abstract, main
@@ -54,6 +54,16 @@ def reactor() -> Iterator[DirectEPollReactor]:
 
 
 @pytest.fixture
+def fed(reactor: DirectEPollReactor) -> Iterator[Tuple[SocketReader, socket.socket]]:
+    """A reader registered with the reactor, and the socket that feeds it; both closed after."""
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        reader = SocketReader(ours, reactor)
+        reactor.addReader(reader)
+        yield reader, theirs
+
+
+@pytest.fixture
 def logged() -> Iterator[List[Dict[str, Any]]]:
     events: List[Dict[str, Any]] = []
     globalLogPublisher.addObserver(events.append)
@@ -77,16 +87,13 @@ def failure_logged(logged: List[Dict[str, Any]], message: str) -> bool:
     return any(message in str(event["log_failure"].value) for event in logged if "log_failure" in event)
 
 
-def test_a_readable_socket_is_read_without_a_log_context_per_event(reactor, monkeypatch):
+def test_a_readable_socket_is_read_without_a_log_context_per_event(reactor, fed, monkeypatch):
+    reader, theirs = fed
     wrapped: List[Any] = []
     monkeypatch.setattr(log, "callWithLogger", lambda *args, **kwargs: wrapped.append(args))
-    ours, theirs = socket.socketpair()
-    with ours, theirs:
-        reader = SocketReader(ours, reactor)
-        reactor.addReader(reader)
-        theirs.sendall(b"ping")
-        reactor.doIteration(1.0)
-        assert reader.received == b"ping"
+    theirs.sendall(b"ping")
+    reactor.doIteration(1.0)
+    assert reader.received == b"ping"
     assert wrapped == [], "the event went through Twisted's per-event log context"
 
 
@@ -144,38 +151,27 @@ def test_python_m_api_runs_on_this_reactor_even_though_txredisapi_imports_one():
     assert shown.stdout.split() == ["DirectEPollReactor", "True", "True"]
 
 
-def test_what_runs_after_each_poll_runs_once_its_events_are_handled(reactor, logged):
-    ours, theirs = socket.socketpair()
-    with ours, theirs:
-        reader = SocketReader(ours, reactor)
-        reactor.addReader(reader)
-        seen: List[bytes] = []
-
-        reactor.after_each_poll(raising("a broken after-poll call"))
-        reactor.after_each_poll(lambda: seen.append(reader.received))
-        theirs.sendall(b"ping")
-        reactor.doIteration(1.0)
-        assert seen == [b"ping"]  # after the event, and despite the call before it failing
-        reactor.doIteration(0)  # a poll with no event runs it too
-        assert seen == [b"ping", b"ping"]
+def test_what_runs_after_each_poll_runs_once_its_events_are_handled(reactor, fed, logged):
+    reader, theirs = fed
+    seen: List[bytes] = []
+    reactor.after_each_poll(raising("a broken after-poll call"))
+    reactor.after_each_poll(lambda: seen.append(reader.received))
+    theirs.sendall(b"ping")
+    reactor.doIteration(1.0)
+    assert seen == [b"ping"]  # after the event, and despite the call before it failing
+    reactor.doIteration(0)  # a poll with no event runs it too
+    assert seen == [b"ping", b"ping"]
     assert failure_logged(logged, "a broken after-poll call"), logged
 
 
-def test_what_runs_before_each_wait_runs_before_the_poll_sees_its_events(reactor, logged):
+def test_what_runs_before_each_wait_runs_before_the_poll_sees_its_events(reactor, fed, logged):
     """A call made before the wait can produce what that same poll reads (the Redis links' writes)."""
-    ours, theirs = socket.socketpair()
-    with ours, theirs:
-        reader = SocketReader(ours, reactor)
-        reactor.addReader(reader)
-        sent: List[int] = []
-
-        def send() -> None:
-            sent.append(theirs.send(b"sent before the wait"))
-
-        reactor.before_each_wait(raising("a broken before-wait call"))
-        reactor.before_each_wait(send)
-        reactor.doIteration(1.0)
-        assert reader.received == b"sent before the wait"  # read in that poll, despite the call before failing
-        reactor.doIteration(0)
-        assert len(sent) == 2  # every wait, with or without events
+    reader, theirs = fed
+    sent: List[int] = []
+    reactor.before_each_wait(raising("a broken before-wait call"))
+    reactor.before_each_wait(lambda: sent.append(theirs.send(b"sent before the wait")))
+    reactor.doIteration(1.0)
+    assert reader.received == b"sent before the wait"  # read in that poll, despite the call before failing
+    reactor.doIteration(0)
+    assert len(sent) == 2  # every wait, with or without events
     assert failure_logged(logged, "a broken before-wait call"), logged
