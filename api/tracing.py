@@ -53,6 +53,9 @@ FLUSH_EVERY = 0.05
 # (a lazily opened subscription) keeps its context; past this, and after its span ended, calls are only counted.
 MAX_REDIS_SPANS = 256
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+_FLAGS = ("-00", "-01")  # a traceparent's end: not sampled, sampled
+# Sampled requests one tick can hold (SpanRecorder); a power of two, past the span queue's default room.
+RING_ROOM = 4096
 _OK = Status()  # unset, as the SDK leaves a span that ended well
 
 
@@ -71,34 +74,41 @@ _HEADERS = _HeaderGetter()
 
 
 class RequestTrace:
-    """One sampled request's span: begun when its head is read, ended when it is answered.
+    """A request's trace, sampled or not: one class, and the same steps on the request path for both.
 
-    While the request runs it only gathers plain data (its attributes, each
-    Redis call's name, times and outcome); ``finish`` hands it to the
-    ``SpanRecorder``, which makes its spans off the request path. On
-    PyPy the SDK's own live spans (a lock each, bounded attributes, the
-    sampler, its metrics) made the rare sampled request cost the JIT far
-    more than its share (docs/tracing.md, "What it costs").
+    On PyPy a path that only the sampled requests take is a rare path, and
+    a rare path that goes on through the rest of a request's handling is
+    seldom compiled: a few in ten sampled requests ran it interpreted, at
+    ten to fifty times a request's cost (docs/tracing.md, "What it costs").
+    So whether a request is sampled is data here, not a branch: its ids come
+    from the same counters, its flag from a table (``recording``: 0 or 1),
+    and its end writes it into the recorder's ring, where only a sampled one
+    stays (``SpanRecorder.ended``). What its span needs beyond that (its
+    attributes, its ids as numbers) is worked out at the flush, off the
+    request path. Only the Redis calls of a sampled request differ: it alone
+    is made active for them (``cache.trace_scope``).
 
-    ``recording``: always, for this class (``UnrecordedTrace`` is the
-    other); only a recording trace is made active for the request's Redis
-    calls (``cache.trace_scope``). ``traceparent``: what the response
-    carries; ``trace_id``: what the access line and problem details carry.
+    ``traceparent``: what the response carries; ``trace_id``: what the
+    access line and problem details carry.
     """
 
     __slots__ = (
-        "_operation",
         "_recorder",
-        "attributes",
+        "args",
         "calls",
         "end_ns",
-        "failed",
-        "ids",
-        "name",
+        "grant",
+        "method",
+        "operation",
         "parent",
+        "path",
         "recording",
         "redis_spans",
+        "request_id",
+        "route",
+        "span_id",
         "start_ns",
+        "status",
         "trace_id",
         "traceparent",
     )
@@ -106,69 +116,64 @@ class RequestTrace:
     def __init__(
         self,
         recorder: SpanRecorder,
-        name: str,
-        attributes: Dict[str, Any],
+        ids: Tuple[str, str, int],
         parent: Optional[SpanContext],
+        method: str,
+        route: str,
+        path: str,
+        request_id: str,
         operation: Any,
     ) -> None:
+        """``ids``: its trace id and span id (lower-case hex) and whether it is sampled (1) or not (0);
+        ``route``: the path template; ``operation``: its ``handlers.operation.Operation``, None when it has none."""
         self._recorder = recorder
-        self._operation = operation
-        self.name = name
-        self.attributes = attributes
+        self.trace_id, self.span_id, self.recording = ids
+        self.traceparent = "00-" + self.trace_id + "-" + self.span_id + _FLAGS[self.recording]
         self.parent = parent
-        # Its span's ids as SpanIds, not the SDK's SpanContext (SpanIds says why).
-        self.ids = SpanIds(
-            parent.trace_id if parent is not None else _new_id(128),
-            _new_id(64),
-            parent.trace_state if parent is not None else None,
-        )
-        self.trace_id = f"{self.ids.trace_id:032x}"
-        self.traceparent = f"00-{self.trace_id}-{self.ids.span_id:016x}-01"
-        self.recording = True
+        self.method = method
+        self.route = route
+        self.path = path
+        self.request_id = request_id
+        self.operation = operation
         self.redis_spans = 0  # Redis calls made under it, kept or not (MAX_REDIS_SPANS)
-        self.calls: List[Tuple[str, int, int, Optional[str], Mapping[str, Any]]] = []
-        self.failed = False
+        self.calls: Optional[List[Tuple[str, int, int, Optional[str], Mapping[str, Any]]]] = None  # on the first
+        self.status = 0
+        self.args: Sequence[Any] = ()
+        self.grant: Any = None
         self.start_ns = time.time_ns()
         self.end_ns = 0  # set by finish: the span ended
 
     def redis_call(
         self, name: str, started_ns: int, ended_ns: int, error: Optional[BaseException], attributes: Mapping[str, Any]
     ) -> None:
-        """A Redis round trip of this request, kept to become a child span (``cache.redis.metered``)."""
+        """A Redis round trip of this (sampled) request, kept to become a child span (``cache.redis.metered``)."""
+        if self.end_ns:
+            return  # ended: a loop the request started
         self.redis_spans += 1
-        if self.end_ns or self.redis_spans > MAX_REDIS_SPANS:
-            return  # ended (a loop the request started), or past the bound
+        if self.redis_spans > MAX_REDIS_SPANS:
+            return  # past the bound: counted only
+        if self.calls is None:
+            self.calls = []
         self.calls.append((name, started_ns, ended_ns, None if error is None else type(error).__name__, attributes))
 
     def finish(self, status: int, args: Sequence[Any], grant: Any) -> None:
-        """The request answered ``status``: its operation's name, its collection (``args``: the path's) and its
-        token's name (never the token; ``grant``: a ``handlers.http.auth.Grant``) set, and its span ended; a
-        5xx marks it failed. Once: a second end changes nothing."""
+        """The request answered ``status`` (``args``: its path's arguments; ``grant``: a
+        ``handlers.http.auth.Grant``, whose token's name the span carries, never the token). Once: a second
+        end changes nothing."""
         if self.end_ns:
             return
-        attributes, operation = self.attributes, self._operation
-        attributes["http.response.status_code"] = status
-        if operation is not None:
-            attributes["jetway.operation"] = operation.operation_id
-            template = operation.path
-            if args and template.find("{") == template.find("{collection}") >= 0:  # the path's first argument
-                attributes["jetway.collection"] = str(args[0])
-        record = getattr(grant, "record", None)
-        if record is not None:
-            attributes["jetway.token.name"] = record.name
-        if status >= 500:
-            self.failed = True
-            attributes["error.type"] = str(status)
-        if self.redis_spans > MAX_REDIS_SPANS:
-            attributes["jetway.redis_spans_dropped"] = self.redis_spans - MAX_REDIS_SPANS
+        self.status = status
+        self.args = args
+        self.grant = grant
         self.end_ns = time.time_ns()
-        self._recorder.add(self)
+        self._recorder.ended(self)
 
     def spans(self, resource: Resource, scope: InstrumentationScope) -> List[FinishedSpan]:
         """Its Redis calls' spans, then its own, as the exporter encodes them (``SpanRecorder.flush``)."""
+        parent = self.parent
+        own = SpanIds(int(self.trace_id, 16), int(self.span_id, 16), None if parent is None else parent.trace_state)
         made = []
-        own = self.ids
-        for name, started_ns, ended_ns, error, attributes in self.calls:
+        for name, started_ns, ended_ns, error, attributes in self.calls or ():
             status = _OK
             if error is not None:
                 attributes = {**attributes, "error.type": error}
@@ -179,22 +184,39 @@ class RequestTrace:
                     name, context, own, resource, attributes, SpanKind.CLIENT, status, started_ns, ended_ns, scope
                 )
             )
-        status = Status(StatusCode.ERROR) if self.failed else _OK
+        attributes = self._attributes()
+        status = Status(StatusCode.ERROR) if self.status >= 500 else _OK
+        name = f"{self.method} {self.route}"
         made.append(
             FinishedSpan(
-                self.name,
-                own,
-                self.parent,
-                resource,
-                self.attributes,
-                SpanKind.SERVER,
-                status,
-                self.start_ns,
-                self.end_ns,
-                scope,
+                name, own, parent, resource, attributes, SpanKind.SERVER, status, self.start_ns, self.end_ns, scope
             )
         )
         return made
+
+    def _attributes(self) -> Dict[str, Any]:
+        """Its span's attributes: the request's, its operation's name, its collection and its token's name."""
+        attributes: Dict[str, Any] = {
+            "http.request.method": self.method,
+            "http.route": self.route,
+            "url.path": self.path,
+            "jetway.request_id": self.request_id,
+            "http.response.status_code": self.status,
+        }
+        operation, args = self.operation, self.args
+        if operation is not None:
+            attributes["jetway.operation"] = operation.operation_id
+            template = operation.path
+            if args and template.find("{") == template.find("{collection}") >= 0:  # the path's first argument
+                attributes["jetway.collection"] = str(args[0])
+        record = getattr(self.grant, "record", None)
+        if record is not None:
+            attributes["jetway.token.name"] = record.name
+        if self.status >= 500:
+            attributes["error.type"] = str(self.status)
+        if self.redis_spans > MAX_REDIS_SPANS:
+            attributes["jetway.redis_spans_dropped"] = self.redis_spans - MAX_REDIS_SPANS
+        return attributes
 
 
 class SpanIds:
@@ -258,88 +280,95 @@ class FinishedSpan:
 
 
 class SpanRecorder:
-    """Finished sampled requests, made into their spans and handed to the span queue once a tick.
+    """Ended requests, sampled ones kept in a ring, made into their spans and handed to the span queue once a tick.
 
-    ``add`` is what a request's end costs: an append, and a timer for the
-    first of a tick. ``flush`` runs from the reactor, so the spans reach the
-    queue in the order the requests ended, on the thread that made them.
+    ``ended`` is what a request's end costs, sampled or not, with no branch
+    (``RequestTrace`` says why): it writes the trace in the ring's next slot
+    and moves past it only if the trace is sampled, so a request not sampled
+    is overwritten by the next. ``flush`` runs from the reactor every
+    ``every`` seconds, so the spans reach the queue in the order the requests
+    ended, on the thread that made them. Past the ring's room in one tick,
+    the oldest are lost and counted as ``queue_full``.
     """
 
-    def __init__(self, queue: SpanQueue, resource: Resource, reactor: Any, every: float = FLUSH_EVERY) -> None:
+    def __init__(
+        self,
+        queue: Any,
+        resource: Resource,
+        reactor: Any,
+        losses: Optional[SpanLosses] = None,
+        every: float = FLUSH_EVERY,
+        room: int = RING_ROOM,
+    ) -> None:
+        """``room``: a power of two."""
         self._queue = queue
         self._resource = resource
         self._scope = InstrumentationScope("jetway")
         self._reactor = reactor
+        self._losses = losses
         self._every = every
-        self._ended_traces: List[RequestTrace] = []
+        self._ring: List[Optional[RequestTrace]] = [None] * room
+        self._mask = room - 1
+        self._ended = 0  # sampled requests ended, ever: the next slot is this one's
+        self._flushed = 0  # of which flushed
+        self._tick = reactor.callLater(every, self._on_tick)
 
-    def add(self, trace: RequestTrace) -> None:
-        if not self._ended_traces:
-            self._reactor.callLater(self._every, self.flush)
-        self._ended_traces.append(trace)
+    def ended(self, trace: RequestTrace) -> None:
+        self._ring[self._ended & self._mask] = trace
+        self._ended += trace.recording
 
     def flush(self) -> None:
-        """Every finished request's spans to the queue."""
-        finished, self._ended_traces = self._ended_traces, []
+        """Every sampled request ended since the last flush, as spans, to the queue."""
+        ended, ring, mask = self._ended, self._ring, self._mask
+        # The next slot is being overwritten by requests not sampled, so a full ring keeps one fewer.
+        kept = min(ended - self._flushed, mask)
+        if ended - self._flushed > kept and self._losses is not None:
+            self._losses.add("queue_full", ended - self._flushed - kept)
+        self._flushed = ended
         spans: List[FinishedSpan] = []
-        for trace in finished:
-            spans += trace.spans(self._resource, self._scope)
-        self._queue.add(spans)
+        for number in range(ended - kept, ended):
+            trace = ring[number & mask]
+            ring[number & mask] = None
+            if trace is not None:
+                spans += trace.spans(self._resource, self._scope)
+        if spans:
+            self._queue.add(spans)
+
+    def stop(self) -> None:
+        """The last flush; no tick after it."""
+        if self._tick.active():
+            self._tick.cancel()
+        self.flush()
+
+    def _on_tick(self) -> None:
+        self._tick = self._reactor.callLater(self._every, self._on_tick)
+        self.flush()
 
 
 def _new_id(bits: int) -> int:
-    """A random trace (128) or span (64) id, never all zero (as the SDK's RandomIdGenerator makes them)."""
+    """A random span id (64 bits) for a Redis call's span, never all zero (as the SDK's RandomIdGenerator)."""
     value = random.getrandbits(bits)
     while not value:
         value = random.getrandbits(bits)
     return value
 
 
-class UnrecordedTrace:
-    """A request that is not sampled: its trace goes on (``traceparent``, flag 00), with no SDK span at all.
+class TraceIds:
+    """A worker's trace and span ids: a random prefix each, then a count, as request ids (``api.counted_ids``).
 
-    The SDK's own unsampled span (the propagator, the sampler, the span) cost
-    many times more on PyPy, on nearly every request at a low ratio
-    (docs/tracing.md, "How a request's trace follows it").
-    """
-
-    __slots__ = ("trace_id", "traceparent")
-    recording = False
-
-    def __init__(self, trace_id: str, traceparent: str) -> None:
-        self.trace_id = trace_id
-        self.traceparent = traceparent
-
-    def redis_call(
-        self, name: str, started_ns: int, ended_ns: int, error: Optional[BaseException], attributes: Mapping[str, Any]
-    ) -> None:
-        pass
-
-    def finish(self, status: int, args: Sequence[Any], grant: Any) -> None:
-        pass
-
-
-class UnrecordedIds:
-    """Ids for requests not sampled: a random prefix per worker, then counted, as request ids are.
-
-    W3C asks a trace id to be unique; only with the ``random`` flag (not
-    set here) must it be random. Joined with ``+``, as ``api.counted_ids``
-    says why.
+    The same for a sampled request and one not sampled (``RequestTrace``
+    says why). W3C asks a random trace id only with its ``random`` flag,
+    which is not set; a count under a random prefix is unique, as it asks.
     """
 
     def __init__(self) -> None:
         self._traces = CountedIds()
         self._span_prefix = (os.urandom(3) + b"\x01").hex()  # never all zero (W3C: an all-zero id is invalid)
 
-    def new(self) -> UnrecordedTrace:
-        counted = self._traces.count()
-        trace_id = self._traces.prefix + counted
-        return UnrecordedTrace(trace_id, "00-" + trace_id + "-" + self._span_prefix + counted[8:] + "-00")
-
-    def within(self, trace_id: int) -> UnrecordedTrace:
-        """Under a parent's trace that is not sampled."""
-        parent = f"{trace_id:032x}"
-        return UnrecordedTrace(parent, "00-" + parent + "-" + self._span_prefix + self._traces.count()[8:] + "-00")
+    def new(self) -> Tuple[str, str]:
+        """A new trace id (32 hex digits) and span id (16)."""
+        count = self._traces.count()
+        return self._traces.prefix + count, self._span_prefix + count[8:]
 
 
 class Tracing:
@@ -347,8 +376,10 @@ class Tracing:
 
     Sampling is parent-based: a request with a valid ``traceparent`` follows
     its sampled flag; one without is sampled at ``sample``. Both decisions are
-    made here, before the SDK is asked for anything, so that a request not
-    sampled costs a header lookup and a random number (``UnrecordedTrace``).
+    made here, before the SDK is asked for anything.
+
+    The ids of a trace a request starts, sampled or not, are a worker's
+    (``TraceIds``).
     """
 
     def __init__(self, settings: Settings, losses: SpanLosses, reactor: Any) -> None:
@@ -359,21 +390,22 @@ class Tracing:
         resource = Resource.create(
             {"service.name": service, "service.instance.id": f"{socket.gethostname()}:{os.getpid()}"}
         )
-        self._sample = settings.tracing_sample
-        self._unrecorded = UnrecordedIds()
+        self._always = settings.tracing_sample >= 1.0
+        # Below 1 - 2**-52, random() + sample stays below 2 as floats round: its whole part is 1 or 0.
+        self._sample = min(settings.tracing_sample, 1.0 - 2.0**-52)
+        self._ids = TraceIds()
         exporter = OtlpHttpExporter(endpoint.rstrip("/") + "/v1/traces", EXPORT_TIMEOUT)
         self._queue = SpanQueue(
             exporter, losses, settings.tracing_queue, settings.tracing_batch, settings.tracing_delay_ms / 1000
         )
-        # Sampling is decided in begin, so what reaches the recorder is sampled: a new trace, or a sampled parent's.
-        self._recorder = SpanRecorder(self._queue, resource, reactor)
+        self._recorder = SpanRecorder(self._queue, resource, reactor, losses)
         self._propagator = TraceContextTextMapPropagator()
         reactor.addSystemEventTrigger("before", "shutdown", self.close)
 
-    def begin(self, method: str, route: str, path: str, headers: Any, request_id: str, operation: Any) -> Any:
-        """A request's span (a ``RequestTrace``, or an ``UnrecordedTrace`` when not sampled), its parent the
-        request's ``traceparent`` if valid (``route``: its path template; ``operation``: its
-        ``handlers.operation.Operation``, None when it has none)."""
+    def begin(self, method: str, route: str, path: str, headers: Any, request_id: str, operation: Any) -> RequestTrace:
+        """A request's trace, its parent the request's ``traceparent`` if valid (``route``: its path template;
+        ``operation``: its ``handlers.operation.Operation``, None when it has none)."""
+        trace_id, span_id = self._ids.new()
         parent = None
         # The stored name, past Cyclone's get (which normalizes the name it is given, on every request).
         if dict.get(headers, "Traceparent") is not None:
@@ -381,24 +413,20 @@ class Tracing:
             parent = trace_api.get_current_span(extracted).get_span_context()
             if not parent.is_valid:
                 parent = None  # invalid: ignored, a trace of its own (W3C)
-            elif not parent.trace_flags.sampled:
-                return self._unrecorded.within(parent.trace_id)
-        if parent is None and self._sample < 1.0 and random.random() >= self._sample:
-            return self._unrecorded.new()
-        attributes = {
-            "http.request.method": method,
-            "http.route": route,
-            "url.path": path,
-            "jetway.request_id": request_id,
-        }
-        return RequestTrace(self._recorder, f"{method} {route}", attributes, parent, operation)
+        if parent is None:
+            # Sampled is a number, not a comparison's branch (RequestTrace says why): 1 with chance ``sample``.
+            sampled = 1 if self._always else int(random.random() + self._sample)
+            ids = (trace_id, span_id, sampled)
+        else:
+            ids = (f"{parent.trace_id:032x}", span_id, 1 if parent.trace_flags.sampled else 0)
+        return RequestTrace(self._recorder, ids, parent, method, route, path, request_id, operation)
 
     def close(self) -> Any:
         """Send what is queued, for at most ``FLUSH_ON_STOP`` seconds, off the reactor's thread; then stop."""
         from twisted.internet import defer
 
         done: defer.Deferred = defer.Deferred()
-        self._recorder.flush()  # the requests finished since the last tick
+        self._recorder.stop()  # the requests finished since the last tick
 
         def flush() -> None:
             self._queue.stop(FLUSH_ON_STOP)

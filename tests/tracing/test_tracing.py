@@ -15,7 +15,7 @@ from twisted.internet.task import Clock
 
 from api.config import ConfigError, from_environment
 from api.span_queue import SpanLosses, SpanQueue
-from api.tracing import FLUSH_EVERY, MAX_REDIS_SPANS, RequestTrace, SpanRecorder, UnrecordedIds
+from api.tracing import FLUSH_EVERY, MAX_REDIS_SPANS, RequestTrace, SpanRecorder, TraceIds
 from handlers.http.auth import Grant
 from handlers.operations import OPERATIONS
 
@@ -33,11 +33,19 @@ class Kept:
 class Recorded:
     """A recorder on a test clock, its spans kept in memory."""
 
-    def __init__(self) -> None:
+    def __init__(self, room: int = 4096) -> None:
         self.queue = Kept()
         self.clock = Clock()
+        self.losses = SpanLosses()
+        self.ids = TraceIds()
         resource = Resource.create({"service.name": "jetway"})
-        self.recorder = SpanRecorder(self.queue, resource, self.clock)  # type: ignore[arg-type]
+        self.recorder = SpanRecorder(self.queue, resource, self.clock, self.losses, room=room)
+
+    def trace(self, sampled: int = 1, path: str = "/v1/users/u1") -> RequestTrace:
+        """A PUT's trace, begun now."""
+        operation = next(op for op in OPERATIONS if op.operation_id == "putDocument")
+        ids = (*self.ids.new(), sampled)
+        return RequestTrace(self.recorder, ids, None, "PUT", "/v1/{collection}/{id}", path, "r1", operation)
 
     def spans(self) -> Any:
         """What reached the queue once a tick passed."""
@@ -47,9 +55,7 @@ class Recorded:
 
 def request_trace() -> Any:
     recorded = Recorded()
-    operation = next(op for op in OPERATIONS if op.operation_id == "putDocument")
-    trace = RequestTrace(recorded.recorder, "PUT /v1/{collection}/{id}", {}, None, operation)
-    return trace, recorded
+    return recorded.trace(), recorded
 
 
 class Record:
@@ -64,7 +70,12 @@ def test_a_request_ends_with_its_operation_collection_and_token_name():
     child, root = recorded.spans()
     assert child.parent.span_id == root.context.span_id and child.kind == SpanKind.CLIENT
     assert (child.start_time, child.end_time) == (1, 2)
+    assert root.name == "PUT /v1/{collection}/{id}"
     assert dict(root.attributes) == {
+        "http.request.method": "PUT",
+        "http.route": "/v1/{collection}/{id}",
+        "url.path": "/v1/users/u1",
+        "jetway.request_id": "r1",
         "http.response.status_code": 201,
         "jetway.operation": "putDocument",
         "jetway.collection": "users",
@@ -96,22 +107,42 @@ def test_redis_spans_are_bounded_and_none_after_the_end():
 
 
 def test_a_request_not_sampled_records_nothing_but_carries_its_trace_on():
-    trace = UnrecordedIds().new()
-    trace.redis_call("GET", 1, 2, None, {})
-    trace.finish(200, (), None)
-    assert not trace.recording
-    assert trace.traceparent == f"00-{trace.trace_id}-{trace.traceparent[36:52]}-00"
+    recorded = Recorded()
+    kept, dropped, kept_too = recorded.trace(1, "/v1/a/1"), recorded.trace(0, "/v1/a/2"), recorded.trace(1, "/v1/a/3")
+    for trace in (kept, dropped, kept_too):
+        trace.finish(200, (), None)
+    assert dropped.traceparent == f"00-{dropped.trace_id}-{dropped.span_id}-00" and not dropped.recording
+    assert kept.traceparent == f"00-{kept.trace_id}-{kept.span_id}-01"
+    assert [span.attributes["url.path"] for span in recorded.spans()] == ["/v1/a/1", "/v1/a/3"]
+    recorded.trace(0).finish(200, (), None)
+    assert len(recorded.spans()) == 2  # nothing more on the next tick
 
 
-def test_the_ids_of_requests_not_sampled_are_valid_and_distinct():
+def test_a_tick_past_the_rings_room_keeps_the_newest_and_counts_the_rest():
+    recorded = Recorded(room=8)
+    for number in range(12):
+        trace = recorded.trace(1, f"/v1/a/{number}")
+        trace.finish(200, (), None)
+        recorded.trace(0).finish(200, (), None)  # overwritten by the next
+    paths = [span.attributes["url.path"] for span in recorded.spans()]
+    assert paths == [f"/v1/a/{number}" for number in range(5, 12)]  # the ring keeps one slot for the next
+    assert recorded.losses.taken() == {"queue_full": 5}
+    recorded.trace(1, "/v1/a/last").finish(200, (), None)
+    assert recorded.spans()[-1].attributes["url.path"] == "/v1/a/last"
+    assert recorded.losses.taken() == {}
+
+
+def test_the_ids_are_valid_distinct_and_carry_the_sampled_flag():
     """W3C's form (lowercase hex, never all zero), at the counter's first value and past many."""
-    ids = UnrecordedIds()
-    traces = [ids.new() for _ in range(20_000)] + [ids.within(0xABC)]
+    recorded = Recorded()
+    traces = [recorded.trace(number % 2) for number in range(20_000)]
     for trace in traces[:3] + traces[-3:]:
-        assert re.fullmatch(r"00-[0-9a-f]{32}-[0-9a-f]{16}-00", trace.traceparent), trace.traceparent
+        flag = "01" if trace.recording else "00"
+        assert re.fullmatch(rf"00-[0-9a-f]{{32}}-[0-9a-f]{{16}}-{flag}", trace.traceparent), trace.traceparent
         assert trace.traceparent[3:35] == trace.trace_id and int(trace.traceparent[36:52], 16) != 0
-    assert traces[-1].trace_id == f"{0xABC:032x}"
-    assert len({trace.trace_id for trace in traces[:-1]}) == len({t.traceparent for t in traces}) - 1 == 20_000
+    assert len({trace.trace_id for trace in traces}) == len({trace.span_id for trace in traces}) == 20_000
+    other = Recorded().trace()
+    assert other.trace_id[:16] != traces[0].trace_id[:16] and other.span_id[:6] != traces[0].span_id[:6]
 
 
 class Stuck(SpanExporter):
