@@ -296,7 +296,7 @@ class SpanRecorder:
         queue: Any,
         resource: Resource,
         reactor: Any,
-        losses: Optional[SpanLosses] = None,
+        losses: SpanLosses,
         every: float = FLUSH_EVERY,
         room: int = RING_ROOM,
     ) -> None:
@@ -322,7 +322,7 @@ class SpanRecorder:
         ended, ring, mask = self._ended, self._ring, self._mask
         # The next slot is being overwritten by requests not sampled, so a full ring keeps one fewer.
         kept = min(ended - self._flushed, mask)
-        if ended - self._flushed > kept and self._losses is not None:
+        if ended - self._flushed > kept:
             self._losses.add("queue_full", ended - self._flushed - kept)
         self._flushed = ended
         spans: List[FinishedSpan] = []
