@@ -16,7 +16,8 @@ and attribute means and what tracing costs.
 - The spans of a request's Redis calls are recorded when each is answered,
   under the request's span (``cache.trace_scope`` says how the request is
   known there).
-- A sampled request gathers plain data while it runs; its spans
+- Every request, sampled or not, takes the same steps and gathers the same
+  plain data (``RequestTrace`` says why); a sampled one's spans
   (``FinishedSpan``: the fields of the SDK's ``ReadableSpan`` that the
   export reads) are made from it after it ended, once a tick
   (``SpanRecorder``), and handed to the queue there.
